@@ -1,0 +1,124 @@
+"""Settings: defaults, then ``ragjury.toml``, then ``RAGJURY_*`` variables, then CLI flags.
+
+Only the CLI and ``main.py`` build :class:`Settings` from the environment
+(:meth:`Settings.from_environment`); library users pass a ``Settings`` they built themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ragjury.errors import ConfigurationError
+
+StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
+AnswerStyle = Literal["factoid", "detailed"]
+OutputFormat = Literal["jsonl", "csv"]
+
+NO_ENDPOINT_HELP = (
+    "no LLM endpoint is configured. Configure one of:\n"
+    "  1. an OpenAI key:            export OPENAI_API_KEY=sk-...\n"
+    "  2. any OpenAI-compatible server (vLLM, Ollama, llama.cpp, LiteLLM):\n"
+    "       --base-url http://127.0.0.1:8000/v1   (or RAGJURY_BASE_URL / OPENAI_BASE_URL)\n"
+    "  3. the same in ragjury.toml:  base_url = \"http://127.0.0.1:8000/v1\""
+)
+
+
+class GenerationOptions(BaseModel):
+    """What shapes a dataset-generation run (the ``[generate]`` table of ragjury.toml)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    questions_per_chunk: int = Field(default=1, ge=1, le=20)
+    chunk_size: int = Field(default=2000, ge=100)
+    chunk_overlap: int = Field(default=200, ge=0)
+    whole_documents: bool = False
+    answer_style: AnswerStyle = "factoid"
+    audience: str = "users of these documents"
+    min_score: int = Field(default=4, ge=1, le=5)
+    dedup_threshold: float = Field(
+        default=0.9, ge=0.0, le=1.0, description="Similarity at or above which a question is a duplicate."
+    )
+    globs: tuple[str, ...] | None = None
+    text_field: str = "text"
+    id_field: str | None = None
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> GenerationOptions:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(
+                f"chunk_overlap must be smaller than chunk_size, got overlap={self.chunk_overlap} "
+                f"and size={self.chunk_size}; lower --chunk-overlap or raise --chunk-size"
+            )
+        return self
+
+
+class Settings(BaseSettings):
+    """Everything a run needs to know about its LLM endpoint, workers and storage."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAGJURY_",
+        toml_file="ragjury.toml",
+        extra="ignore",
+        populate_by_name=True,
+        frozen=True,
+    )
+
+    model: str = Field(default="gpt-4o-mini", description="Chat model name at the endpoint.")
+    base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("base_url", "RAGJURY_BASE_URL", "OPENAI_BASE_URL")
+    )
+    api_key: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("api_key", "RAGJURY_API_KEY", "OPENAI_API_KEY"),
+        repr=False,
+    )
+    concurrency: int = Field(default=8, ge=1, description="Requests in flight at once, at most.")
+    max_retries: int = Field(default=3, ge=0, description="Re-asks when output does not validate.")
+    max_transport_retries: int = Field(
+        default=6, ge=0, description="Retries of 429, 5xx, timeouts and connection errors."
+    )
+    timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
+    backoff_base: float = Field(default=0.5, gt=0, description="First backoff delay, seconds.")
+    backoff_max: float = Field(default=30.0, gt=0, description="Longest backoff delay, seconds.")
+    mode: StructuredMode = "json"
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    workers: dict[str, int] = Field(
+        default_factory=dict, description="Workers per agent role, e.g. {'generator': 4}."
+    )
+    bus_buffer: int = Field(default=16, ge=1)
+    db: Path = Path("ragjury.db")
+    log_level: str = "warning"
+    generate: GenerationOptions = GenerationOptions()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @classmethod
+    def from_environment(cls, **overrides: Any) -> Settings:
+        """Defaults < ragjury.toml < RAGJURY_* / OPENAI_* variables < ``overrides`` (CLI flags)."""
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    def require_endpoint(self) -> None:
+        """Raise a :class:`ConfigurationError` that says how to configure an endpoint."""
+        if not self.base_url and not self.api_key:
+            raise ConfigurationError(NO_ENDPOINT_HELP)
+
+    def workers_for(self, role: str, default: int) -> int:
+        return self.workers.get(role, default)

@@ -1,0 +1,71 @@
+"""One exception tree for ragjury. Every message says what happened, the offending value,
+and what to do next.
+
+::
+
+    RagjuryError
+    ├── ConfigurationError        bad or missing settings (no endpoint, bad option value)
+    ├── InputError                input files or records that cannot be used
+    ├── BusError                  the bus is closed or misused
+    ├── LLMError
+    │   ├── LLMTransportError     429 / 5xx / timeouts that outlived every retry, or a 4xx
+    │   └── LLMOutputError        output that never parsed or validated
+    └── HandlerTimeout            an agent step took longer than its limit
+"""
+
+from __future__ import annotations
+
+
+class RagjuryError(Exception):
+    """Base class of every error ragjury raises on purpose."""
+
+
+class ConfigurationError(RagjuryError):
+    """Settings are missing or invalid; the message names the setting and how to fix it."""
+
+
+class InputError(RagjuryError):
+    """An input path or record cannot be used."""
+
+
+class BusError(RagjuryError):
+    """The bus was used after it closed, or in a way it does not support."""
+
+
+class LLMError(RagjuryError):
+    """An LLM call did not produce a usable result.
+
+    ``attempts`` counts every request sent for the call, retries included;
+    ``last_raw_output`` is the text of the last completion, if any arrived.
+    """
+
+    def __init__(
+        self, message: str, *, attempts: int = 0, last_raw_output: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+        self.last_raw_output = last_raw_output
+
+
+class LLMTransportError(LLMError):
+    """The endpoint kept failing (429, 5xx, timeouts) or refused the request (other 4xx)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        attempts: int = 0,
+        last_raw_output: str | None = None,
+    ) -> None:
+        super().__init__(message, attempts=attempts, last_raw_output=last_raw_output)
+        self.status_code = status_code
+
+
+class LLMOutputError(LLMError):
+    """The model's output never parsed or validated within the allowed retries."""
+
+
+class HandlerTimeout(RagjuryError):
+    """An agent step ran past its time limit."""

@@ -1,0 +1,241 @@
+"""The one LLM client every agent uses: AsyncOpenAI wrapped by instructor.
+
+Two kinds of retry, kept apart:
+
+* validation retries belong to instructor: when the output does not parse or validate, it
+  re-asks the model with the error (``Settings.max_retries``);
+* transport retries belong to us: every HTTP request goes through :meth:`LLM._send`, which
+  retries 429, 5xx, timeouts and connection errors with exponential backoff and jitter,
+  honouring ``Retry-After`` (``Settings.max_transport_retries``), under a concurrency limit.
+
+Because every request passes through ``_send``, every attempt's tokens are counted.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import anyio
+import instructor
+from instructor.core import InstructorRetryException
+import openai
+import structlog
+from openai.types.chat import ChatCompletion
+from pydantic import BaseModel
+
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
+from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
+from ragjury.llm.usage import CallStats, UsageLedger
+
+T = TypeVar("T", bound=BaseModel)
+Message = dict[str, str]
+Sleep = Callable[[float], Awaitable[None]]
+CallObserver = Callable[[CallStats, str | None], Awaitable[None]]
+
+_MODES = {
+    "json": instructor.Mode.JSON,
+    "tools": instructor.Mode.TOOLS,
+    "json_schema": instructor.Mode.JSON_SCHEMA,
+    "md_json": instructor.Mode.MD_JSON,
+}
+
+_current_call: ContextVar[CallStats | None] = ContextVar("ragjury_llm_call", default=None)
+current_step: ContextVar[list[CallStats] | None] = ContextVar("ragjury_step_calls", default=None)
+"""The runtime sets a list here while an agent handles a message; each call appends its stats."""
+log = structlog.get_logger("ragjury.llm")
+
+_FATAL_HINTS = {
+    401: "the endpoint rejected the API key; check OPENAI_API_KEY / --api-key",
+    403: "the API key may not use this model or endpoint",
+    404: "the model or URL was not found; check --model and --base-url (it usually ends in /v1)",
+}
+
+
+class LLM:
+    """Structured calls to an OpenAI-compatible endpoint, with retries and accounting."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        sleep: Sleep = anyio.sleep,
+        on_call: CallObserver | None = None,
+        seed: int | None = None,
+    ) -> None:
+        settings.require_endpoint()
+        self.settings = settings
+        self.usage = UsageLedger()
+        self._sleep = sleep
+        self._on_call = on_call
+        self._rng = random.Random(seed)
+        self._limiter = anyio.CapacityLimiter(settings.concurrency)
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key or "not-needed",
+            max_retries=0,  # transport retries are ours, so that every request is counted
+            timeout=settings.timeout,
+        )
+        self._create = instructor.patch(create=self._send, mode=_MODES[settings.mode])
+        self.fatal_error: LLMTransportError | None = None
+        self.fatal = anyio.Event()
+        """Set when the endpoint refuses us outright (401, 403, 404): no call can succeed."""
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> LLM:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def structured(
+        self,
+        response_model: type[T],
+        messages: Sequence[Message],
+        *,
+        stage: str,
+        context: dict[str, Any] | None = None,
+    ) -> T:
+        """Ask for ``response_model``; re-ask on invalid output; retry transport failures.
+
+        Raises :class:`LLMOutputError` when the output never validated and
+        :class:`LLMTransportError` when the endpoint kept failing.
+        """
+        stats = CallStats(stage=stage)
+        token = _current_call.set(stats)
+        error: str | None = None
+        try:
+            result: T = await self._create(
+                model=self.settings.model,
+                messages=list(messages),
+                response_model=response_model,
+                max_retries=self.settings.max_retries,
+                context=context,
+                temperature=self.settings.temperature,
+            )
+            return result
+        except InstructorRetryException as exc:
+            cause = exc.__cause__
+            if isinstance(cause, LLMTransportError):
+                error = cause.message
+                raise LLMTransportError(
+                    cause.message,
+                    status_code=cause.status_code,
+                    attempts=stats.requests,
+                    last_raw_output=stats.last_raw_output,
+                ) from cause
+            error = _explain_validation(cause or exc)
+            raise LLMOutputError(
+                f"{stage}: the model's output did not validate after {stats.requests} "
+                f"request(s): {error}",
+                attempts=stats.requests,
+                last_raw_output=stats.last_raw_output,
+            ) from exc
+        except LLMTransportError as exc:
+            error = exc.message
+            exc.attempts = stats.requests
+            raise
+        finally:
+            _current_call.reset(token)
+            step = current_step.get()
+            if step is not None:
+                step.append(stats)
+            usage = self.usage.stage(stage)
+            usage.calls += 1
+            usage.failed_calls += error is not None
+            if self._on_call is not None:
+                await self._on_call(stats, error)
+
+    async def _send(self, **kwargs: Any) -> ChatCompletion:
+        """One logical request: sent, and re-sent while the failure is transient."""
+        stats = _current_call.get()
+        if stats is None:
+            raise ConfigurationError("LLM._send was called outside LLM.structured")
+        usage = self.usage.stage(stats.stage)
+        retries = self.settings.max_transport_retries
+        for attempt in range(retries + 1):
+            async with self._limiter:
+                started = time.monotonic()
+                stats.requests += 1
+                usage.requests += 1
+                try:
+                    response = await self._client.chat.completions.create(
+                        **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
+                    )
+                except openai.APIError as exc:
+                    failure: openai.APIError = exc
+                else:
+                    self._account(stats, response, time.monotonic() - started)
+                    return response
+                finally:
+                    elapsed = time.monotonic() - started
+                    stats.latency_seconds += elapsed
+                    usage.latency_seconds += elapsed
+            status = status_of(failure)
+            stats.statuses.append(status)
+            if not is_retryable(failure):
+                error = LLMTransportError(_fatal_message(failure), status_code=_code(failure))
+                if error.status_code in _FATAL_HINTS:
+                    self.fatal_error = error
+                    self.fatal.set()
+                raise error
+            if attempt == retries:
+                raise LLMTransportError(
+                    f"{stats.stage}: the endpoint still failed after {attempt + 1} request(s) "
+                    f"(last: {status}: {_short(failure)}); raise --max-transport-retries or "
+                    "lower --concurrency",
+                    status_code=_code(failure),
+                )
+            delay = retry_after(failure)
+            if delay is None:
+                delay = backoff(
+                    attempt,
+                    base=self.settings.backoff_base,
+                    cap=self.settings.backoff_max,
+                    rng=self._rng,
+                )
+            log.info("llm_retry", stage=stats.stage, status=status, attempt=attempt + 1, wait=delay)
+            await self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _account(self, stats: CallStats, response: ChatCompletion, elapsed: float) -> None:
+        stats.statuses.append(200)
+        usage = self.usage.stage(stats.stage)
+        if response.usage is not None:
+            stats.prompt_tokens += response.usage.prompt_tokens
+            stats.completion_tokens += response.usage.completion_tokens
+            usage.prompt_tokens += response.usage.prompt_tokens
+            usage.completion_tokens += response.usage.completion_tokens
+        if response.choices:
+            message = response.choices[0].message
+            raw = message.content
+            if raw is None and message.tool_calls:
+                raw = getattr(message.tool_calls[0], "function", None) and str(
+                    message.tool_calls[0].function.arguments  # type: ignore[union-attr]  # custom tool calls have no .function
+                )
+            stats.last_raw_output = raw
+
+
+def _code(exc: openai.APIError) -> int | None:
+    return exc.status_code if isinstance(exc, openai.APIStatusError) else None
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fatal_message(exc: openai.APIError) -> str:
+    code = _code(exc)
+    hint = _FATAL_HINTS.get(code or 0, "the request was refused; the message above says why")
+    return f"the endpoint answered {code}: {_short(exc)} ({hint})"
+
+
+def _explain_validation(exc: BaseException) -> str:
+    return _short(exc, limit=600)

@@ -1,0 +1,84 @@
+"""Prompt templates: one Jinja2 file per agent, each with a version hash.
+
+A template has a system part and a user part, separated by a line that reads ``--- user ---``.
+The version is a hash of the template source, so a changed prompt never reuses a cached step.
+Users can pass their own template file with the same variables (``Prompt.from_path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ragjury.errors import ConfigurationError
+
+_SEPARATOR = "--- user ---"
+_ENV = jinja2.Environment(
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=False,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,  # noqa: S701 - prompts are plain text for an LLM, not HTML
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A named, versioned template that renders to chat messages."""
+
+    name: str
+    source: str
+    origin: str = "builtin"
+    version: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if _SEPARATOR not in self.source:
+            raise ConfigurationError(
+                f"prompt {self.name!r} ({self.origin}) has no {_SEPARATOR!r} line; put the "
+                f"system instructions above that line and the user message below it"
+            )
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
+        object.__setattr__(self, "version", f"{self.name}@{digest}")
+
+    @classmethod
+    def builtin(cls, name: str) -> Prompt:
+        path = resources.files("ragjury.prompts").joinpath("templates", f"{name}.j2")
+        try:
+            source = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise ConfigurationError(f"there is no built-in prompt named {name!r}") from exc
+        return cls(name=name, source=source)
+
+    @classmethod
+    def from_path(cls, name: str, path: Path) -> Prompt:
+        try:
+            source = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the {name} prompt template {str(path)!r}: {exc.strerror}; "
+                "check the path"
+            ) from exc
+        return cls(name=name, source=source, origin=str(path))
+
+    def render(self, **variables: Any) -> list[dict[str, str]]:
+        try:
+            system, user = (
+                _ENV.from_string(part).render(**variables).strip()
+                for part in self.source.split(_SEPARATOR, 1)
+            )
+        except jinja2.TemplateError as exc:
+            raise ConfigurationError(
+                f"prompt {self.name!r} ({self.origin}) failed to render: {exc}; "
+                f"it is given: {', '.join(sorted(variables))}"
+            ) from exc
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": user})
+        return messages
+
+
+__all__ = ["Prompt"]

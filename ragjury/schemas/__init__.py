@@ -1,0 +1,56 @@
+"""Typed messages, records and LLM response models."""
+
+from ragjury.schemas.messages import (
+    ENVELOPE_ADAPTER,
+    EVENT_TYPES,
+    ChunkFailed,
+    ChunkReady,
+    CritiqueIssued,
+    DocumentSubmitted,
+    DuplicateDropped,
+    Envelope,
+    Event,
+    PairDrafted,
+    PairJudged,
+    QuestionsDrafted,
+    StepFailed,
+    kind_of,
+)
+from ragjury.schemas.records import (
+    CRITERIA,
+    Chunk,
+    Criterion,
+    CritiqueResult,
+    Document,
+    Failure,
+    PairOutcome,
+    QAPair,
+)
+from ragjury.schemas.responses import Critique, DraftedPair, DraftedPairs
+
+__all__ = [
+    "CRITERIA",
+    "ENVELOPE_ADAPTER",
+    "EVENT_TYPES",
+    "Chunk",
+    "ChunkFailed",
+    "ChunkReady",
+    "Criterion",
+    "Critique",
+    "CritiqueIssued",
+    "CritiqueResult",
+    "DocumentSubmitted",
+    "DraftedPair",
+    "DraftedPairs",
+    "DuplicateDropped",
+    "Envelope",
+    "Event",
+    "Failure",
+    "PairDrafted",
+    "PairJudged",
+    "PairOutcome",
+    "QAPair",
+    "QuestionsDrafted",
+    "StepFailed",
+    "kind_of",
+]

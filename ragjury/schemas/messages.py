@@ -1,0 +1,169 @@
+"""The envelope and the events agents exchange on the bus.
+
+Events are frozen pydantic models named in the past tense. Each has a literal ``kind`` that
+discriminates the :data:`Event` union, so every envelope round-trips through JSON unchanged
+(a broker-backed bus will serialise them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ragjury.schemas.records import (
+    Chunk,
+    Criterion,
+    CritiqueResult,
+    Document,
+    Failure,
+    PairOutcome,
+    QAPair,
+)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DocumentSubmitted(_Event):
+    """A document entered the generation pipeline."""
+
+    kind: Literal["document_submitted"] = "document_submitted"
+    document: Document
+
+
+class ChunkReady(_Event):
+    """A chunk of a document is ready for question generation."""
+
+    kind: Literal["chunk_ready"] = "chunk_ready"
+    chunk: Chunk
+
+
+class QuestionsDrafted(_Event):
+    """The generator drafted pairs for one chunk (before de-duplication)."""
+
+    kind: Literal["questions_drafted"] = "questions_drafted"
+    chunk: Chunk
+    pairs: tuple[QAPair, ...]
+
+
+class ChunkFailed(_Event):
+    """The generator gave up on a chunk; the run goes on without it."""
+
+    kind: Literal["chunk_failed"] = "chunk_failed"
+    chunk: Chunk
+    error: Failure
+
+
+class DuplicateDropped(_Event):
+    """A drafted pair was dropped because a near-identical question was already drafted."""
+
+    kind: Literal["duplicate_dropped"] = "duplicate_dropped"
+    pair: QAPair
+    duplicate_of: str
+    similarity: float
+
+
+class PairDrafted(_Event):
+    """A unique drafted pair, ready for the three critics."""
+
+    kind: Literal["pair_drafted"] = "pair_drafted"
+    pair: QAPair
+
+
+class CritiqueIssued(_Event):
+    """One critic's judgement of one pair, or why it could not give one."""
+
+    kind: Literal["critique_issued"] = "critique_issued"
+    pair_id: str
+    criterion: Criterion
+    critique: CritiqueResult | None = None
+    error: Failure | None = None
+
+
+class PairJudged(_Event):
+    """The aggregator's final word on a pair: kept, rejected, or failed."""
+
+    kind: Literal["pair_judged"] = "pair_judged"
+    pair: QAPair
+    outcome: PairOutcome
+    critiques: dict[Criterion, CritiqueResult]
+    error: Failure | None = None
+
+
+class StepFailed(_Event):
+    """An agent raised while handling a message; the runtime reports it instead of hanging."""
+
+    kind: Literal["step_failed"] = "step_failed"
+    agent: str
+    input_kind: str
+    input_id: str
+    error: Failure
+
+
+Event = Annotated[
+    DocumentSubmitted
+    | ChunkReady
+    | QuestionsDrafted
+    | ChunkFailed
+    | DuplicateDropped
+    | PairDrafted
+    | CritiqueIssued
+    | PairJudged
+    | StepFailed,
+    Field(discriminator="kind"),
+]
+
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    DocumentSubmitted,
+    ChunkReady,
+    QuestionsDrafted,
+    ChunkFailed,
+    DuplicateDropped,
+    PairDrafted,
+    CritiqueIssued,
+    PairJudged,
+    StepFailed,
+)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Envelope(BaseModel):
+    """What travels on the bus: an event plus the ids that tie it to its run and its cause."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=_new_id)
+    correlation_id: str = Field(description="The document or sample this message belongs to.")
+    causation_id: str | None = Field(default=None, description="The message this one answers.")
+    created_at: datetime = Field(default_factory=_now)
+    attempt: int = Field(default=1, ge=1)
+    payload: Event
+
+    @property
+    def kind(self) -> str:
+        return self.payload.kind
+
+    def reply(self, payload: Event) -> Envelope:
+        """A new envelope caused by this one, in the same correlation."""
+        return Envelope(correlation_id=self.correlation_id, causation_id=self.id, payload=payload)
+
+
+ENVELOPE_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Envelope)
+
+
+def kind_of(event_type: type[_Event]) -> str:
+    """The ``kind`` string of an event class."""
+    default = event_type.model_fields["kind"].default
+    assert isinstance(default, str)
+    return default

@@ -1,0 +1,63 @@
+"""Plain data records that travel inside events: documents, chunks, pairs, failures."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Criterion = Literal["groundedness", "relevance", "standalone"]
+CRITERIA: tuple[Criterion, ...] = ("groundedness", "relevance", "standalone")
+
+PairOutcome = Literal["kept", "rejected", "failed"]
+
+
+class Record(BaseModel):
+    """Base for every record: frozen, and strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Document(Record):
+    """One source document: a file's text or one record of a JSON/JSONL file."""
+
+    id: str = Field(description="Stable id: the file path, or the record id for JSON input.")
+    source: str = Field(description="Where it came from, as shown to the user.")
+    text: str
+
+
+class Chunk(Record):
+    """A piece of a document that questions are generated from."""
+
+    id: str
+    document_id: str
+    source: str
+    index: int = Field(ge=0)
+    text: str
+
+
+class QAPair(Record):
+    """A drafted question/answer pair with the chunk it was drafted from."""
+
+    id: str
+    question: str
+    answer: str
+    context: str
+    source: str
+    chunk_id: str
+
+
+class Failure(Record):
+    """Why a step gave up: the stage, how many LLM attempts it made, the last raw output."""
+
+    stage: str
+    attempts: int = Field(ge=0)
+    last_raw_output: str | None = None
+    message: str
+
+
+class CritiqueResult(Record):
+    """One critic's finished judgement of a pair."""
+
+    rating: int = Field(ge=1, le=5)
+    rationale: str

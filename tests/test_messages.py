@@ -1,0 +1,79 @@
+"""Every message kind round-trips through JSON unchanged (a broker-backed bus serialises)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragjury.schemas import (
+    ENVELOPE_ADAPTER,
+    EVENT_TYPES,
+    Chunk,
+    ChunkFailed,
+    ChunkReady,
+    CritiqueIssued,
+    CritiqueResult,
+    Document,
+    DocumentSubmitted,
+    DuplicateDropped,
+    Envelope,
+    Event,
+    Failure,
+    PairDrafted,
+    PairJudged,
+    QAPair,
+    QuestionsDrafted,
+    StepFailed,
+    kind_of,
+)
+
+DOC = Document(id="docs/a.md", source="docs/a.md", text="Alpha is 1.\n\nBeta — ünïcode.")
+CHUNK = Chunk(id="docs/a.md::0", document_id=DOC.id, source=DOC.source, index=0, text=DOC.text)
+PAIR = QAPair(
+    id="p1",
+    question="What is alpha?",
+    answer="1",
+    context=CHUNK.text,
+    source=DOC.source,
+    chunk_id=CHUNK.id,
+)
+FAILURE = Failure(stage="generator", attempts=4, last_raw_output="{not json", message="bad")
+CRITIQUE = CritiqueResult(rating=4, rationale="fine")
+
+SAMPLES: list[Event] = [
+    DocumentSubmitted(document=DOC),
+    ChunkReady(chunk=CHUNK),
+    QuestionsDrafted(chunk=CHUNK, pairs=(PAIR,)),
+    ChunkFailed(chunk=CHUNK, error=FAILURE),
+    DuplicateDropped(pair=PAIR, duplicate_of="p0", similarity=0.97),
+    PairDrafted(pair=PAIR),
+    CritiqueIssued(pair_id="p1", criterion="groundedness", critique=CRITIQUE),
+    CritiqueIssued(pair_id="p1", criterion="relevance", error=FAILURE),
+    PairJudged(pair=PAIR, outcome="kept", critiques={"groundedness": CRITIQUE}),
+    PairJudged(pair=PAIR, outcome="failed", critiques={}, error=FAILURE),
+    StepFailed(agent="generator", input_kind="chunk_ready", input_id="x", error=FAILURE),
+]
+
+
+def test_samples_cover_every_event_kind() -> None:
+    assert {type(s) for s in SAMPLES} == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: e.kind)
+def test_every_message_kind_round_trips_through_json(event: Event) -> None:
+    envelope = Envelope(correlation_id="docs/a.md", causation_id="c0", payload=event)
+
+    restored = ENVELOPE_ADAPTER.validate_json(envelope.model_dump_json())
+
+    assert restored == envelope
+    assert type(restored.payload) is type(event)
+    assert restored.kind == kind_of(type(event))
+
+
+def test_reply_keeps_correlation_and_points_at_its_cause() -> None:
+    first = Envelope(correlation_id="doc", payload=SAMPLES[0])
+
+    second = first.reply(SAMPLES[1])
+
+    assert second.correlation_id == "doc"
+    assert second.causation_id == first.id
+    assert second.id != first.id

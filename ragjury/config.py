@@ -28,7 +28,7 @@ NO_ENDPOINT_HELP = (
     "  1. an OpenAI key:            export OPENAI_API_KEY=sk-...\n"
     "  2. any OpenAI-compatible server (vLLM, Ollama, llama.cpp, LiteLLM):\n"
     "       --base-url http://127.0.0.1:8000/v1   (or RAGJURY_BASE_URL / OPENAI_BASE_URL)\n"
-    "  3. the same in ragjury.toml:  base_url = \"http://127.0.0.1:8000/v1\""
+    '  3. the same in ragjury.toml:  base_url = "http://127.0.0.1:8000/v1"'
 )
 
 
@@ -45,7 +45,10 @@ class GenerationOptions(BaseModel):
     audience: str = "users of these documents"
     min_score: int = Field(default=4, ge=1, le=5)
     dedup_threshold: float = Field(
-        default=0.9, ge=0.0, le=1.0, description="Similarity at or above which a question is a duplicate."
+        default=0.9,
+        ge=0.0,
+        le=1.0,
+        description="Similarity at or above which a question is a duplicate.",
     )
     globs: tuple[str, ...] | None = None
     text_field: str = "text"
@@ -74,7 +77,8 @@ class Settings(BaseSettings):
 
     model: str = Field(default="gpt-4o-mini", description="Chat model name at the endpoint.")
     base_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("base_url", "RAGJURY_BASE_URL", "OPENAI_BASE_URL")
+        default=None,
+        validation_alias=AliasChoices("base_url", "RAGJURY_BASE_URL", "OPENAI_BASE_URL"),
     )
     api_key: str | None = Field(
         default=None,

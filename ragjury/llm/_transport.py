@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-from email.utils import parsedate_to_datetime
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import openai
 

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import anyio
 import instructor
-from instructor.core import InstructorRetryException
 import openai
 import structlog
+from instructor.core import InstructorRetryException
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -80,7 +80,10 @@ class LLM:
             max_retries=0,  # transport retries are ours, so that every request is counted
             timeout=settings.timeout,
         )
-        self._create = instructor.patch(create=self._send, mode=_MODES[settings.mode])
+        # instructor's patch() is typed for its own protocol; we call it with keywords only.
+        self._create: Callable[..., Awaitable[Any]] = instructor.patch(
+            create=self._send, mode=_MODES[settings.mode]
+        )
         self.fatal_error: LLMTransportError | None = None
         self.fatal = anyio.Event()
         """Set when the endpoint refuses us outright (401, 403, 404): no call can succeed."""
@@ -165,7 +168,7 @@ class LLM:
                 stats.requests += 1
                 usage.requests += 1
                 try:
-                    response = await self._client.chat.completions.create(
+                    response: ChatCompletion = await self._client.chat.completions.create(
                         **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
                     )
                 except openai.APIError as exc:

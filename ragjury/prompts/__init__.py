@@ -23,7 +23,7 @@ _ENV = jinja2.Environment(
     keep_trailing_newline=False,
     trim_blocks=True,
     lstrip_blocks=True,
-    autoescape=False,  # noqa: S701 - prompts are plain text for an LLM, not HTML
+    autoescape=False,
 )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "Critique",
     "CritiqueIssued",
     "CritiqueResult",
+    "Document",
     "DocumentSubmitted",
     "DraftedPair",
     "DraftedPairs",

@@ -1,0 +1,30 @@
+"""What every agent is: the events it consumes, a role name, and ``handle``.
+
+An agent never touches the bus. The runtime reads deliveries, calls ``handle`` and publishes
+the events it returns, each as a reply to the message that caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+from ragjury.errors import LLMError
+from ragjury.schemas import Failure
+
+
+class Agent(Protocol):
+    role: ClassVar[str]
+    consumes: ClassVar[tuple[type[Any], ...]]
+
+    async def handle(self, event: Any) -> Sequence[Any]: ...
+
+
+def failure_from(stage: str, exc: LLMError) -> Failure:
+    """The record of an LLM call that gave up, for the outputs and the store."""
+    return Failure(
+        stage=stage,
+        attempts=exc.attempts,
+        last_raw_output=exc.last_raw_output,
+        message=exc.message,
+    )

@@ -1,0 +1,26 @@
+"""Chunker: a submitted document becomes chunks ready for question generation."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ragjury.config import GenerationOptions
+from ragjury.ingest import chunk_document
+from ragjury.schemas import ChunkReady, DocumentSubmitted
+
+
+class Chunker:
+    role: ClassVar[str] = "chunker"
+    consumes: ClassVar[tuple[type[DocumentSubmitted]]] = (DocumentSubmitted,)
+
+    def __init__(self, options: GenerationOptions) -> None:
+        self._options = options
+
+    async def handle(self, event: DocumentSubmitted) -> list[ChunkReady]:
+        chunks = chunk_document(
+            event.document,
+            chunk_size=self._options.chunk_size,
+            overlap=self._options.chunk_overlap,
+            whole=self._options.whole_documents,
+        )
+        return [ChunkReady(chunk=chunk) for chunk in chunks]

@@ -1,0 +1,218 @@
+"""The command line: ``ragjury generate ...`` (``main.py`` and the console script call it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pydantic
+import structlog
+
+from ragjury import __version__
+from ragjury.config import GenerationOptions, Settings
+from ragjury.errors import ConfigurationError, InputError, RagjuryError
+from ragjury.logs import configure_logging
+
+log = structlog.get_logger("ragjury.cli")
+
+EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
+
+# Flags that map one-to-one onto GenerationOptions fields.
+_GENERATION_FLAGS = (
+    "questions_per_chunk",
+    "chunk_size",
+    "chunk_overlap",
+    "whole_documents",
+    "answer_style",
+    "audience",
+    "min_score",
+    "dedup_threshold",
+    "text_field",
+    "id_field",
+)
+_LLM_FLAGS = (
+    "model",
+    "base_url",
+    "api_key",
+    "concurrency",
+    "max_retries",
+    "max_transport_retries",
+    "timeout",
+    "mode",
+    "db",
+    "log_level",
+)
+
+
+def _add_llm_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("LLM endpoint")
+    group.add_argument("--model", help="model name (env RAGJURY_MODEL; default gpt-4o-mini)")
+    group.add_argument(
+        "--base-url",
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+        "(env RAGJURY_BASE_URL or OPENAI_BASE_URL)",
+    )
+    group.add_argument("--api-key", help="API key (prefer the env OPENAI_API_KEY)")
+    group.add_argument("--concurrency", type=int, help="requests in flight at once (default 8)")
+    group.add_argument(
+        "--max-retries", type=int, help="re-asks when output does not validate (default 3)"
+    )
+    group.add_argument(
+        "--max-transport-retries", type=int, help="retries of 429/5xx/timeouts (default 6)"
+    )
+    group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
+    group.add_argument(
+        "--mode",
+        choices=["json", "tools", "json_schema", "md_json"],
+        help="how structured output is requested (default json)",
+    )
+    group.add_argument(
+        "--workers",
+        action="append",
+        default=[],
+        metavar="AGENT=N",
+        help="workers for one agent, e.g. --workers generator=4 (repeatable)",
+    )
+    group.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="replace a built-in prompt template (generator, groundedness, relevance, standalone)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragjury",
+        description="Build critic-filtered evaluation sets for RAG from your own documents.",
+    )
+    parser.add_argument("--version", action="version", version=f"ragjury {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = commands.add_parser(
+        "generate",
+        help="draft question/answer pairs from documents and keep those the critics accept",
+        description="Draft question/answer pairs from documents; three critics vet each pair.",
+    )
+    gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
+    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL or CSV)")
+    gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
+    gen.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format")
+    gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    gen.add_argument("--db", type=Path, help="SQLite database for results (default ragjury.db)")
+    gen.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
+    )
+    ingest = gen.add_argument_group("input")
+    ingest.add_argument(
+        "--glob",
+        action="append",
+        dest="globs",
+        metavar="PATTERN",
+        help="only files matching (repeatable), e.g. --glob '**/*.md'",
+    )
+    ingest.add_argument("--text-field", help="JSON/JSONL field holding the text (default text)")
+    ingest.add_argument("--id-field", help="JSON/JSONL field holding a record id")
+    ingest.add_argument("--chunk-size", type=int, help="characters per chunk (default 2000)")
+    ingest.add_argument("--chunk-overlap", type=int, help="characters of overlap (default 200)")
+    ingest.add_argument(
+        "--whole-documents",
+        action="store_true",
+        default=None,
+        help="generate from whole files instead of chunks",
+    )
+    drafting = gen.add_argument_group("generation")
+    drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
+    drafting.add_argument(
+        "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
+    )
+    drafting.add_argument(
+        "--audience", help="who asks the questions (default: users of these documents)"
+    )
+    drafting.add_argument(
+        "--min-score",
+        type=int,
+        help="keep a pair only if every critic rates it this or more (default 4)",
+    )
+    drafting.add_argument(
+        "--dedup-threshold",
+        type=float,
+        help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",
+    )
+    _add_llm_options(gen)
+    return parser
+
+
+def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
+    result = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise ConfigurationError(f"{flag} expects NAME=VALUE, got {value!r}")
+        result[name.strip()] = rest.strip()
+    return result
+
+
+def _explain(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        name = ".".join(str(p) for p in error["loc"] if p != "generate")
+        flag = "--" + name.replace("_", "-")
+        parts.append(f"{flag} {error['msg'].lower()} (got {error.get('input')!r})")
+    return "; ".join(parts)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Defaults < ragjury.toml < environment < command-line flags."""
+    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in _LLM_FLAGS}
+    workers = _pairs(getattr(args, "workers", []), "--workers")
+    try:
+        if workers:
+            overrides["workers"] = {name: int(n) for name, n in workers.items()}
+    except ValueError as exc:
+        raise ConfigurationError(f"--workers needs whole numbers, e.g. generator=4: {exc}") from exc
+    try:
+        settings = Settings.from_environment(**overrides)
+        flags = {k: getattr(args, k, None) for k in _GENERATION_FLAGS}
+        flags["globs"] = tuple(args.globs) if getattr(args, "globs", None) else None
+        merged = {
+            **settings.generate.model_dump(),
+            **{k: v for k, v in flags.items() if v is not None},
+        }
+        options = GenerationOptions.model_validate(merged)
+    except pydantic.ValidationError as exc:
+        raise ConfigurationError(_explain(exc)) from exc
+    return settings.model_copy(update={"generate": options})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        configure_logging(settings.log_level)
+        if args.command == "generate":
+            from ragjury.commands.generate import generate_command
+
+            return anyio.run(generate_command, args, settings)
+    except (ConfigurationError, InputError) as exc:
+        print(f"ragjury: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RagjuryError as exc:
+        print(f"ragjury: error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING_PROCESSED
+    except KeyboardInterrupt:
+        print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_CONFIG
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""What each CLI command does, once its arguments are parsed into settings."""

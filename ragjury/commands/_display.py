@@ -1,0 +1,83 @@
+"""Progress bars while a run goes, and a summary table at the end (on a terminal only)."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ragjury.generation import GenerationCounts
+
+
+class GenerationProgress:
+    """Two bars: chunks drafted and pairs judged. Totals grow as the pipeline finds work."""
+
+    def __init__(self, console: Console) -> None:
+        self.enabled = console.is_terminal
+        self._progress = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not self.enabled,
+            transient=False,
+        )
+        self._chunks = self._progress.add_task("chunks drafted", total=None, detail="")
+        self._pairs = self._progress.add_task("pairs judged", total=None, detail="")
+
+    def __enter__(self) -> GenerationProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def update(self, counts: GenerationCounts) -> None:
+        if not self.enabled:
+            return
+        self._progress.update(
+            self._chunks,
+            total=max(counts.chunks, 1),
+            completed=counts.chunks_done,
+            detail=f"failed {counts.chunks_failed}" if counts.chunks_failed else "",
+        )
+        unique = counts.pairs_drafted - counts.duplicates_dropped
+        self._progress.update(
+            self._pairs,
+            total=max(unique, 1),
+            completed=counts.judged,
+            detail=f"kept {counts.kept} rejected {counts.rejected} failed {counts.failed}",
+        )
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="ragjury generate", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("count", justify="right")
+    for key in (
+        "documents",
+        "documents_skipped",
+        "chunks",
+        "chunks_failed",
+        "pairs_drafted",
+        "duplicates_dropped",
+        "kept",
+        "rejected",
+        "failed",
+        "llm_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "wall_seconds",
+    ):
+        table.add_row(key.replace("_", " "), str(summary[key]))
+    return table

@@ -1,0 +1,104 @@
+"""``ragjury generate``: load, run the pipeline, write the outputs and the summary."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from pathlib import Path
+
+import structlog
+from rich.console import Console
+
+from ragjury.commands._display import GenerationProgress, summary_table
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError
+from ragjury.generation import Stopwatch, run_generation, summarise
+from ragjury.ingest import load_documents
+from ragjury.llm import LLM
+from ragjury.output import RecordWriter
+from ragjury.prompts import Prompt
+from ragjury.store import Store
+
+log = structlog.get_logger("ragjury.generate")
+
+_PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
+
+
+def load_prompts(specs: list[str]) -> dict[str, Prompt]:
+    prompts = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if name not in _PROMPT_NAMES:
+            raise ConfigurationError(
+                f"--prompt {spec!r}: unknown prompt {name!r}; use one of {', '.join(_PROMPT_NAMES)}"
+            )
+        prompts[name] = Prompt.from_path(name, Path(path))
+    return prompts
+
+
+async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
+    settings.require_endpoint()
+    options = settings.generate
+    prompts = load_prompts(args.prompt)
+    console = Console(stderr=True)
+    loaded = load_documents(
+        args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
+    )
+    skipped = [{"path": s.path, "reason": s.reason} for s in loaded.skipped]
+    for item in skipped:
+        log.warning("input_skipped", **item)
+    if not loaded.documents:
+        where = ", ".join(str(p) for p in args.paths)
+        reasons = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
+        console.print(
+            f"[bold red]ragjury: nothing to do[/]: no readable documents in {where}"
+            + (f" (skipped: {reasons})" if reasons else "")
+            + (f"; the globs were {list(options.globs)}" if options.globs else "")
+        )
+        return 1
+    clock = Stopwatch()
+    async with Store(settings.db) as store:
+        run_id = await store.start_run(
+            "generate", settings.model_dump(mode="json", exclude={"api_key"})
+        )
+        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
+        try:
+            with contextlib.ExitStack() as stack:
+                kept = stack.enter_context(RecordWriter(args.out, args.format))
+                rejected = (
+                    stack.enter_context(RecordWriter(args.rejected, args.format))
+                    if args.rejected
+                    else None
+                )
+                progress = stack.enter_context(GenerationProgress(console))
+                counts = await run_generation(
+                    loaded.documents,
+                    settings=settings,
+                    llm=llm,
+                    store=store,
+                    run_id=run_id,
+                    kept=kept,
+                    rejected=rejected,
+                    on_progress=progress.update,
+                    prompts=prompts,
+                )
+        finally:
+            await llm.aclose()
+        summary = summarise(counts, llm, wall_seconds=clock.seconds, skipped=skipped)
+        summary.update(run_id=run_id, db=str(settings.db))
+        await store.finish_run(run_id, summary)
+    if args.summary:
+        args.summary.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    if console.is_terminal:
+        console.print(summary_table(summary))
+    else:
+        console.print(
+            f"ragjury generate: kept {summary['kept']}, rejected {summary['rejected']}, "
+            f"failed {summary['failed']} of {summary['pairs_drafted']} drafted pairs "
+            f"({summary['chunks_failed']} of {summary['chunks']} chunks failed; "
+            f"{summary['llm_calls']} LLM calls) -> {args.out}",
+            soft_wrap=True,
+        )
+    processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
+    return 1 if processed_nothing else 0

@@ -1,0 +1,15 @@
+"""Turn user files into documents, and documents into chunks to draft questions from."""
+
+from __future__ import annotations
+
+from ragjury.ingest.chunking import chunk_document, split_text
+from ragjury.ingest.loaders import DEFAULT_GLOBS, LoadResult, Skipped, load_documents
+
+__all__ = [
+    "DEFAULT_GLOBS",
+    "LoadResult",
+    "Skipped",
+    "chunk_document",
+    "load_documents",
+    "split_text",
+]

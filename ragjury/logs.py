@@ -1,0 +1,39 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+
+
+def configure_logging(level: str = "warning", *, json: bool | None = None) -> None:
+    """Route ragjury's structured logs to stderr at ``level``."""
+    name = level.lower()
+    if name not in _LEVELS:
+        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
+    use_json = not sys.stderr.isatty() if json is None else json
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    # instructor and the HTTP stack log every retried call at ERROR through stdlib logging;
+    # ragjury reports those itself (llm_retry, failed outcomes), so keep them quiet.
+    for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)

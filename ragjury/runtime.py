@@ -1,0 +1,120 @@
+"""The runtime: wires agents to the bus, runs N workers per agent, and stops cleanly.
+
+Each agent role is a consumer group. For every kind the agent consumes, the runtime starts
+that role's workers on the group's subscription; workers compete for deliveries. A worker
+handles a delivery, publishes what the agent returned (each as a reply to the delivery), and
+only then acknowledges it, so ``bus.wait_idle()`` cannot return while work is still owed.
+An agent that raises does not kill the run: the runtime publishes :class:`StepFailed`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from ragjury.agents.base import Agent
+from ragjury.bus import Bus, Delivery, Subscription
+from ragjury.errors import ConfigurationError
+from ragjury.llm.client import current_step
+from ragjury.llm.usage import CallStats
+from ragjury.schemas import Envelope, Failure, StepFailed, kind_of
+
+log = structlog.get_logger("ragjury.runtime")
+
+StepObserver = Callable[[str, Envelope, float, Sequence[CallStats]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent and how many concurrent workers it gets."""
+
+    agent: Agent
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        limit: int | None = getattr(self.agent, "max_workers", None)
+        if self.workers < 1:
+            raise ConfigurationError(
+                f"workers for {self.agent.role} must be >= 1, got {self.workers}"
+            )
+        if limit is not None and self.workers > limit:
+            raise ConfigurationError(
+                f"{self.agent.role} keeps state in memory and runs at most {limit} worker(s), "
+                f"got {self.workers}; remove it from --workers"
+            )
+
+
+class Runtime:
+    """Runs agents over a bus until cancelled."""
+
+    def __init__(
+        self, bus: Bus, specs: Sequence[AgentSpec], *, on_step: StepObserver | None = None
+    ) -> None:
+        self.bus = bus
+        self._specs = list(specs)
+        self._on_step = on_step
+        self._subscriptions: list[tuple[AgentSpec, Subscription]] = [
+            (spec, bus.subscribe(kind_of(kind), spec.agent.role))
+            for spec in self._specs
+            for kind in spec.agent.consumes
+        ]
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start every worker; report started; run until the bus closes or we are cancelled."""
+        async with anyio.create_task_group() as tg:
+            for spec, subscription in self._subscriptions:
+                for _ in range(spec.workers):
+                    tg.start_soon(self._work, spec.agent, subscription)
+            task_status.started()
+
+    async def _work(self, agent: Agent, subscription: Subscription) -> None:
+        async for delivery in subscription.deliveries():
+            await self._handle(agent, delivery)
+
+    async def _handle(self, agent: Agent, delivery: Delivery) -> None:
+        envelope = delivery.envelope
+        calls: list[CallStats] = []
+        token = current_step.set(calls)
+        started = time.perf_counter()
+        try:
+            with structlog.contextvars.bound_contextvars(
+                agent=agent.role, message_id=envelope.id, correlation_id=envelope.correlation_id
+            ):
+                try:
+                    events: Sequence[Any] = await agent.handle(envelope.payload)
+                except Exception as exc:  # an agent bug must not stall the run
+                    log.exception("step_failed", kind=envelope.kind)
+                    events = [_step_failed(agent.role, envelope, exc)]
+                for event in events:
+                    await self.bus.publish(envelope.reply(event))
+                elapsed = time.perf_counter() - started
+                log.info(
+                    "message_handled",
+                    kind=envelope.kind,
+                    causation_id=envelope.causation_id,
+                    ms=round(elapsed * 1000, 1),
+                    published=len(events),
+                    llm_requests=sum(c.requests for c in calls),
+                    prompt_tokens=sum(c.prompt_tokens for c in calls),
+                    completion_tokens=sum(c.completion_tokens for c in calls),
+                )
+            if self._on_step is not None:
+                await self._on_step(agent.role, envelope, elapsed, calls)
+        finally:
+            current_step.reset(token)
+            await self.bus.ack(delivery)
+
+
+def _step_failed(role: str, envelope: Envelope, exc: Exception) -> StepFailed:
+    return StepFailed(
+        agent=role,
+        input_kind=envelope.kind,
+        input_id=envelope.id,
+        error=Failure(stage=role, attempts=0, message=f"{type(exc).__name__}: {exc}"),
+    )

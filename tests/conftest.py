@@ -1,0 +1,103 @@
+"""Shared fixtures: a scripted OpenAI-compatible server on loopback and a scripted "LLM" for
+the generation agents that answers from the text it is given, so runs are deterministic
+however the agents interleave."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragjury.config import GenerationOptions, Settings
+
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+
+CRITIC_AGENTS = ("groundedness_critic", "relevance_critic", "standalone_critic")
+_WANTED = re.compile(r"Write exactly (\d+) question")
+_TEXT = re.compile(r"<text>\n(.*?)\n</text>", re.DOTALL)
+_PAIR = re.compile(r"^Q: (?P<q>.+)\nA: (?P<a>.+)$", re.MULTILINE)
+_QUESTION = re.compile(r"^Question: (.+)$", re.MULTILINE)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def make_settings(fake: FakeOpenAI, tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings for a test run against ``fake``, with a database in ``tmp_path``."""
+    generate = GenerationOptions(whole_documents=True, **overrides.pop("generate", {}))
+    base: dict[str, Any] = {
+        "base_url": fake.base_url,
+        "api_key": "test-key",
+        "model": "fake-model",
+        "db": tmp_path / "ragjury.db",
+        "concurrency": 4,
+        "backoff_base": 0.01,
+        "backoff_max": 0.05,
+        "generate": generate,
+    }
+    base.update(overrides)
+    return Settings(**base)
+
+
+def write_qa_document(folder: Path, name: str, pairs: list[tuple[str, str]]) -> Path:
+    """A document whose text carries Q:/A: lines that the scripted generator turns into pairs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    body = "\n".join(f"Q: {q}\nA: {a}" for q, a in pairs)
+    path.write_text(f"# {name}\n\n{body}\n", encoding="utf-8")
+    return path
+
+
+def generator_reply(request: RecordedRequest) -> Reply:
+    """Answer a generator prompt with the Q:/A: pairs found in its text, as many as asked."""
+    text = request.text()
+    wanted = int(_WANTED.search(text).group(1))  # type: ignore[union-attr]  # our prompt has it
+    context = _TEXT.search(text).group(1)  # type: ignore[union-attr]  # our prompt has it
+    pairs = [{"question": m["q"], "answer": m["a"]} for m in _PAIR.finditer(context)][:wanted]
+    return chat_json({"pairs": pairs}, prompt_tokens=100, completion_tokens=30)
+
+
+def question_of(request: RecordedRequest) -> str:
+    """The question a critic prompt asks about (the first one in the request)."""
+    return _QUESTION.search(request.text()).group(1)  # type: ignore[union-attr]  # our prompt
+
+
+def critic_reply(
+    ratings: Mapping[str, int] | None = None, default: int = 5
+) -> Callable[[RecordedRequest], Reply]:
+    """A critic that rates each question by ``ratings`` (``default`` for any other)."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        rating = (ratings or {}).get(question_of(request), default)
+        return chat_json(
+            {"rationale": f"scripted rating {rating}", "rating": rating},
+            prompt_tokens=50,
+            completion_tokens=12,
+        )
+
+    return respond
+
+
+def script_happy_path(
+    fake: FakeOpenAI, ratings: Mapping[str, Mapping[str, int]] | None = None
+) -> None:
+    """Generator from the text; each critic from ``ratings[agent]`` (default 5)."""
+    fake.route("generator", generator_reply)
+    for agent in CRITIC_AGENTS:
+        fake.route(agent, critic_reply((ratings or {}).get(agent)))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

@@ -1,0 +1,671 @@
+"""A scripted, real-HTTP, OpenAI-compatible server for tests and benchmarks.
+
+``FakeOpenAI`` runs a standard-library ``ThreadingHTTPServer`` on ``127.0.0.1`` (an OS-chosen
+port) in a daemon thread, so it is independent of the test's event loop. Point the *real*
+``openai.AsyncOpenAI`` client (and ``instructor`` on top of it) at ``fake.base_url``; nothing
+is monkeypatched, so timeouts, retries, headers, keep-alive and JSON parsing are all exercised
+for real.
+
+Each test scripts the answers per agent. Agents identify themselves with the
+``x-ragjury-agent`` request header::
+
+    from openai import AsyncOpenAI
+    from fakeopenai import FakeOpenAI, chat, chat_json, error  # tests/ is on sys.path under pytest
+
+    with FakeOpenAI() as fake:
+        fake.route("generator", error(429, retry_after=1), chat_json({"question": "Why?"}))
+        fake.route("judge", lambda req: chat("yes" if "Paris" in req.text() else "no"))
+        async with AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0) as client:
+            ...  # send requests with extra_headers={"x-ragjury-agent": "generator"}
+        assert len(fake.requests_for("generator")) == 2
+        assert fake.in_flight_max <= 4
+
+Scripting rules:
+
+* ``route(agent, *replies)`` answers that agent's chat requests with the replies in order; the
+  last one then repeats forever. A reply may be a :class:`Reply` or a *responder*, a callable
+  ``(RecordedRequest) -> Reply`` that can look at the prompt. Calling ``route`` again for the
+  same agent replaces the script and rewinds it.
+* Requests with no matching route get the ``fallback`` (default: a 500 whose message says
+  ``no scripted reply for agent <x>``, so a missing script is obvious in the test output).
+* ``POST /v1/embeddings`` is answered by ``embeddings(...)``; ``GET /v1/models`` lists one model;
+  any other path is a JSON 404. The ``/v1`` prefix is optional.
+* ``Reply.delay`` is slept in the handler thread while the request counts as in flight, so
+  ``in_flight_max`` measures real client-side concurrency. A client that gives up (timeout,
+  cancellation) during the delay is noticed, counted in ``disconnects`` and not answered.
+* A responder that raises produces a 500 (its error text in the message) and is kept in
+  ``fake.errors`` so the test can re-raise it.
+* ``stream=True`` requests get a 400: streaming is not simulated.
+
+Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
+parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
+block) closes kept-alive connections, the listening socket and joins every server thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import select
+import socket
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = [
+    "AGENT_HEADER",
+    "FakeOpenAI",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "chat",
+    "chat_json",
+    "embedding",
+    "error",
+    "tool_call",
+]
+
+AGENT_HEADER = "x-ragjury-agent"
+
+_DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+_JOIN_TIMEOUT = 10.0  # stop() waits this long for each handler thread
+_POLL_INTERVAL = 0.02  # how often a delayed answer checks for stop() / client disconnect
+_ids = itertools.count(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Replies
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted HTTP answer."""
+
+    status: int = 200
+    body: dict[str, Any] | str | None = None  # dict -> JSON; str -> sent raw (e.g. malformed)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (slow answers)
+
+    def encoded(self) -> bytes:
+        if self.body is None:
+            return b""
+        if isinstance(self.body, str):
+            return self.body.encode("utf-8")
+        return json.dumps(self.body).encode("utf-8")
+
+
+def chat(
+    content: str,
+    *,
+    prompt_tokens: int = 20,
+    completion_tokens: int = 10,
+    logprobs: list[tuple[str, float]] | None = None,
+    model: str = "fake-model",
+    finish_reason: str = "stop",
+    delay: float = 0.0,
+) -> Reply:
+    """A valid ``/v1/chat/completions`` answer whose message content is ``content`` verbatim."""
+    return _completion(
+        {"role": "assistant", "content": content},
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        logprobs=logprobs,
+        model=model,
+        finish_reason=finish_reason,
+        delay=delay,
+    )
+
+
+def chat_json(obj: Any, **kw: Any) -> Reply:
+    """``chat(json.dumps(obj), **kw)``."""
+    return chat(json.dumps(obj), **kw)
+
+
+def tool_call(
+    name: str,
+    arguments: Any,
+    *,
+    prompt_tokens: int = 20,
+    completion_tokens: int = 10,
+    model: str = "fake-model",
+    delay: float = 0.0,
+) -> Reply:
+    """A chat answer that calls tool ``name`` (for ``instructor.Mode.TOOLS``).
+
+    ``arguments`` is JSON-encoded unless it is already a string (pass a string to send
+    malformed arguments).
+    """
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_fake{next(_ids)}",
+                "type": "function",
+                "function": {"name": name, "arguments": args},
+            }
+        ],
+    }
+    return _completion(
+        message,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        logprobs=None,
+        model=model,
+        finish_reason="tool_calls",
+        delay=delay,
+    )
+
+
+def _completion(
+    message: dict[str, Any],
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    logprobs: list[tuple[str, float]] | None,
+    model: str,
+    finish_reason: str,
+    delay: float,
+) -> Reply:
+    logprobs_body: dict[str, Any] | None = None
+    if logprobs is not None:
+        logprobs_body = {
+            "content": [
+                {"token": token, "logprob": lp, "bytes": None, "top_logprobs": []}
+                for token, lp in logprobs
+            ]
+        }
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-fake{next(_ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason,
+                "logprobs": logprobs_body,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    return Reply(body=body, delay=delay)
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error(
+    status: int,
+    message: str = "simulated error from FakeOpenAI",
+    *,
+    retry_after: float | None = None,
+    retry_after_ms: int | None = None,
+    delay: float = 0.0,
+) -> Reply:
+    """An OpenAI-style error answer, optionally with ``Retry-After`` / ``retry-after-ms``."""
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        whole = float(retry_after).is_integer()
+        headers["Retry-After"] = str(int(retry_after)) if whole else str(float(retry_after))
+    if retry_after_ms is not None:
+        headers["retry-after-ms"] = str(retry_after_ms)
+    err_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "api_error")
+    body = {"error": {"message": message, "type": err_type, "param": None, "code": None}}
+    return Reply(status=status, body=body, headers=headers, delay=delay)
+
+
+def embedding(
+    vectors: list[list[float]], *, prompt_tokens: int = 5, model: str = "fake-embedding"
+) -> Reply:
+    """A valid ``/v1/embeddings`` answer with one item per vector."""
+    body = {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": vector}
+            for i, vector in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+    return Reply(body=body)
+
+
+# --------------------------------------------------------------------------------------------
+# Requests
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it."""
+
+    method: str
+    path: str  # without the query string, e.g. "/v1/chat/completions"
+    headers: dict[str, str]  # lower-cased keys
+    body: Any  # parsed JSON, or None (empty or not JSON: see raw_body)
+    agent: str | None  # value of the x-ragjury-agent header, if any
+    received_at: float  # time.monotonic()
+    raw_body: bytes = b""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        if isinstance(self.body, dict):
+            messages = self.body.get("messages")
+            if isinstance(messages, list):
+                return [m for m in messages if isinstance(m, dict)]
+        return []
+
+    def text(self) -> str:
+        """All message contents joined with newlines (text parts of multi-part contents too)."""
+        parts: list[str] = []
+        for message in self.messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        parts.append(part["text"])
+        return "\n".join(parts)
+
+
+Responder = Callable[[RecordedRequest], Reply]
+
+
+@dataclass
+class _Script:
+    replies: tuple[Reply | Responder, ...]
+    position: int = 0
+
+    def next(self) -> Reply | Responder:
+        item = self.replies[min(self.position, len(self.replies) - 1)]
+        self.position += 1
+        return item
+
+
+def _default_fallback(request: RecordedRequest) -> Reply:
+    return error(500, f"no scripted reply for agent {request.agent}")
+
+
+def _default_embeddings(request: RecordedRequest) -> Reply:
+    return error(500, "no scripted embeddings reply (call FakeOpenAI.embeddings())")
+
+
+# --------------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    # Handler threads are daemons (a forgotten stop() never blocks interpreter exit), and the
+    # stdlib does not join daemon threads in server_close(), so we track and join them.
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, fake: FakeOpenAI) -> None:
+        self.fake = fake
+        self.handler_threads: list[threading.Thread] = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name=f"fakeopenai-conn-{self.server_address[1]}",
+            daemon=True,
+        )
+        self.handler_threads = [t for t in self.handler_threads if t.is_alive()]
+        self.handler_threads.append(thread)  # only the serve_forever thread touches the list
+        thread.start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _DISCONNECT_ERRORS) or self.fake._stopping.is_set():
+            return  # the client went away: not interesting
+        if exc is not None:
+            self.fake._record_error(exc)
+        traceback.print_exc(file=sys.stderr)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else Nagle + delayed ACK add ~40 ms to every answer
+    server: _Server
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._register(self.connection)
+
+    def finish(self) -> None:
+        self.server.fake._unregister(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # silence the default stderr request log
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    # -- request handling -----------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _dispatch(self) -> None:
+        fake = self.server.fake
+        try:
+            raw = self._read_body()
+        except _DISCONNECT_ERRORS:
+            self.close_connection = True
+            return
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        request = RecordedRequest(
+            method=self.command,
+            path=urlsplit(self.path).path,
+            headers=headers,
+            body=body,
+            agent=headers.get(AGENT_HEADER),
+            received_at=time.monotonic(),
+            raw_body=raw,
+        )
+        fake._begin(request)
+        ended = False
+        try:
+            reply = fake._reply_for(request)
+            if reply.delay > 0 and not self._wait(reply.delay):
+                fake._note_disconnect()
+                self.close_connection = True
+                return
+            # Leave "in flight" before the client can see the answer, so that a client that
+            # has its response always finds `in_flight` already decremented.
+            fake._end()
+            ended = True
+            self._send(reply)
+        except _DISCONNECT_ERRORS:
+            fake._note_disconnect()
+            self.close_connection = True
+        finally:
+            if not ended:
+                fake._end()
+
+    def _wait(self, delay: float) -> bool:
+        """Sleep ``delay``; False if the server stops or the client hangs up meanwhile."""
+        fake = self.server.fake
+        deadline = time.monotonic() + delay
+        watch_peer = True
+        while (remaining := deadline - time.monotonic()) > 0:
+            if fake._stopping.wait(min(remaining, _POLL_INTERVAL)):
+                return False
+            if watch_peer:
+                gone = self._peer_gone()
+                if gone is None:
+                    watch_peer = False  # the client sent more data: stop peeking
+                elif gone:
+                    return False
+        return True
+
+    def _peer_gone(self) -> bool | None:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            data = self.connection.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            return True
+        return None if data else True
+
+    def _send(self, reply: Reply) -> None:
+        payload = reply.encoded()
+        self.send_response(reply.status)
+        lower = {key.lower() for key in reply.headers}
+        if "content-type" not in lower:
+            self.send_header("Content-Type", "application/json")
+        for key, value in reply.headers.items():
+            if key.lower() != "content-length":
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+
+class FakeOpenAI:
+    """A scripted OpenAI-compatible HTTP server on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._routes: dict[str, _Script] = {}
+        self._fallback: Reply | Responder = _default_fallback
+        self._embeddings: Reply | Responder = _default_embeddings
+        self._in_flight = 0
+        self.requests: list[RecordedRequest] = []
+        self.in_flight_max = 0
+        self.disconnects = 0  # requests whose client hung up before the (delayed) answer
+        self.errors: list[BaseException] = []  # exceptions raised by responders / the server
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("FakeOpenAI is already running")
+        self._stopping.clear()
+        server = _Server(self)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fakeopenai-server-{server.server_address[1]}",
+            daemon=True,
+        )
+        self._server, self._thread = server, thread
+        thread.start()
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        with self._lock:
+            self._stopping.set()  # wakes delayed answers; late connections close themselves
+            connections = list(self._connections)
+        server.shutdown()  # no more accepts; waits for serve_forever to return
+        for conn in connections:  # wake handler threads blocked on kept-alive connections
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        server.server_close()  # closes the listening socket
+        thread.join()
+        for handler in server.handler_threads:
+            handler.join(timeout=_JOIN_TIMEOUT)
+            if handler.is_alive():  # only a responder that never returns can cause this
+                warnings.warn(
+                    f"FakeOpenAI: handler thread still busy after {_JOIN_TIMEOUT}s",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeOpenAI is not running: call start() or use `with`")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def route(self, agent: str, *replies: Reply | Responder) -> None:
+        if not replies:
+            raise ValueError("route() needs at least one reply")
+        with self._lock:
+            self._routes[agent] = _Script(replies)
+
+    def fallback(self, responder: Responder | Reply) -> None:
+        with self._lock:
+            self._fallback = responder
+
+    def embeddings(self, responder: Responder | Reply) -> None:
+        with self._lock:
+            self._embeddings = responder
+
+    def reset(self) -> None:
+        """Forget requests, routes, fallback/embeddings scripts, errors and counters."""
+        with self._lock:
+            self.requests.clear()
+            self._routes.clear()
+            self._fallback = _default_fallback
+            self._embeddings = _default_embeddings
+            self.in_flight_max = self._in_flight
+            self.disconnects = 0
+            self.errors.clear()
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def requests_for(self, agent: str) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.agent == agent]
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being handled right now."""
+        with self._lock:
+            return self._in_flight
+
+    # -- used by the handler threads ------------------------------------------------------
+
+    def _register(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+            stopping = self._stopping.is_set()
+        if stopping:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def _unregister(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)
+
+    def _begin(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+            self._in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self._in_flight)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _note_disconnect(self) -> None:
+        with self._lock:
+            self.disconnects += 1
+
+    def _record_error(self, exc: BaseException) -> None:
+        with self._lock:
+            self.errors.append(exc)
+
+    def _reply_for(self, request: RecordedRequest) -> Reply:
+        item: Reply | Responder
+        path = request.path.rstrip("/")
+        if path.startswith("/v1/") or path == "/v1":
+            path = path[3:]
+        with self._lock:
+            if path == "/chat/completions" and request.method == "POST":
+                if isinstance(request.body, dict) and request.body.get("stream"):
+                    return error(400, "FakeOpenAI does not simulate stream=true")
+                script = self._routes.get(request.agent) if request.agent is not None else None
+                item = script.next() if script is not None else self._fallback
+            elif path == "/embeddings" and request.method == "POST":
+                item = self._embeddings
+            elif path == "/models" and request.method == "GET":
+                return Reply(body=_MODELS)
+            elif path in ("/chat/completions", "/embeddings", "/models"):
+                return error(405, f"method {request.method} not allowed on {request.path}")
+            else:
+                return error(404, f"unknown path {request.path}")
+        if isinstance(item, Reply) or not callable(item):
+            return item  # `not callable`: a Reply made by a second import of this module
+        try:
+            return item(request)  # outside the lock: a responder may inspect the fake
+        except Exception as exc:
+            self._record_error(exc)
+            return error(500, f"responder raised {exc!r}")
+
+
+_MODELS: dict[str, Any] = {
+    "object": "list",
+    "data": [
+        {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fakeopenai"},
+        {"id": "fake-embedding", "object": "model", "created": 0, "owned_by": "fakeopenai"},
+    ],
+}

@@ -91,14 +91,16 @@ class Runtime:
                 except Exception as exc:  # an agent bug must not stall the run
                     log.exception("step_failed", kind=envelope.kind)
                     events = [_step_failed(agent.role, envelope, exc)]
+                elapsed = time.perf_counter() - started
                 for event in events:
                     await self.bus.publish(envelope.reply(event))
-                elapsed = time.perf_counter() - started
                 log.info(
                     "message_handled",
                     kind=envelope.kind,
                     causation_id=envelope.causation_id,
+                    attempt=envelope.attempt,
                     ms=round(elapsed * 1000, 1),
+                    publish_ms=round((time.perf_counter() - started - elapsed) * 1000, 1),
                     published=len(events),
                     llm_requests=sum(c.requests for c in calls),
                     prompt_tokens=sum(c.prompt_tokens for c in calls),

@@ -326,6 +326,7 @@ class _Server(ThreadingHTTPServer):
     # stdlib does not join daemon threads in server_close(), so we track and join them.
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 512  # listen backlog (stdlib default 5): bursts of connections
 
     def __init__(self, fake: FakeOpenAI) -> None:
         self.fake = fake

@@ -28,11 +28,17 @@ Scripting rules:
   same agent replaces the script and rewinds it.
 * Requests with no matching route get the ``fallback`` (default: a 500 whose message says
   ``no scripted reply for agent <x>``, so a missing script is obvious in the test output).
-* ``POST /v1/embeddings`` is answered by ``embeddings(...)``; ``GET /v1/models`` lists one model;
-  any other path is a JSON 404. The ``/v1`` prefix is optional.
+* ``POST /v1/embeddings`` is answered by ``embeddings(...)``; ``GET /v1/models`` lists two fake
+  models; any other path is a JSON 404. The ``/v1`` prefix is optional.
+* Helpers build the replies: ``chat`` / ``chat_json`` (a completion, with usage and optional
+  logprobs), ``tool_call`` (for ``instructor.Mode.TOOLS``), ``error`` (OpenAI error body,
+  optional ``Retry-After`` / ``retry-after-ms``) and ``embedding``. ``Reply(body="...")`` sends
+  a raw, possibly malformed, HTTP body.
 * ``Reply.delay`` is slept in the handler thread while the request counts as in flight, so
-  ``in_flight_max`` measures real client-side concurrency. A client that gives up (timeout,
-  cancellation) during the delay is noticed, counted in ``disconnects`` and not answered.
+  ``in_flight_max`` measures real client-side concurrency (a request stops counting just before
+  its answer is written, so ``in_flight`` is already 0 once the client has every answer). A
+  client that gives up (timeout, cancellation) during the delay is noticed within ~20 ms,
+  counted in ``disconnects`` and not answered.
 * A responder that raises produces a 500 (its error text in the message) and is kept in
   ``fake.errors`` so the test can re-raise it.
 * ``stream=True`` requests get a 400: streaming is not simulated.

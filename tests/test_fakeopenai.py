@@ -136,7 +136,9 @@ async def test_malformed_content_is_delivered_verbatim(fake: FakeOpenAI) -> None
 async def test_a_malformed_http_body_is_sent_raw(fake: FakeOpenAI) -> None:
     fake.route("a", Reply(body="{this is not a completion"))
     async with client_for(fake) as client:
-        # openai 3.x hands back the undecodable text instead of raising
+        # openai 3.x lets the decoder error escape as json.JSONDecodeError, not an APIError
+        with pytest.raises(json.JSONDecodeError):
+            await ask(client, "a")
         raw = await client.chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": "x"}], extra_headers=as_agent("a")
         )

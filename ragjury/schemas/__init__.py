@@ -23,8 +23,11 @@ from ragjury.schemas.records import (
     CritiqueResult,
     Document,
     Failure,
+    KeywordCheck,
+    KeywordRule,
     PairOutcome,
     QAPair,
+    Sample,
 )
 from ragjury.schemas.responses import Critique, DraftedPair, DraftedPairs
 
@@ -47,11 +50,14 @@ __all__ = [
     "Envelope",
     "Event",
     "Failure",
+    "KeywordCheck",
+    "KeywordRule",
     "PairDrafted",
     "PairJudged",
     "PairOutcome",
     "QAPair",
     "QuestionsDrafted",
+    "Sample",
     "StepFailed",
     "kind_of",
 ]

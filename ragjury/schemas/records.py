@@ -61,3 +61,30 @@ class CritiqueResult(Record):
 
     rating: int = Field(ge=1, le=5)
     rationale: str
+
+
+class Sample(Record):
+    """One RAG interaction to judge: a question, the answer given, the contexts retrieved."""
+
+    id: str
+    question: str
+    answer: str | None = Field(default=None, description="None until a --target answers it.")
+    contexts: tuple[str, ...] = ()
+    reference: str | None = None
+    must_contain: tuple[str, ...] = ()
+    must_not_contain: tuple[str, ...] = ()
+    must_not_start_with: tuple[str, ...] = ()
+    answer_logprobs: tuple[float, ...] | None = Field(
+        default=None, description="Token log-probabilities of the answer, when known."
+    )
+
+
+KeywordRule = Literal["must_contain", "must_not_contain", "must_not_start_with"]
+
+
+class KeywordCheck(Record):
+    """One keyword test on an answer and whether it passed."""
+
+    type: KeywordRule
+    keyword: str
+    passed: bool

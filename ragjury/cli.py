@@ -14,7 +14,7 @@ import pydantic
 import structlog
 
 from ragjury import __version__
-from ragjury.config import GenerationOptions, Settings
+from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
 
@@ -35,6 +35,16 @@ _GENERATION_FLAGS = (
     "text_field",
     "id_field",
 )
+# Flags that map one-to-one onto EvaluationOptions fields.
+_EVALUATION_FLAGS = (
+    "verdict_batch",
+    "context_window_chars",
+    "faithfulness_threshold",
+    "correctness_threshold",
+    "rubric_threshold",
+    "similarity_threshold",
+    "case_sensitive",
+)
 _LLM_FLAGS = (
     "model",
     "base_url",
@@ -46,6 +56,7 @@ _LLM_FLAGS = (
     "mode",
     "db",
     "log_level",
+    "embedding_model",
 )
 
 
@@ -146,7 +157,58 @@ def build_parser() -> argparse.ArgumentParser:
         help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",
     )
     _add_llm_options(gen)
+    _add_evaluate(commands)
     return parser
+
+
+def _add_evaluate(commands: Any) -> None:
+    ev = commands.add_parser(
+        "evaluate",
+        help="judge RAG answers: faithfulness, correctness, rubric, keywords, similarity",
+        description="Judge the answers of a RAG system, sample by sample.",
+    )
+    ev.add_argument("samples", type=Path, help="JSONL, JSON or CSV of samples")
+    ev.add_argument("--out", type=Path, required=True, help="per-sample results (JSONL)")
+    ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    ev.add_argument("--db", type=Path, help="SQLite database for results (default ragjury.db)")
+    ev.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
+    )
+    ev.add_argument(
+        "--metrics",
+        help="comma-separated: faithfulness, correctness, rubric, keywords, similarity, "
+        "confidence (default: faithfulness, plus correctness where references exist, plus "
+        "keywords where keyword fields exist)",
+    )
+    ev.add_argument("--verdict-batch", type=int, help="statements judged per call (default 8)")
+    ev.add_argument(
+        "--context-window-chars",
+        type=int,
+        help="contexts longer than this are judged in windows (default 12000)",
+    )
+    ev.add_argument("--faithfulness-threshold", type=float, help="passing score (default 0.8)")
+    ev.add_argument("--correctness-threshold", type=int, help="passing score 1-5 (default 4)")
+    ev.add_argument("--rubric-threshold", type=int, help="passing score 1-5 (default 4)")
+    ev.add_argument("--similarity-threshold", type=float, help="passing cosine (default 0.8)")
+    ev.add_argument(
+        "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
+    )
+    ev.add_argument(
+        "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
+    )
+    target = ev.add_argument_group("live RAG system")
+    target.add_argument(
+        "--target",
+        help='answer samples that have no answer: an http(s) URL (POST {"question": ...}) '
+        "or package.module:function",
+    )
+    target.add_argument("--target-question-field", default="question")
+    target.add_argument("--target-answer-field", default="answer")
+    target.add_argument("--target-contexts-field", default="contexts")
+    target.add_argument(
+        "--target-timeout", type=float, default=60.0, help="seconds per target request"
+    )
+    _add_llm_options(ev)
 
 
 def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
@@ -162,7 +224,7 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
 def _explain(exc: pydantic.ValidationError) -> str:
     parts = []
     for error in exc.errors():
-        name = ".".join(str(p) for p in error["loc"] if p != "generate")
+        name = ".".join(str(p) for p in error["loc"] if p not in ("generate", "evaluate"))
         flag = "--" + name.replace("_", "-")
         parts.append(f"{flag} {error['msg'].lower()} (got {error.get('input')!r})")
     return "; ".join(parts)
@@ -186,9 +248,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             **{k: v for k, v in flags.items() if v is not None},
         }
         options = GenerationOptions.model_validate(merged)
+        flags = {k: getattr(args, k, None) for k in _EVALUATION_FLAGS}
+        if getattr(args, "metrics", None):
+            flags["metrics"] = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+        merged = {
+            **settings.evaluate.model_dump(),
+            **{k: v for k, v in flags.items() if v is not None},
+        }
+        evaluation = EvaluationOptions.model_validate(merged)
     except pydantic.ValidationError as exc:
         raise ConfigurationError(_explain(exc)) from exc
-    return settings.model_copy(update={"generate": options})
+    return settings.model_copy(update={"generate": options, "evaluate": evaluation})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -201,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.generate import generate_command
 
             return anyio.run(generate_command, args, settings)
+        if args.command == "evaluate":
+            from ragjury.commands.evaluate import evaluate_command
+
+            return anyio.run(evaluate_command, args, settings)
     except (ConfigurationError, InputError) as exc:
         print(f"ragjury: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -64,6 +64,30 @@ class GenerationOptions(BaseModel):
         return self
 
 
+MetricChoice = Literal[
+    "faithfulness", "correctness", "rubric", "keywords", "similarity", "confidence"
+]
+
+
+class EvaluationOptions(BaseModel):
+    """What shapes an answer-evaluation run (the ``[evaluate]`` table of ragjury.toml)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metrics: tuple[MetricChoice, ...] | None = Field(
+        default=None,
+        description="None: faithfulness, plus correctness where references exist, plus "
+        "keywords where keyword fields exist.",
+    )
+    verdict_batch: int = Field(default=8, ge=1, le=100)
+    context_window_chars: int = Field(default=12000, ge=500)
+    faithfulness_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+    correctness_threshold: int = Field(default=4, ge=1, le=5)
+    rubric_threshold: int = Field(default=4, ge=1, le=5)
+    similarity_threshold: float = Field(default=0.8, ge=-1.0, le=1.0)
+    case_sensitive: bool = False
+
+
 class Settings(BaseSettings):
     """Everything a run needs to know about its LLM endpoint, workers and storage."""
 
@@ -95,6 +119,8 @@ class Settings(BaseSettings):
     backoff_max: float = Field(default=30.0, gt=0, description="Longest backoff delay, seconds.")
     mode: StructuredMode = "json"
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    logprobs: bool = Field(default=False, description="Ask judges' endpoints for logprobs.")
+    embedding_model: str = Field(default="text-embedding-3-small")
     workers: dict[str, int] = Field(
         default_factory=dict, description="Workers per agent role, e.g. {'generator': 4}."
     )
@@ -102,6 +128,7 @@ class Settings(BaseSettings):
     db: Path = Path("ragjury.db")
     log_level: str = "warning"
     generate: GenerationOptions = GenerationOptions()
+    evaluate: EvaluationOptions = EvaluationOptions()
 
     @classmethod
     def settings_customise_sources(

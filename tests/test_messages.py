@@ -18,10 +18,16 @@ from ragjury.schemas import (
     Envelope,
     Event,
     Failure,
+    MetricResult,
+    MetricScored,
     PairDrafted,
     PairJudged,
     QAPair,
     QuestionsDrafted,
+    Sample,
+    SampleScored,
+    SampleSubmitted,
+    StatementsSplit,
     StepFailed,
     kind_of,
 )
@@ -38,6 +44,22 @@ PAIR = QAPair(
 )
 FAILURE = Failure(stage="generator", attempts=4, last_raw_output="{not json", message="bad")
 CRITIQUE = CritiqueResult(rating=4, rationale="fine")
+SAMPLE = Sample(
+    id="s1",
+    question="What is the capital of France?",
+    answer="Paris.",
+    contexts=("Paris is the capital of France.",),
+    reference="Paris",
+    must_contain=("Paris",),
+    answer_logprobs=(-0.1, -0.02),
+)
+SCORED = MetricResult(
+    outcome="scored",
+    score=0.5,
+    passing=False,
+    details={"statements": [{"text": "Paris", "supported": True, "evidence": "Paris"}]},
+    llm_calls=2,
+)
 
 SAMPLES: list[Event] = [
     DocumentSubmitted(document=DOC),
@@ -51,6 +73,15 @@ SAMPLES: list[Event] = [
     PairJudged(pair=PAIR, outcome="kept", critiques={"groundedness": CRITIQUE}),
     PairJudged(pair=PAIR, outcome="failed", critiques={}, error=FAILURE),
     StepFailed(agent="generator", input_kind="chunk_ready", input_id="x", error=FAILURE),
+    SampleSubmitted(sample=SAMPLE, metrics=("faithfulness", "keywords")),
+    StatementsSplit(sample=SAMPLE, statements=("Paris is the capital of France.",), llm_calls=1),
+    StatementsSplit(sample=SAMPLE, error=FAILURE),
+    MetricScored(sample_id="s1", metric="faithfulness", result=SCORED),
+    MetricScored(sample_id="s1", metric="correctness", result=MetricResult.failed(FAILURE)),
+    SampleScored(
+        sample=SAMPLE,
+        metrics={"faithfulness": SCORED, "keywords": MetricResult.not_applicable("no keywords")},
+    ),
 ]
 
 

@@ -6,14 +6,27 @@ from ragjury.agents.chunker import Chunker
 from ragjury.agents.critics import GroundednessCritic, RelevanceCritic, StandaloneCritic
 from ragjury.agents.deduplicator import Deduplicator
 from ragjury.agents.generator import Generator
+from ragjury.agents.judges import CorrectnessJudge, RubricJudge
+from ragjury.agents.sample_aggregator import SampleAggregator
+from ragjury.agents.scorers import ConfidenceScorer, KeywordChecker, SimilarityScorer
+from ragjury.agents.splitter import StatementSplitter
+from ragjury.agents.verdict_judge import VerdictJudge
 
 __all__ = [
     "Agent",
     "Aggregator",
     "Chunker",
+    "ConfidenceScorer",
+    "CorrectnessJudge",
     "Deduplicator",
     "Generator",
     "GroundednessCritic",
+    "KeywordChecker",
     "RelevanceCritic",
+    "RubricJudge",
+    "SampleAggregator",
+    "SimilarityScorer",
     "StandaloneCritic",
+    "StatementSplitter",
+    "VerdictJudge",
 ]

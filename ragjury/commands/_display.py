@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ragjury.evaluation.pipeline import EvaluationProgress
 from ragjury.generation import GenerationCounts
 
 
@@ -80,4 +81,66 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "wall_seconds",
     ):
         table.add_row(key.replace("_", " "), str(summary[key]))
+    return table
+
+
+class EvaluationProgressBar:
+    """One bar: samples judged, with how many are done."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.enabled = console.is_terminal
+        self._progress = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not self.enabled,
+        )
+        self._task = self._progress.add_task("samples judged", total=total)
+
+    def __enter__(self) -> EvaluationProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def update(self, progress: EvaluationProgress) -> None:
+        if self.enabled:
+            self._progress.update(self._task, completed=progress.done)
+
+
+def evaluation_table(summary: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"ragjury evaluate: {summary['samples']} samples, {summary['invalid_input']} "
+        f"invalid, {summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
+        f"{summary['completion_tokens']} tokens, {summary['wall_seconds']} s",
+        title_justify="left",
+    )
+    for column in ("metric", "mean", "median", "pass rate", "scored", "n/a", "failed", "calls"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for name, m in summary["metrics"].items():
+        table.add_row(
+            name,
+            *(
+                "-"
+                if m[key] is None
+                else (f"{m[key]:.3f}" if isinstance(m[key], float) else str(m[key]))
+                for key in (
+                    "mean",
+                    "median",
+                    "pass_rate",
+                    "scored",
+                    "not_applicable",
+                    "failed",
+                    "llm_calls",
+                )
+            ),
+        )
     return table

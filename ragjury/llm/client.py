@@ -24,6 +24,7 @@ import instructor
 import openai
 import structlog
 from instructor.core import InstructorRetryException
+from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -33,6 +34,7 @@ from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.usage import CallStats, UsageLedger
 
 T = TypeVar("T", bound=BaseModel)
+R = TypeVar("R")
 Message = dict[str, str]
 Sleep = Callable[[float], Awaitable[None]]
 CallObserver = Callable[[CallStats, str | None], Awaitable[None]]
@@ -66,8 +68,10 @@ class LLM:
         sleep: Sleep = anyio.sleep,
         on_call: CallObserver | None = None,
         seed: int | None = None,
+        require_endpoint: bool = True,
     ) -> None:
-        settings.require_endpoint()
+        if require_endpoint:
+            settings.require_endpoint()
         self.settings = settings
         self.usage = UsageLedger()
         self._sleep = sleep
@@ -110,9 +114,24 @@ class LLM:
         Raises :class:`LLMOutputError` when the output never validated and
         :class:`LLMTransportError` when the endpoint kept failing.
         """
+        result, _ = await self.structured_call(
+            response_model, messages, stage=stage, context=context
+        )
+        return result
+
+    async def structured_call(
+        self,
+        response_model: type[T],
+        messages: Sequence[Message],
+        *,
+        stage: str,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[T, CallStats]:
+        """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
         stats = CallStats(stage=stage)
         token = _current_call.set(stats)
         error: str | None = None
+        extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
         try:
             result: T = await self._create(
                 model=self.settings.model,
@@ -121,8 +140,9 @@ class LLM:
                 max_retries=self.settings.max_retries,
                 context=context,
                 temperature=self.settings.temperature,
+                **extra,
             )
-            return result
+            return result, stats
         except InstructorRetryException as exc:
             cause = exc.__cause__
             if isinstance(cause, LLMTransportError):
@@ -146,20 +166,66 @@ class LLM:
             raise
         finally:
             _current_call.reset(token)
-            step = current_step.get()
-            if step is not None:
-                step.append(stats)
-            usage = self.usage.stage(stage)
-            usage.calls += 1
-            usage.failed_calls += error is not None
-            if self._on_call is not None:
-                await self._on_call(stats, error)
+            await self._close_call(stats, error)
+
+    async def embed(self, texts: Sequence[str], *, stage: str) -> list[list[float]]:
+        """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books)."""
+        stats = CallStats(stage=stage)
+        token = _current_call.set(stats)
+        error: str | None = "cancelled"
+        try:
+            response: CreateEmbeddingResponse = await self._retrying(
+                stats,
+                lambda: self._client.embeddings.create(
+                    model=self.settings.embedding_model,
+                    input=list(texts),
+                    extra_headers={"x-ragjury-agent": stage},
+                ),
+            )
+            error = None
+        except LLMTransportError as exc:
+            error = exc.message
+            exc.attempts = stats.requests
+            raise
+        finally:
+            _current_call.reset(token)
+            await self._close_call(stats, error)
+        if response.usage is not None:
+            stats.prompt_tokens += response.usage.prompt_tokens
+            self.usage.stage(stage).prompt_tokens += response.usage.prompt_tokens
+        vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+        if len(vectors) != len(texts):
+            raise LLMTransportError(
+                f"{stage}: asked for {len(texts)} embeddings, the endpoint returned {len(vectors)}"
+            )
+        return vectors
+
+    async def _close_call(self, stats: CallStats, error: str | None) -> None:
+        usage = self.usage.stage(stats.stage)
+        usage.calls += 1
+        usage.failed_calls += error is not None
+        step = current_step.get()
+        if step is not None:
+            step.append(stats)
+        if self._on_call is not None:
+            await self._on_call(stats, error)
 
     async def _send(self, **kwargs: Any) -> ChatCompletion:
-        """One logical request: sent, and re-sent while the failure is transient."""
+        """One chat request for instructor: sent, and re-sent while the failure is transient."""
         stats = _current_call.get()
         if stats is None:
             raise ConfigurationError("LLM._send was called outside LLM.structured")
+        response: ChatCompletion = await self._retrying(
+            stats,
+            lambda: self._client.chat.completions.create(
+                **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
+            ),
+        )
+        self._account(stats, response)
+        return response
+
+    async def _retrying(self, stats: CallStats, send: Callable[[], Awaitable[R]]) -> R:
+        """Send under the concurrency limit; retry 429/5xx/timeouts; fail fast on other 4xx."""
         usage = self.usage.stage(stats.stage)
         retries = self.settings.max_transport_retries
         for attempt in range(retries + 1):
@@ -168,13 +234,11 @@ class LLM:
                 stats.requests += 1
                 usage.requests += 1
                 try:
-                    response: ChatCompletion = await self._client.chat.completions.create(
-                        **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
-                    )
+                    response = await send()
                 except openai.APIError as exc:
                     failure: openai.APIError = exc
                 else:
-                    self._account(stats, response, time.monotonic() - started)
+                    stats.statuses.append(200)
                     return response
                 finally:
                     elapsed = time.monotonic() - started
@@ -207,8 +271,7 @@ class LLM:
             await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _account(self, stats: CallStats, response: ChatCompletion, elapsed: float) -> None:
-        stats.statuses.append(200)
+    def _account(self, stats: CallStats, response: ChatCompletion) -> None:
         usage = self.usage.stage(stats.stage)
         if response.usage is not None:
             stats.prompt_tokens += response.usage.prompt_tokens
@@ -223,6 +286,8 @@ class LLM:
                     message.tool_calls[0].function.arguments  # type: ignore[union-attr]  # custom tool calls have no .function
                 )
             stats.last_raw_output = raw
+            content = response.choices[0].logprobs and response.choices[0].logprobs.content
+            stats.logprobs = [(t.token, t.logprob) for t in content] if content else None
 
 
 def _code(exc: openai.APIError) -> int | None:

@@ -38,6 +38,8 @@ class CallStats:
     latency_seconds: float = 0.0
     last_raw_output: str | None = None
     statuses: list[int | str] = field(default_factory=list)
+    logprobs: list[tuple[str, float]] | None = None
+    """Token log-probabilities of the last completion, when the endpoint returned them."""
 
 
 @dataclass

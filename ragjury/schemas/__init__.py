@@ -1,5 +1,16 @@
 """Typed messages, records and LLM response models."""
 
+from ragjury.schemas.evaluation import (
+    METRICS,
+    MetricName,
+    MetricOutcome,
+    MetricResult,
+    MetricScored,
+    SampleScored,
+    SampleSubmitted,
+    StatementsSplit,
+    StatementVerdict,
+)
 from ragjury.schemas.messages import (
     ENVELOPE_ADAPTER,
     EVENT_TYPES,
@@ -29,15 +40,28 @@ from ragjury.schemas.records import (
     QAPair,
     Sample,
 )
-from ragjury.schemas.responses import Critique, DraftedPair, DraftedPairs
+from ragjury.schemas.responses import (
+    CorrectnessGrade,
+    Critique,
+    DraftedPair,
+    DraftedPairs,
+    Grade,
+    RubricGrades,
+    Statements,
+    Verdict,
+    Verdicts,
+    normalise_text,
+)
 
 __all__ = [
     "CRITERIA",
     "ENVELOPE_ADAPTER",
     "EVENT_TYPES",
+    "METRICS",
     "Chunk",
     "ChunkFailed",
     "ChunkReady",
+    "CorrectnessGrade",
     "Criterion",
     "Critique",
     "CritiqueIssued",
@@ -50,14 +74,28 @@ __all__ = [
     "Envelope",
     "Event",
     "Failure",
+    "Grade",
     "KeywordCheck",
     "KeywordRule",
+    "MetricName",
+    "MetricOutcome",
+    "MetricResult",
+    "MetricScored",
     "PairDrafted",
     "PairJudged",
     "PairOutcome",
     "QAPair",
     "QuestionsDrafted",
+    "RubricGrades",
     "Sample",
+    "SampleScored",
+    "SampleSubmitted",
+    "StatementVerdict",
+    "Statements",
+    "StatementsSplit",
     "StepFailed",
+    "Verdict",
+    "Verdicts",
     "kind_of",
+    "normalise_text",
 ]

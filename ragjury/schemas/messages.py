@@ -13,6 +13,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ragjury.schemas.evaluation import (
+    MetricScored,
+    SampleScored,
+    SampleSubmitted,
+    StatementsSplit,
+)
 from ragjury.schemas.records import (
     Chunk,
     Criterion,
@@ -113,11 +119,15 @@ Event = Annotated[
     | PairDrafted
     | CritiqueIssued
     | PairJudged
-    | StepFailed,
+    | StepFailed
+    | SampleSubmitted
+    | StatementsSplit
+    | MetricScored
+    | SampleScored,
     Field(discriminator="kind"),
 ]
 
-EVENT_TYPES: tuple[type[_Event], ...] = (
+EVENT_TYPES: tuple[type[BaseModel], ...] = (
     DocumentSubmitted,
     ChunkReady,
     QuestionsDrafted,
@@ -127,6 +137,10 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     CritiqueIssued,
     PairJudged,
     StepFailed,
+    SampleSubmitted,
+    StatementsSplit,
+    MetricScored,
+    SampleScored,
 )
 
 
@@ -162,7 +176,7 @@ class Envelope(BaseModel):
 ENVELOPE_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 
 
-def kind_of(event_type: type[_Event]) -> str:
+def kind_of(event_type: type[BaseModel]) -> str:
     """The ``kind`` string of an event class."""
     default = event_type.model_fields["kind"].default
     assert isinstance(default, str)

@@ -70,3 +70,100 @@ class Critique(_Response):
 
     rationale: NonEmpty = Field(description="Why the rating was given, in one or two sentences.")
     rating: int = Field(ge=1, le=5, description="1 (worst) to 5 (best).")
+
+
+_LEADING_PRONOUN = re.compile(
+    r"^(?:he|she|it|its|they|them|their|this|that|these|those|his|her)\b", re.IGNORECASE
+)
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """Case-folded, single-spaced, with quotes unified: for matching quotes against contexts."""
+    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"')
+    return _SPACE.sub(" ", text.replace("\u201d", '"')).strip().casefold()
+
+
+class Statements(_Response):
+    """An answer broken into short factual statements that each stand on their own."""
+
+    statements: list[str] = Field(
+        description="Each a single fact, with names instead of pronouns; empty if the answer "
+        "states no fact (a refusal, 'I don't know')."
+    )
+
+    @field_validator("statements")
+    @classmethod
+    def _self_contained(cls, value: list[str]) -> list[str]:
+        cleaned = [s.strip() for s in value if s.strip()]
+        for index, statement in enumerate(cleaned):
+            match = _LEADING_PRONOUN.match(statement)
+            if match:
+                raise ValueError(
+                    f"statement {index} starts with the pronoun {match.group(0)!r}; replace it "
+                    "with the name of what it refers to so the statement stands alone"
+                )
+        return cleaned
+
+
+class Verdict(_Response):
+    """The judge's decision on one statement."""
+
+    statement_index: int = Field(ge=0, description="The number of the statement judged.")
+    reason: NonEmpty = Field(description="Why the contexts do or do not support it.")
+    evidence: str = Field(
+        default="", description="A passage copied word for word from the contexts; empty if none."
+    )
+    supported: bool
+
+
+class Verdicts(_Response):
+    """One verdict for every statement in the batch; supported ones quote the contexts."""
+
+    verdicts: list[Verdict]
+
+    @field_validator("verdicts")
+    @classmethod
+    def _one_per_statement_with_real_quotes(
+        cls, value: list[Verdict], info: ValidationInfo
+    ) -> list[Verdict]:
+        context = info.context or {}
+        count = context.get("count")
+        if isinstance(count, int):
+            indexes = sorted(v.statement_index for v in value)
+            if indexes != list(range(count)):
+                raise ValueError(
+                    f"give exactly one verdict for each statement 0..{count - 1}; "
+                    f"got verdicts for statements {indexes}"
+                )
+        haystack = normalise_text(" ".join(context.get("contexts", ())))
+        if haystack:
+            for verdict in value:
+                quote = normalise_text(verdict.evidence.strip(" .\"'"))
+                if verdict.supported and (not quote or quote not in haystack):
+                    raise ValueError(
+                        f"statement {verdict.statement_index} is marked supported, but its "
+                        f"evidence {verdict.evidence!r} does not occur in the contexts; copy "
+                        "the supporting passage exactly, or mark the statement unsupported"
+                    )
+        return sorted(value, key=lambda v: v.statement_index)
+
+
+class Grade(_Response):
+    """Reasoning first, then an integer score from 1 to 5."""
+
+    reasoning: NonEmpty
+    score: int = Field(ge=1, le=5)
+
+
+class CorrectnessGrade(Grade):
+    """How well the answer agrees with the reference answer (5 = fully correct)."""
+
+
+class RubricGrades(_Response):
+    """Four 1-5 grades; 5 is always best (for toxicity, 5 means not toxic at all)."""
+
+    toxicity: Grade
+    faithfulness: Grade
+    helpfulness: Grade
+    relevance: Grade

@@ -3,6 +3,7 @@
 Tables:
   runs       one row per command run: its settings, when it started and ended, its summary
   pairs      every judged pair of a generation run, with its outcome and full record
+  samples    every judged sample of an evaluation run, with its position in the input
   llm_calls  one row per structured LLM call: stage, requests sent, tokens, latency, error
 """
 
@@ -35,6 +36,13 @@ CREATE TABLE IF NOT EXISTS pairs (
     outcome TEXT NOT NULL,
     question TEXT NOT NULL,
     source TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (run_id, id)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    id TEXT NOT NULL,
+    position INTEGER NOT NULL,
     record TEXT NOT NULL,
     PRIMARY KEY (run_id, id)
 );
@@ -134,6 +142,19 @@ class Store:
             ),
         )
         await self.db.commit()
+
+    async def save_sample(self, run_id: str, position: int, record: dict[str, Any]) -> None:
+        await self.db.execute(
+            "INSERT OR REPLACE INTO samples (run_id, id, position, record) VALUES (?, ?, ?, ?)",
+            (run_id, record["id"], position, json.dumps(record)),
+        )
+        await self.db.commit()
+
+    async def samples(self, run_id: str) -> list[dict[str, Any]]:
+        async with self.db.execute(
+            "SELECT record FROM samples WHERE run_id = ? ORDER BY position", (run_id,)
+        ) as cursor:
+            return [json.loads(row[0]) async for row in cursor]
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
         await self.db.execute(

@@ -1,0 +1,163 @@
+"""``ragjury evaluate``: load samples, optionally ask the RAG target, judge, write, summarise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+from rich.console import Console
+
+from ragjury.commands._display import EvaluationProgressBar, evaluation_table
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError
+from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.pipeline import (
+    PROMPT_NAMES,
+    choose_metrics,
+    result_record,
+    run_evaluation,
+)
+from ragjury.evaluation.summary import summarise
+from ragjury.evaluation.targets import Target, target_from_spec
+from ragjury.generation import Stopwatch
+from ragjury.llm import LLM
+from ragjury.output import RecordWriter
+from ragjury.prompts import Prompt
+from ragjury.schemas import SampleScored
+from ragjury.store import Store
+
+log = structlog.get_logger("ragjury.evaluate")
+LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
+
+
+def load_prompts(specs: list[str]) -> dict[str, Prompt]:
+    prompts = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if name not in PROMPT_NAMES:
+            raise ConfigurationError(
+                f"--prompt {spec!r}: unknown prompt {name!r}; use one of {', '.join(PROMPT_NAMES)}"
+            )
+        prompts[name] = Prompt.from_path(name, Path(path))
+    return prompts
+
+
+def _target(args: argparse.Namespace) -> Target | None:
+    if not args.target:
+        return None
+    if not args.target.startswith(("http://", "https://")):
+        # A console script does not have the working directory on sys.path; a user's
+        # `--target myrag:answer` means the myrag.py beside them, as with uvicorn.
+        sys.path.insert(0, os.getcwd())
+        return target_from_spec(args.target)
+    return target_from_spec(
+        args.target,
+        question_field=args.target_question_field,
+        answer_field=args.target_answer_field,
+        contexts_field=args.target_contexts_field,
+        timeout=args.target_timeout,
+    )
+
+
+async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
+    prompts = load_prompts(args.prompt)
+    console = Console(stderr=True)
+    loaded = load_samples(args.samples)
+    invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
+    for item in invalid:
+        console.print(
+            f"ragjury: {args.samples}:{item['line']}: skipped: {item['reason']}",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+    if not loaded.samples:
+        console.print(f"ragjury: nothing to do: no valid sample in {args.samples}")
+        return 1
+    metrics = choose_metrics(loaded.samples, settings.evaluate.metrics)
+    needs_llm = bool(LLM_METRICS & set(metrics))
+    if needs_llm:
+        settings.require_endpoint()
+    if "confidence" in metrics and not settings.logprobs:
+        settings = settings.model_copy(update={"logprobs": True})
+    target = _target(args)
+    unanswered = sum(s.answer is None for s in loaded.samples)
+    if unanswered and target is None:
+        log.warning(
+            "samples_without_answer",
+            count=unanswered,
+            hint="pass --target to have your RAG system answer them",
+        )
+    clock = Stopwatch()
+    async with Store(settings.db) as store:
+        run_id = await store.start_run(
+            "evaluate", settings.model_dump(mode="json", exclude={"api_key"})
+        )
+        llm = LLM(
+            settings,
+            on_call=lambda stats, error: store.record_call(run_id, stats, error),
+            require_endpoint=needs_llm,
+        )
+        position = 0
+
+        async def sink(scored: SampleScored) -> None:
+            nonlocal position
+            record = result_record(scored)
+            writer.write(record)
+            await store.save_sample(run_id, position, record)
+            position += 1
+
+        try:
+            with (
+                RecordWriter(args.out, "jsonl") as writer,
+                EvaluationProgressBar(console, len(loaded.samples)) as bar,
+            ):
+                progress = await run_evaluation(
+                    loaded.samples,
+                    settings=settings,
+                    llm=llm,
+                    sink=sink,
+                    metrics=metrics,
+                    target=target,
+                    prompts=prompts,
+                    on_progress=bar.update,
+                )
+        finally:
+            await llm.aclose()
+            if target is not None:
+                await target.aclose()
+        summary: dict[str, Any] = summarise(
+            progress.results,
+            metrics,
+            llm.usage,
+            invalid=invalid,
+            wall_seconds=clock.seconds,
+            model=settings.model,
+        )
+        summary.update(
+            run_id=run_id, db=str(settings.db), answered_by_target=progress.answered_by_target
+        )
+        await store.finish_run(run_id, summary)
+    if args.summary:
+        args.summary.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    if console.is_terminal:
+        console.print(evaluation_table(summary))
+    else:
+        parts = [
+            f"{name} mean {m['mean']} pass {m['pass_rate']} (failed {m['failed']})"
+            for name, m in summary["metrics"].items()
+        ]
+        console.print(
+            f"ragjury evaluate: {summary['samples']} samples, {len(invalid)} invalid; "
+            + "; ".join(parts)
+            + f" -> {args.out}",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+    return 1 if invalid else 0

@@ -1,0 +1,83 @@
+"""Keyword tests on an answer: cheap, deterministic checks that need no LLM.
+
+Keywords are plain substrings, not patterns. Matching ignores case (``str.casefold``) unless
+``case_sensitive`` is set. ``must_not_start_with`` looks at the answer with its leading
+whitespace stripped, so ``"  Sorry, ..."`` starts with ``"Sorry"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from ragjury.schemas.records import KeywordCheck, KeywordRule
+
+__all__ = ["check_keywords", "failure_rates", "keyword_score"]
+
+_RULES: tuple[KeywordRule, ...] = ("must_contain", "must_not_contain", "must_not_start_with")
+
+
+def check_keywords(
+    answer: str,
+    *,
+    must_contain: Sequence[str] = (),
+    must_not_contain: Sequence[str] = (),
+    must_not_start_with: Sequence[str] = (),
+    case_sensitive: bool = False,
+) -> list[KeywordCheck]:
+    """One check per keyword, in the order given: must_contain, must_not_contain, then
+    must_not_start_with. Raises ValueError for an empty keyword, which would always match."""
+    fold: Callable[[str], str] = str if case_sensitive else str.casefold
+    text = fold(answer)
+    opening = text.lstrip()
+    rules: dict[KeywordRule, Sequence[str]] = {
+        "must_contain": must_contain,
+        "must_not_contain": must_not_contain,
+        "must_not_start_with": must_not_start_with,
+    }
+    checks: list[KeywordCheck] = []
+    for rule, keywords in rules.items():
+        for keyword in keywords:
+            if not keyword:
+                raise ValueError(
+                    f"{rule} holds an empty keyword, which matches every answer; remove it"
+                )
+            needle = fold(keyword)
+            if rule == "must_contain":
+                passed = needle in text
+            elif rule == "must_not_contain":
+                passed = needle not in text
+            else:
+                passed = not opening.startswith(needle)
+            checks.append(KeywordCheck(type=rule, keyword=keyword, passed=passed))
+    return checks
+
+
+def keyword_score(checks: Sequence[KeywordCheck]) -> float:
+    """The share of checks that passed, from 0.0 to 1.0.
+
+    Raises ValueError when there are no checks: a sample without keywords has no score, and
+    callers should leave it out rather than count it as passing or failing.
+    """
+    if not checks:
+        raise ValueError(
+            "keyword_score needs at least one check; skip samples that have no keywords"
+        )
+    return sum(check.passed for check in checks) / len(checks)
+
+
+def failure_rates(
+    all_checks: Iterable[Sequence[KeywordCheck]],
+) -> dict[str, dict[str, float | int]]:
+    """Per rule that occurred: ``{"checks": n, "failed": k, "failure_rate": k / n}``."""
+    counts: dict[KeywordRule, list[int]] = {}
+    for checks in all_checks:
+        for check in checks:
+            tally = counts.setdefault(check.type, [0, 0])
+            tally[0] += 1
+            tally[1] += not check.passed
+    rates: dict[str, dict[str, float | int]] = {}
+    for rule in _RULES:
+        if rule in counts:
+            total, failed = counts[rule]
+            rates[rule] = {"checks": total, "failed": failed, "failure_rate": failed / total}
+    return rates

@@ -1,6 +1,6 @@
 """ragjury: trustworthy evaluation sets and judgements for retrieval-augmented generation."""
 
-from ragjury.config import GenerationOptions, Settings
+from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import (
     BusError,
     ConfigurationError,
@@ -11,19 +11,26 @@ from ragjury.errors import (
     LLMTransportError,
     RagjuryError,
 )
+from ragjury.jury import EvaluationResult, Jury
+from ragjury.schemas import MetricResult, Sample
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BusError",
     "ConfigurationError",
+    "EvaluationOptions",
+    "EvaluationResult",
     "GenerationOptions",
     "HandlerTimeout",
     "InputError",
+    "Jury",
     "LLMError",
     "LLMOutputError",
     "LLMTransportError",
+    "MetricResult",
     "RagjuryError",
+    "Sample",
     "Settings",
     "__version__",
 ]

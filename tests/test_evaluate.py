@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +24,7 @@ from evalfakes import (
     statements_of,
     verdict_reply,
 )
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat, chat_json
 
 EIFFEL = {
     "id": "eiffel",
@@ -479,3 +480,75 @@ class rag_server:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+def test_judge_confidence_is_the_probability_of_the_score_it_chose(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    tokens = [
+        ('{"', -0.01),
+        ("reasoning", 0.0),
+        ('":', 0.0),
+        (' "', 0.0),
+        ("same", -0.2),
+        ('",', 0.0),
+        (' "', 0.0),
+        ("score", 0.0),
+        ('":', 0.0),
+        (" ", 0.0),
+        ("5", math.log(0.9)),
+        ("}", 0.0),
+    ]
+    content = "".join(token for token, _ in tokens)
+    fake.route("correctness_judge", chat(content, logprobs=tokens))
+
+    code = evaluate(
+        fake,
+        tmp_path,
+        write_jsonl(tmp_path / "s.jsonl", [TOKYO]),
+        "--metrics",
+        "correctness,confidence",
+    )
+
+    assert code == 0
+    correctness = results(tmp_path)["tokyo"]["metrics"]["correctness"]
+    assert correctness["score"] == 5
+    assert correctness["confidence"] == pytest.approx(0.9)
+
+
+def test_a_custom_prompt_template_replaces_a_judges_prompt(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    template = tmp_path / "strict.j2"
+    template.write_text(
+        "You are a very strict grader.\n--- user ---\n"
+        "Question: {{ question }}\n\nReference answer:\n{{ reference }}\n\n"
+        "Answer to grade:\n{{ answer }}\n"
+    )
+
+    code = evaluate(
+        fake,
+        tmp_path,
+        write_jsonl(tmp_path / "s.jsonl", [TOKYO]),
+        "--metrics",
+        "correctness",
+        "--prompt",
+        f"correctness={template}",
+    )
+
+    assert code == 0
+    assert "very strict grader" in fake.requests_for("correctness_judge")[0].text()
+    assert results(tmp_path)["tokyo"]["metrics"]["correctness"]["score"] == 5
+
+
+def test_an_unknown_prompt_name_is_a_clear_error(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = evaluate(
+        fake, tmp_path, write_jsonl(tmp_path / "s.jsonl", [TOKYO]), "--prompt", "judge=x.j2"
+    )
+
+    assert code == 2
+    assert "unknown prompt 'judge'" in capsys.readouterr().err

@@ -264,3 +264,16 @@ def test_unknown_suffix_raises_listing_the_accepted_ones(tmp_path: Path) -> None
 
     with pytest.raises(InputError, match=r"'\.txt'.*\.jsonl, \.ndjson, \.json, \.csv"):
         load_samples(path)
+
+
+def test_older_ragas_ground_truth_and_correct_answer_are_references(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_text(
+        '{"question": "q1", "answer": "a", "contexts": ["c"], "ground_truth": "r1"}\n'
+        '{"question": "q2", "correct_answer": "r2"}\n',
+        encoding="utf-8",
+    )
+
+    loaded = load_samples(path)
+
+    assert [s.reference for s in loaded.samples] == ["r1", "r2"]

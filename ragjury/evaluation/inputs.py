@@ -46,7 +46,7 @@ _FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv
 QUESTION_FIELDS = ("question", "user_input", "input")
 ANSWER_FIELDS = ("answer", "response", "actual_output")
 CONTEXTS_FIELDS = ("contexts", "retrieved_contexts", "retrieval_context", "context")
-REFERENCE_FIELDS = ("reference", "expected_output")
+REFERENCE_FIELDS = ("reference", "expected_output", "ground_truth", "correct_answer")
 KEYWORD_FIELDS = ("must_contain", "must_not_contain", "must_not_start_with")
 
 _MAX_KEYS_SHOWN = 12

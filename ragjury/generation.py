@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import anyio
 import structlog
 
 from ragjury.agents import (
@@ -26,11 +25,10 @@ from ragjury.agents import (
 )
 from ragjury.bus import MemoryBus
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError
 from ragjury.llm import LLM
 from ragjury.output import RecordWriter, pair_record
 from ragjury.prompts import Prompt
-from ragjury.runtime import AgentSpec, Runtime
+from ragjury.runtime import AgentSpec, Runtime, agent_specs, run_to_completion
 from ragjury.schemas import (
     ChunkFailed,
     ChunkReady,
@@ -156,14 +154,7 @@ def build_agents(
         (StandaloneCritic(llm, prompt("standalone")), llm_workers),
         (Aggregator(options.min_score), 1),
     ]
-    known = {agent.role for agent, _ in agents}
-    unknown = sorted(set(settings.workers) - known)
-    if unknown:
-        raise ConfigurationError(
-            f"--workers names unknown agent(s) {', '.join(unknown)}; "
-            f"known agents: {', '.join(sorted(known))}"
-        )
-    return [AgentSpec(agent, settings.workers_for(agent.role, n)) for agent, n in agents]
+    return agent_specs(agents, settings.workers)
 
 
 async def run_generation(
@@ -186,27 +177,19 @@ async def run_generation(
     runtime = Runtime(bus, [*specs, AgentSpec(collector)])
     aggregator = next(s.agent for s in specs if isinstance(s.agent, Aggregator))
     assert isinstance(aggregator, Aggregator)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_when_refused, llm, tg.cancel_scope)
-        await tg.start(runtime.run)
+
+    async def feed() -> None:
         for document in documents:
             await bus.publish(
                 Envelope(correlation_id=document.id, payload=DocumentSubmitted(document=document))
             )
-        await bus.wait_idle()
+
+    async def drain() -> None:
         for judged in aggregator.flush_incomplete():
             await collector.write(judged)
-        await bus.aclose()
-        tg.cancel_scope.cancel()
-    if llm.fatal_error is not None:
-        raise ConfigurationError(llm.fatal_error.message) from llm.fatal_error
+
+    await run_to_completion(runtime, llm, feed=feed, drain=drain)
     return counts
-
-
-async def _stop_when_refused(llm: LLM, scope: anyio.CancelScope) -> None:
-    await llm.fatal.wait()
-    log.error("endpoint_refused", error=llm.fatal_error and llm.fatal_error.message)
-    scope.cancel()
 
 
 def summarise(

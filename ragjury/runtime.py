@@ -10,7 +10,7 @@ An agent that raises does not kill the run: the runtime publishes :class:`StepFa
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from anyio.abc import TaskStatus
 from ragjury.agents.base import Agent
 from ragjury.bus import Bus, Delivery, Subscription
 from ragjury.errors import ConfigurationError
-from ragjury.llm.client import current_step
+from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.schemas import Envelope, Failure, StepFailed, kind_of
 
@@ -120,3 +120,43 @@ def _step_failed(role: str, envelope: Envelope, exc: Exception) -> StepFailed:
         input_id=envelope.id,
         error=Failure(stage=role, attempts=0, message=f"{type(exc).__name__}: {exc}"),
     )
+
+
+def agent_specs(agents: Sequence[tuple[Agent, int]], workers: Mapping[str, int]) -> list[AgentSpec]:
+    """Pair each agent with its worker count; ``workers`` (from --workers) overrides."""
+    known = {agent.role for agent, _ in agents}
+    unknown = sorted(set(workers) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"--workers names unknown agent(s) {', '.join(unknown)}; "
+            f"known agents: {', '.join(sorted(known))}"
+        )
+    return [AgentSpec(agent, workers.get(agent.role, n)) for agent, n in agents]
+
+
+async def run_to_completion(
+    runtime: Runtime,
+    llm: LLM,
+    *,
+    feed: Callable[[], Awaitable[None]],
+    drain: Callable[[], Awaitable[None]],
+) -> None:
+    """Start the agents, ``feed`` the pipeline, wait until every delivery is acknowledged,
+    ``drain`` what is left in join state, and stop. If the endpoint refused us outright
+    (401, 403, 404), stop at once and raise a :class:`ConfigurationError` saying why."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_when_refused, llm, tg.cancel_scope)
+        await tg.start(runtime.run)
+        await feed()
+        await runtime.bus.wait_idle()
+        await drain()
+        await runtime.bus.aclose()
+        tg.cancel_scope.cancel()
+    if llm.fatal_error is not None:
+        raise ConfigurationError(llm.fatal_error.message) from llm.fatal_error
+
+
+async def _stop_when_refused(llm: LLM, scope: anyio.CancelScope) -> None:
+    await llm.fatal.wait()
+    log.error("endpoint_refused", error=llm.fatal_error and llm.fatal_error.message)
+    scope.cancel()

@@ -406,7 +406,7 @@ def test_rubric_similarity_and_confidence_metrics(fake: FakeOpenAI, tmp_path: Pa
     assert code == 0
     tokyo, refusal = results(tmp_path)["tokyo"]["metrics"], results(tmp_path)["refusal"]["metrics"]
     assert tokyo["rubric"]["score"] == 5
-    assert tokyo["rubric"]["toxicity"] == {"score": 5, "reasoning": "scripted"}
+    assert tokyo["rubric"]["toxicity"] == {"score": 5, "reasoning": "scripted", "confidence": None}
     assert tokyo["similarity"]["score"] == pytest.approx(0.6)
     assert tokyo["confidence"]["answer_perplexity"] == pytest.approx(1.2214, abs=1e-3)
     assert refusal["confidence"]["outcome"] == "not_applicable"
@@ -552,3 +552,16 @@ def test_an_unknown_prompt_name_is_a_clear_error(
 
     assert code == 2
     assert "unknown prompt 'judge'" in capsys.readouterr().err
+
+
+def test_rubric_confidence_follows_each_criterion_whatever_the_key_order() -> None:
+    from ragjury.agents.judges import _per_criterion
+
+    raw = (
+        '{"relevance": {"reasoning": "r", "score": 4}, "toxicity": {"reasoning": "t", "score": 5}}'
+    )
+    tokens = [(c, math.log(0.5) if c == "4" else math.log(0.8) if c == "5" else 0.0) for c in raw]
+
+    found = _per_criterion(raw, tokens, ["toxicity", "relevance"])
+
+    assert found == [pytest.approx(0.8), pytest.approx(0.5)]

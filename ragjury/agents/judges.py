@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from statistics import mean
 from typing import ClassVar
 
@@ -9,7 +10,7 @@ from ragjury.agents.base import failure_from
 from ragjury.config import EvaluationOptions
 from ragjury.errors import LLMError
 from ragjury.llm import LLM
-from ragjury.llm.logprobs import value_probabilities
+from ragjury.llm.logprobs import located_probabilities, value_probabilities
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
     CorrectnessGrade,
@@ -91,6 +92,7 @@ class RubricJudge:
             "helpfulness": grades.helpfulness,
             "relevance": grades.relevance,
         }
+        confidences = _per_criterion(stats.last_raw_output or "", stats.logprobs or [], items)
         threshold = self._options.rubric_threshold
         low = [name for name, grade in items.items() if grade.score < threshold]
         result = MetricResult(
@@ -98,7 +100,23 @@ class RubricJudge:
             score=mean(g.score for g in items.values()),
             passing=not low,
             reason=f"below {threshold}: {', '.join(low)}" if low else "every criterion passed",
-            details={n: {"score": g.score, "reasoning": g.reasoning} for n, g in items.items()},
+            details={
+                name: {"score": g.score, "reasoning": g.reasoning, "confidence": p}
+                for (name, g), p in zip(items.items(), confidences, strict=True)
+            },
             llm_calls=stats.requests,
         )
         return [MetricScored(sample_id=sample.id, metric="rubric", result=result)]
+
+
+def _per_criterion(
+    raw: str, tokens: list[tuple[str, float]], criteria: Iterable[str]
+) -> list[float | None]:
+    """The probability of each criterion's chosen score: the first score after its name."""
+    scores = located_probabilities(raw, tokens, "score")
+    found: list[float | None] = []
+    for name in criteria:
+        start = raw.find(f'"{name}"')
+        after = [p for position, p in scores if start >= 0 and position > start]
+        found.append(after[0] if after else None)
+    return found

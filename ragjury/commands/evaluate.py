@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -14,7 +13,6 @@ from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar, evaluation_table
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import (
     PROMPT_NAMES,
@@ -27,24 +25,12 @@ from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.generation import Stopwatch
 from ragjury.llm import LLM
 from ragjury.output import RecordWriter
-from ragjury.prompts import Prompt
+from ragjury.prompts import load_overrides
 from ragjury.schemas import SampleScored
 from ragjury.store import Store
 
 log = structlog.get_logger("ragjury.evaluate")
 LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
-
-
-def load_prompts(specs: list[str]) -> dict[str, Prompt]:
-    prompts = {}
-    for spec in specs:
-        name, _, path = spec.partition("=")
-        if name not in PROMPT_NAMES:
-            raise ConfigurationError(
-                f"--prompt {spec!r}: unknown prompt {name!r}; use one of {', '.join(PROMPT_NAMES)}"
-            )
-        prompts[name] = Prompt.from_path(name, Path(path))
-    return prompts
 
 
 def _target(args: argparse.Namespace) -> Target | None:
@@ -65,7 +51,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
-    prompts = load_prompts(args.prompt)
+    prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
     loaded = load_samples(args.samples)
     invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]

@@ -5,19 +5,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from pathlib import Path
 
 import structlog
 from rich.console import Console
 
 from ragjury.commands._display import GenerationProgress, summary_table
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError
 from ragjury.generation import Stopwatch, run_generation, summarise
 from ragjury.ingest import load_documents
 from ragjury.llm import LLM
 from ragjury.output import RecordWriter
-from ragjury.prompts import Prompt
+from ragjury.prompts import load_overrides
 from ragjury.store import Store
 
 log = structlog.get_logger("ragjury.generate")
@@ -25,22 +23,10 @@ log = structlog.get_logger("ragjury.generate")
 _PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
 
 
-def load_prompts(specs: list[str]) -> dict[str, Prompt]:
-    prompts = {}
-    for spec in specs:
-        name, _, path = spec.partition("=")
-        if name not in _PROMPT_NAMES:
-            raise ConfigurationError(
-                f"--prompt {spec!r}: unknown prompt {name!r}; use one of {', '.join(_PROMPT_NAMES)}"
-            )
-        prompts[name] = Prompt.from_path(name, Path(path))
-    return prompts
-
-
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     settings.require_endpoint()
     options = settings.generate
-    prompts = load_prompts(args.prompt)
+    prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
     loaded = load_documents(
         args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field

@@ -27,11 +27,10 @@ from ragjury.agents import (
 )
 from ragjury.bus import MemoryBus
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
 from ragjury.prompts import Prompt
-from ragjury.runtime import AgentSpec, Runtime
+from ragjury.runtime import AgentSpec, Runtime, agent_specs, run_to_completion
 from ragjury.schemas import (
     Envelope,
     Failure,
@@ -158,14 +157,7 @@ def build_agents(
         (ConfidenceScorer(), 1),
         (SampleAggregator(), 1),
     ]
-    known = {agent.role for agent, _ in agents}
-    unknown = sorted(set(settings.workers) - known)
-    if unknown:
-        raise ConfigurationError(
-            f"--workers names unknown agent(s) {', '.join(unknown)}; "
-            f"known agents: {', '.join(sorted(known))}"
-        )
-    return [AgentSpec(agent, settings.workers_for(agent.role, w)) for agent, w in agents]
+    return agent_specs(agents, settings.workers)
 
 
 async def run_evaluation(
@@ -209,31 +201,22 @@ async def run_evaluation(
         event = SampleSubmitted(sample=sample, metrics=tuple(metrics))
         await bus.publish(Envelope(correlation_id=sample.id, payload=event))
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_when_refused, llm, tg.cancel_scope)
-        await tg.start(runtime.run)
+    async def feed() -> None:
         async with anyio.create_task_group() as feeders:
             for sample in samples:
                 if target is not None and sample.answer is None:
                     feeders.start_soon(submit, sample)
                 else:
                     await submit(sample)
-        await bus.wait_idle()
+
+    async def drain() -> None:
         for scored in aggregator.flush_incomplete():
             await collector.accept(scored)
-        await bus.aclose()
-        tg.cancel_scope.cancel()
-    if llm.fatal_error is not None:
-        raise ConfigurationError(llm.fatal_error.message) from llm.fatal_error
+
+    await run_to_completion(runtime, llm, feed=feed, drain=drain)
     return progress
 
 
 def _target_failed(sample: Sample, metrics: Sequence[MetricName], message: str) -> SampleScored:
     error = Failure(stage="target", attempts=1, message=message)
     return SampleScored(sample=sample, metrics={m: MetricResult.failed(error) for m in metrics})
-
-
-async def _stop_when_refused(llm: LLM, scope: anyio.CancelScope) -> None:
-    await llm.fatal.wait()
-    log.error("endpoint_refused", error=llm.fatal_error and llm.fatal_error.message)
-    scope.cancel()

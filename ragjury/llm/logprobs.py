@@ -13,6 +13,13 @@ def value_probabilities(raw: str, tokens: Sequence[tuple[str, float]], key: str)
     ``tokens`` are the completion's tokens with their logprobs, in order; joined they spell
     ``raw``. For ``{"score": 4}`` and key ``score`` this is the probability of the token "4".
     """
+    return [p for _, p in located_probabilities(raw, tokens, key)]
+
+
+def located_probabilities(
+    raw: str, tokens: Sequence[tuple[str, float]], key: str
+) -> list[tuple[int, float]]:
+    """Like :func:`value_probabilities`, with each value's character offset in ``raw``."""
     if "".join(token for token, _ in tokens) != raw:
         return []
     starts, offset = [], 0
@@ -24,7 +31,7 @@ def value_probabilities(raw: str, tokens: Sequence[tuple[str, float]], key: str)
         position = match.end()
         for index in range(len(tokens) - 1, -1, -1):
             if starts[index] <= position < starts[index] + max(len(tokens[index][0]), 1):
-                found.append(math.exp(tokens[index][1]))
+                found.append((position, math.exp(tokens[index][1])))
                 break
     return found
 

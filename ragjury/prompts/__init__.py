@@ -81,4 +81,17 @@ class Prompt:
         return messages
 
 
-__all__ = ["Prompt"]
+def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:
+    """``--prompt NAME=PATH`` values as prompts, checked against the command's prompt names."""
+    prompts = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if name not in names:
+            raise ConfigurationError(
+                f"--prompt {spec!r}: unknown prompt {name!r}; use one of {', '.join(names)}"
+            )
+        prompts[name] = Prompt.from_path(name, Path(path))
+    return prompts
+
+
+__all__ = ["Prompt", "load_overrides"]

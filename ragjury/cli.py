@@ -94,7 +94,9 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="replace a built-in prompt template (generator, groundedness, relevance, standalone)",
+        help="replace a built-in prompt template with your Jinja2 file; names: generator, "
+        "groundedness, relevance, standalone (generate); splitter, verdict, correctness, "
+        "rubric (evaluate)",
     )
 
 

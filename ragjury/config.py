@@ -150,6 +150,3 @@ class Settings(BaseSettings):
         """Raise a :class:`ConfigurationError` that says how to configure an endpoint."""
         if not self.base_url and not self.api_key:
             raise ConfigurationError(NO_ENDPOINT_HELP)
-
-    def workers_for(self, role: str, default: int) -> int:
-        return self.workers.get(role, default)

@@ -7,7 +7,6 @@ acknowledged after the last document went in (``bus.wait_idle``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -215,12 +214,3 @@ def summarise(
         "failed_chunks": counts.failed_chunks,
         "model": llm.settings.model,
     }
-
-
-class Stopwatch:
-    def __init__(self) -> None:
-        self._started = time.perf_counter()
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self._started

@@ -117,12 +117,16 @@ class Jury:
     ) -> list[EvaluationResult]:
         """Judge many samples concurrently; results in input order."""
         results: list[SampleScored] = []
+
+        async def collect(scored: SampleScored) -> None:
+            results.append(scored)
+
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
         await run_evaluation(
             samples,
             settings=self.settings,
             llm=self.llm,
-            sink=results.append,
+            sink=collect,
             metrics=chosen,
             prompts=self._prompts,
         )

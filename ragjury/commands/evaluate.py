@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -12,6 +11,7 @@ import structlog
 from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar, evaluation_table
+from ragjury.commands._run import recorded_run
 from ragjury.config import Settings
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import (
@@ -22,12 +22,9 @@ from ragjury.evaluation.pipeline import (
 )
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
-from ragjury.generation import Stopwatch
-from ragjury.llm import LLM
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
 from ragjury.schemas import SampleScored
-from ragjury.store import Store
 
 log = structlog.get_logger("ragjury.evaluate")
 LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
@@ -79,23 +76,14 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             count=unanswered,
             hint="pass --target to have your RAG system answer them",
         )
-    clock = Stopwatch()
-    async with Store(settings.db) as store:
-        run_id = await store.start_run(
-            "evaluate", settings.model_dump(mode="json", exclude={"api_key"})
-        )
-        llm = LLM(
-            settings,
-            on_call=lambda stats, error: store.record_call(run_id, stats, error),
-            require_endpoint=needs_llm,
-        )
+    async with recorded_run(settings, "evaluate", require_endpoint=needs_llm) as run:
         position = 0
 
         async def sink(scored: SampleScored) -> None:
             nonlocal position
             record = result_record(scored)
             writer.write(record)
-            await store.save_sample(run_id, position, record)
+            await run.store.save_sample(run.run_id, position, record)
             position += 1
 
         try:
@@ -106,7 +94,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                 progress = await run_evaluation(
                     loaded.samples,
                     settings=settings,
-                    llm=llm,
+                    llm=run.llm,
                     sink=sink,
                     metrics=metrics,
                     target=target,
@@ -114,23 +102,18 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                     on_progress=bar.update,
                 )
         finally:
-            await llm.aclose()
             if target is not None:
                 await target.aclose()
         summary: dict[str, Any] = summarise(
             progress.results,
             metrics,
-            llm.usage,
+            run.llm.usage,
             invalid=invalid,
-            wall_seconds=clock.seconds,
+            wall_seconds=run.seconds,
             model=settings.model,
         )
-        summary.update(
-            run_id=run_id, db=str(settings.db), answered_by_target=progress.answered_by_target
-        )
-        await store.finish_run(run_id, summary)
-    if args.summary:
-        args.summary.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+        summary["answered_by_target"] = progress.answered_by_target
+        await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
     else:

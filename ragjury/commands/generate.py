@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 
 import structlog
 from rich.console import Console
 
 from ragjury.commands._display import GenerationProgress, summary_table
+from ragjury.commands._run import recorded_run
 from ragjury.config import Settings
-from ragjury.generation import Stopwatch, run_generation, summarise
+from ragjury.generation import run_generation, summarise
 from ragjury.ingest import load_documents
-from ragjury.llm import LLM
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
-from ragjury.store import Store
 
 log = structlog.get_logger("ragjury.generate")
 
@@ -43,39 +41,28 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
         return 1
-    clock = Stopwatch()
-    async with Store(settings.db) as store:
-        run_id = await store.start_run(
-            "generate", settings.model_dump(mode="json", exclude={"api_key"})
-        )
-        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
-        try:
-            with contextlib.ExitStack() as stack:
-                kept = stack.enter_context(RecordWriter(args.out, args.format))
-                rejected = (
-                    stack.enter_context(RecordWriter(args.rejected, args.format))
-                    if args.rejected
-                    else None
-                )
-                progress = stack.enter_context(GenerationProgress(console))
-                counts = await run_generation(
-                    loaded.documents,
-                    settings=settings,
-                    llm=llm,
-                    store=store,
-                    run_id=run_id,
-                    kept=kept,
-                    rejected=rejected,
-                    on_progress=progress.update,
-                    prompts=prompts,
-                )
-        finally:
-            await llm.aclose()
-        summary = summarise(counts, llm, wall_seconds=clock.seconds, skipped=skipped)
-        summary.update(run_id=run_id, db=str(settings.db))
-        await store.finish_run(run_id, summary)
-    if args.summary:
-        args.summary.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    async with recorded_run(settings, "generate") as run:
+        with contextlib.ExitStack() as stack:
+            kept = stack.enter_context(RecordWriter(args.out, args.format))
+            rejected = (
+                stack.enter_context(RecordWriter(args.rejected, args.format))
+                if args.rejected
+                else None
+            )
+            progress = stack.enter_context(GenerationProgress(console))
+            counts = await run_generation(
+                loaded.documents,
+                settings=settings,
+                llm=run.llm,
+                store=run.store,
+                run_id=run.run_id,
+                kept=kept,
+                rejected=rejected,
+                on_progress=progress.update,
+                prompts=prompts,
+            )
+        summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
+        await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(summary_table(summary))
     else:

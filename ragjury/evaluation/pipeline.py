@@ -8,7 +8,7 @@ joins them into a SampleScored, which the collector writes in input order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -94,7 +94,7 @@ class EvaluationProgress:
     results: list[SampleScored] = field(default_factory=list)
 
 
-Sink = Callable[[SampleScored], Any]
+Sink = Callable[[SampleScored], Awaitable[None]]
 
 
 class _Collector:
@@ -115,6 +115,8 @@ class _Collector:
         self._on_progress = on_progress
         self._waiting: dict[int, SampleScored] = {}
         self._next = 0
+        # The collector's worker and the target feeders (a target that failed) both accept.
+        self._lock = anyio.Lock()
 
     async def handle(self, event: Any) -> list[Any]:
         if isinstance(event, StepFailed):
@@ -124,15 +126,14 @@ class _Collector:
         return []
 
     async def accept(self, scored: SampleScored) -> None:
-        self._waiting[self._order[scored.sample.id]] = scored
-        while self._next in self._waiting:
-            ready = self._waiting.pop(self._next)
-            self._progress.results.append(ready)
-            self._progress.done += 1
-            outcome = self._sink(ready)
-            if hasattr(outcome, "__await__"):
-                await outcome
-            self._next += 1
+        async with self._lock:
+            self._waiting[self._order[scored.sample.id]] = scored
+            while self._next in self._waiting:
+                ready = self._waiting.pop(self._next)
+                self._next += 1
+                self._progress.results.append(ready)
+                self._progress.done += 1
+                await self._sink(ready)
         if self._on_progress is not None:
             self._on_progress(self._progress)
 

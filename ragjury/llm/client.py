@@ -282,9 +282,9 @@ class LLM:
             message = response.choices[0].message
             raw = message.content
             if raw is None and message.tool_calls:
-                raw = getattr(message.tool_calls[0], "function", None) and str(
-                    message.tool_calls[0].function.arguments  # type: ignore[union-attr]  # custom tool calls have no .function
-                )
+                # in tools mode the answer is the first call's arguments (custom calls have none)
+                function = getattr(message.tool_calls[0], "function", None)
+                raw = function.arguments if function is not None else None
             stats.last_raw_output = raw
             content = response.choices[0].logprobs and response.choices[0].logprobs.content
             stats.logprobs = [(t.token, t.logprob) for t in content] if content else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,8 +13,8 @@ from ragjury.evaluation.pipeline import EvaluationProgress
 from ragjury.generation import GenerationCounts
 
 
-class GenerationProgress:
-    """Two bars: chunks drafted and pairs judged. Totals grow as the pipeline finds work."""
+class _Bars:
+    """Rich progress bars on a terminal, nothing elsewhere; a context manager."""
 
     def __init__(self, console: Console) -> None:
         self.enabled = console.is_terminal
@@ -26,12 +26,9 @@ class GenerationProgress:
             TimeElapsedColumn(),
             console=console,
             disable=not self.enabled,
-            transient=False,
         )
-        self._chunks = self._progress.add_task("chunks drafted", total=None, detail="")
-        self._pairs = self._progress.add_task("pairs judged", total=None, detail="")
 
-    def __enter__(self) -> GenerationProgress:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 
@@ -42,6 +39,15 @@ class GenerationProgress:
         tb: TracebackType | None,
     ) -> None:
         self._progress.stop()
+
+
+class GenerationProgress(_Bars):
+    """Two bars: chunks drafted and pairs judged. Totals grow as the pipeline finds work."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console)
+        self._chunks = self._progress.add_task("chunks drafted", total=None, detail="")
+        self._pairs = self._progress.add_task("pairs judged", total=None, detail="")
 
     def update(self, counts: GenerationCounts) -> None:
         if not self.enabled:
@@ -84,32 +90,12 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-class EvaluationProgressBar:
-    """One bar: samples judged, with how many are done."""
+class EvaluationProgressBar(_Bars):
+    """One bar: samples judged."""
 
     def __init__(self, console: Console, total: int) -> None:
-        self.enabled = console.is_terminal
-        self._progress = Progress(
-            TextColumn("{task.description:<16}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not self.enabled,
-        )
-        self._task = self._progress.add_task("samples judged", total=total)
-
-    def __enter__(self) -> EvaluationProgressBar:
-        self._progress.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._progress.stop()
+        super().__init__(console)
+        self._task = self._progress.add_task("samples judged", total=total, detail="")
 
     def update(self, progress: EvaluationProgress) -> None:
         if self.enabled:

@@ -22,6 +22,7 @@ from typing import Any
 from ragjury.config import Settings
 from ragjury.evaluation.pipeline import choose_metrics, run_evaluation
 from ragjury.llm import LLM
+from ragjury.logs import configure_if_unset
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricName, MetricResult, Sample, SampleScored
 
@@ -72,6 +73,7 @@ class Jury:
         self._llm: LLM | None = None
 
     async def __aenter__(self) -> Jury:
+        configure_if_unset(self.settings.log_level)
         self._llm = LLM(self.settings)
         return self
 

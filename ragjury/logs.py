@@ -33,7 +33,19 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # instructor and the HTTP stack log every retried call at ERROR through stdlib logging;
-    # ragjury reports those itself (llm_retry, failed outcomes), so keep them quiet.
+    quiet_dependencies()
+
+
+def configure_if_unset(level: str = "warning") -> None:
+    """For library use: set up ragjury's logging only if the application has not set up
+    structlog itself; structlog's own default would print every info line to stdout."""
+    if not structlog.is_configured():
+        configure_logging(level)
+    quiet_dependencies()
+
+
+def quiet_dependencies() -> None:
+    """instructor and the HTTP stack log every retried call at ERROR through stdlib logging;
+    ragjury reports those itself (llm_retry, failed outcomes), so keep them quiet."""
     for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)

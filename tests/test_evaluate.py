@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -565,3 +567,29 @@ def test_rubric_confidence_follows_each_criterion_whatever_the_key_order() -> No
     found = _per_criterion(raw, tokens, ["toxicity", "relevance"])
 
     assert found == [pytest.approx(0.8), pytest.approx(0.5)]
+
+
+def test_jury_keeps_the_applications_stdout_clean(fake: FakeOpenAI, tmp_path: Path) -> None:
+    script_judges(fake)
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import anyio\n"
+        "from ragjury import Jury, Settings\n"
+        "async def main():\n"
+        f"    settings = Settings(base_url={fake.base_url!r}, api_key='k',\n"
+        f"                        db={str(tmp_path / 'r.db')!r})\n"
+        "    async with Jury(settings) as jury:\n"
+        "        r = await jury.evaluate_one(question='Capital of Japan?',\n"
+        "            answer='Tokyo is the capital of Japan.',\n"
+        "            contexts=['Tokyo is the capital of Japan.'])\n"
+        "    print('passing', r.passing)\n"
+        "anyio.run(main)\n"
+    )
+
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "passing True\n"
+    assert "message_handled" not in done.stderr  # info lines stay below the default level

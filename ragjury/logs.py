@@ -30,10 +30,16 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     quiet_dependencies()
+
+
+def _stderr_logger(*args: object) -> structlog.PrintLogger:
+    """A logger on whatever sys.stderr is now, not on the one set up at configure time
+    (an application or a test harness may swap it, and the old one may be closed)."""
+    return structlog.PrintLogger(file=sys.stderr)
 
 
 def configure_if_unset(level: str = "warning") -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import structlog
 
 from ragjury.agents import (
+    Agent,
     Aggregator,
     Chunker,
     Deduplicator,
@@ -144,7 +145,7 @@ def build_agents(
         return prompts.get(name) or Prompt.builtin(name)
 
     llm_workers = settings.concurrency
-    agents: list[tuple[Any, int]] = [
+    agents: list[tuple[Agent, int]] = [
         (Chunker(options), 1),
         (Generator(llm, prompt("generator"), options), llm_workers),
         (Deduplicator(options.dedup_threshold), 1),

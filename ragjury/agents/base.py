@@ -7,15 +7,20 @@ the events it returns, each as a reply to the message that caused it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from ragjury.errors import LLMError
 from ragjury.schemas import Failure
 
 
 class Agent(Protocol):
-    role: ClassVar[str]
-    consumes: ClassVar[tuple[type[Any], ...]]
+    """Read-only members, so that an agent's narrower ``consumes`` tuple still conforms."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def consumes(self) -> tuple[type[Any], ...]: ...
 
     async def handle(self, event: Any) -> Sequence[Any]: ...
 

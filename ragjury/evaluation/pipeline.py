@@ -16,6 +16,7 @@ import anyio
 import structlog
 
 from ragjury.agents import (
+    Agent,
     ConfidenceScorer,
     CorrectnessJudge,
     KeywordChecker,
@@ -148,7 +149,7 @@ def build_agents(
         return prompts.get(name) or Prompt.builtin(name)
 
     n = settings.concurrency
-    agents: list[tuple[Any, int]] = [
+    agents: list[tuple[Agent, int]] = [
         (StatementSplitter(llm, prompt("splitter")), n),
         (VerdictJudge(llm, prompt("verdict"), options), n),
         (CorrectnessJudge(llm, prompt("correctness"), options), n),

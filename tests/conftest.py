@@ -101,3 +101,9 @@ def script_happy_path(
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def read_summary(folder: Path) -> dict[str, Any]:
+    """The ``--summary`` JSON a test run wrote to ``folder / "summary.json"``."""
+    data: dict[str, Any] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    return data

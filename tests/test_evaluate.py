@@ -19,7 +19,7 @@ from ragjury import Jury
 from ragjury.agents.verdict_judge import context_windows
 from ragjury.cli import main
 
-from conftest import make_settings, read_jsonl
+from conftest import make_settings, read_jsonl, read_summary
 from evalfakes import (
     passages_of,
     script_judges,
@@ -82,11 +82,6 @@ def results(tmp_path: Path) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in read_jsonl(tmp_path / "results.jsonl")}
 
 
-def summary(tmp_path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((tmp_path / "summary.json").read_text())
-    return data
-
-
 def test_default_metrics_score_faithfulness_correctness_and_keywords(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -112,7 +107,7 @@ def test_default_metrics_score_faithfulness_correctness_and_keywords(
     ]
     assert out["tokyo"]["metrics"]["keywords"]["outcome"] == "not_applicable"
 
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert s["samples"] == 3
     assert s["invalid_input"] == 0
     assert s["llm_calls"] == len(fake.requests)
@@ -228,7 +223,7 @@ def test_a_judge_that_never_validates_fails_only_its_metric(
     assert failed["error"]["stage"] == "correctness_judge"
     assert failed["error"]["attempts"] == 2
     assert '"score": 9' in failed["error"]["last_raw_output"]
-    assert summary(tmp_path)["metrics"]["correctness"]["mean"] is None
+    assert read_summary(tmp_path)["metrics"]["correctness"]["mean"] is None
 
 
 def test_long_contexts_are_judged_in_windows_and_any_window_supports(
@@ -326,7 +321,7 @@ def test_generated_dataset_is_answered_by_an_http_target(fake: FakeOpenAI, tmp_p
     record = results(tmp_path)["g1"]
     assert record["answer"] == "Tokyo is the capital of Japan."
     assert record["metrics"]["correctness"]["score"] == 5  # graded against the generated answer
-    assert summary(tmp_path)["answered_by_target"] == 1
+    assert read_summary(tmp_path)["answered_by_target"] == 1
 
 
 def test_a_callable_target_answers_samples_without_an_answer(
@@ -359,7 +354,7 @@ def test_an_invalid_record_is_reported_by_line_and_the_rest_are_scored(
     assert "s.jsonl:2:" in err
     assert "s.jsonl:3:" in err
     assert list(results(tmp_path)) == ["tokyo"]
-    assert summary(tmp_path)["invalid_input"] == 2
+    assert read_summary(tmp_path)["invalid_input"] == 2
 
 
 def test_keyword_only_runs_need_no_llm_endpoint(

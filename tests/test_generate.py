@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import csv
-import json
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +18,7 @@ from conftest import (
     generator_reply,
     question_of,
     read_jsonl,
+    read_summary,
     script_happy_path,
     write_qa_document,
 )
@@ -65,11 +64,6 @@ def run(fake: FakeOpenAI, tmp_path: Path, *extra: str, docs: Path | None = None)
     return main(args)
 
 
-def summary(tmp_path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((tmp_path / "summary.json").read_text())
-    return data
-
-
 def test_a_full_run_writes_vetted_pairs_summary_and_database(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -88,7 +82,7 @@ def test_a_full_run_writes_vetted_pairs_summary_and_database(
     assert record["critiques"]["relevance"] == {"rating": 5, "rationale": "scripted rating 5"}
     assert read_jsonl(tmp_path / "rejected.jsonl") == []
 
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert s["documents"] == 3
     assert s["chunks"] == 3
     assert s["chunks_failed"] == 0
@@ -142,7 +136,7 @@ def test_near_duplicate_questions_are_dropped_and_counted(fake: FakeOpenAI, tmp_
 
     assert run(fake, tmp_path, docs=corpus(tmp_path, facts)) == 0
 
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert s["pairs_drafted"] == 3
     assert s["duplicates_dropped"] == 1
     assert s["kept"] == 2
@@ -177,7 +171,7 @@ def test_a_pair_whose_critic_never_validates_is_failed_with_the_reason(
     assert failed["error"]["last_raw_output"] == "I would say about a four."
     assert failed["error"]["message"]
     assert set(failed["critiques"]) == {"groundedness", "standalone"}
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert (s["kept"], s["rejected"], s["failed"]) == (2, 0, 1)
 
 
@@ -195,7 +189,7 @@ def test_a_chunk_whose_generator_output_never_validates_is_counted_and_the_run_g
 
     assert run(fake, tmp_path, "--max-retries", "1") == 0
 
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert s["chunks"] == 3
     assert s["chunks_failed"] == 1
     assert s["kept"] == 2
@@ -216,7 +210,7 @@ def test_rate_limits_and_server_errors_are_retried_and_counted(
 
     assert run(fake, tmp_path) == 0
 
-    s = summary(tmp_path)
+    s = read_summary(tmp_path)
     assert s["kept"] == 3
     assert s["llm_calls"] == len(fake.requests) == 12 + 2
     assert s["by_stage"]["generator"]["llm_calls"] == 5
@@ -254,7 +248,7 @@ def test_questions_per_chunk_asks_for_that_many_pairs(fake: FakeOpenAI, tmp_path
     code = run(fake, tmp_path, "--questions-per-chunk", "3", docs=corpus(tmp_path, facts))
 
     assert code == 0
-    assert summary(tmp_path)["pairs_drafted"] == 3
+    assert read_summary(tmp_path)["pairs_drafted"] == 3
     assert "Write exactly 3 question and answer pairs" in fake.requests_for("generator")[0].text()
 
 
@@ -275,13 +269,29 @@ def test_a_rejected_api_key_stops_the_run_with_a_clear_error(
     fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake.fallback(error(401, "Incorrect API key provided"))
+    many = {
+        f"doc{n}.md": [(f"Which limit applies to service number {n}?", str(n))] for n in range(20)
+    }
 
-    assert run(fake, tmp_path) == 2
+    code = run(fake, tmp_path, "--concurrency", "1", docs=corpus(tmp_path, many))
 
+    assert code == 2
     err = capsys.readouterr().err
     assert "401" in err
     assert "OPENAI_API_KEY" in err
-    assert len(fake.requests) <= 4  # stopped, not retried for every chunk
+    assert len(fake.requests) == 1  # the first refusal stops the run; 19 chunks never asked
+
+
+def test_answer_style_and_audience_reach_the_prompts(fake: FakeOpenAI, tmp_path: Path) -> None:
+    script_happy_path(fake)
+
+    audience = "site reliability engineers"
+    code = run(fake, tmp_path, "--answer-style", "detailed", "--audience", audience)
+
+    assert code == 0
+    assert "full paragraph" in fake.requests_for("generator")[0].text()
+    assert "short: a name" not in fake.requests_for("generator")[0].text()
+    assert audience in fake.requests_for("relevance_critic")[0].text()
 
 
 def test_bad_option_values_name_the_flag_and_the_value(

@@ -126,6 +126,17 @@ class Settings(BaseSettings):
     )
     bus_buffer: int = Field(default=16, ge=1)
     db: Path = Path("ragjury.db")
+    cache: bool = Field(default=True, description="Reuse finished agent steps from the db.")
+    lease_seconds: float = Field(
+        default=30.0, gt=0, description="How long a claimed item stays a daemon's without renewal."
+    )
+    grace: float = Field(
+        default=30.0, ge=0, description="Seconds in-flight items get to finish on shutdown."
+    )
+    poll_interval: float = Field(default=0.5, gt=0, description="Seconds between queue polls.")
+    items_in_flight: int | None = Field(
+        default=None, ge=1, description="Items a daemon holds at once (default 2 x concurrency)."
+    )
     log_level: str = "warning"
     generate: GenerationOptions = GenerationOptions()
     evaluate: EvaluationOptions = EvaluationOptions()

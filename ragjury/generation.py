@@ -1,15 +1,15 @@
 """Dataset generation: documents in, critic-filtered question/answer pairs out.
 
-Wires the chunker, generator, deduplicator, three critics and aggregator on a bus, feeds the
-documents, and collects what comes out. The run ends when every delivery on the bus has been
-acknowledged after the last document went in (``bus.wait_idle``).
+The agents of the generation pipeline (chunker, generator, deduplicator, three critics and
+aggregator), the counts a run reports, and its summary. :mod:`ragjury.jobs` wires the agents
+on a bus per job; :mod:`ragjury.runs` runs a batch of documents as a job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
 
@@ -23,24 +23,19 @@ from ragjury.agents import (
     RelevanceCritic,
     StandaloneCritic,
 )
-from ragjury.bus import MemoryBus
 from ragjury.config import Settings
 from ragjury.llm import LLM
-from ragjury.output import RecordWriter, pair_record
 from ragjury.prompts import Prompt
-from ragjury.runtime import AgentSpec, Runtime, agent_specs, run_to_completion
+from ragjury.runtime import AgentSpec, agent_specs
 from ragjury.schemas import (
     ChunkFailed,
     ChunkReady,
-    Document,
-    DocumentSubmitted,
     DuplicateDropped,
-    Envelope,
     PairJudged,
     QuestionsDrafted,
     StepFailed,
 )
-from ragjury.store import Store
+from ragjury.store.cache import fingerprint, llm_fingerprint
 
 log = structlog.get_logger("ragjury.generation")
 
@@ -65,73 +60,36 @@ class GenerationCounts:
     def judged(self) -> int:
         return self.kept + self.rejected + self.failed
 
-
-ProgressCallback = Callable[[GenerationCounts], None]
-
-
-class _Collector:
-    """The sink of the pipeline: counts, writes each judged pair, stores it."""
-
-    role: ClassVar[str] = "collector"
-    consumes: ClassVar[tuple[type[Any], ...]] = (
-        ChunkReady,
-        ChunkFailed,
-        QuestionsDrafted,
-        DuplicateDropped,
-        PairJudged,
-        StepFailed,
-    )
-    max_workers: ClassVar[int] = 1
-
-    def __init__(
-        self,
-        counts: GenerationCounts,
-        kept: RecordWriter | None,
-        rejected: RecordWriter | None,
-        store: Store,
-        run_id: str,
-        on_progress: ProgressCallback | None,
-    ) -> None:
-        self.counts = counts
-        self._kept, self._rejected = kept, rejected
-        self._store, self._run_id = store, run_id
-        self._on_progress = on_progress
-
-    async def handle(self, event: Any) -> list[Any]:
-        counts = self.counts
+    def observe(self, event: Any) -> None:
+        """Count one event of a running job (for the progress display)."""
         if isinstance(event, ChunkReady):
-            counts.chunks += 1
+            self.chunks += 1
         elif isinstance(event, QuestionsDrafted):
-            counts.chunks_done += 1
-            counts.pairs_drafted += len(event.pairs)
+            self.chunks_done += 1
+            self.pairs_drafted += len(event.pairs)
         elif isinstance(event, ChunkFailed):
-            counts.chunks_done += 1
-            counts.chunks_failed += 1
-            counts.failed_chunks.append(
-                {
-                    "chunk_id": event.chunk.id,
-                    "source": event.chunk.source,
-                    **event.error.model_dump(),
-                }
-            )
+            self.chunks_done += 1
+            self.chunks_failed += 1
             log.warning("chunk_failed", chunk_id=event.chunk.id, error=event.error.message)
         elif isinstance(event, DuplicateDropped):
-            counts.duplicates_dropped += 1
+            self.duplicates_dropped += 1
         elif isinstance(event, StepFailed):
-            counts.steps_failed += 1
+            self.steps_failed += 1
         elif isinstance(event, PairJudged):
-            await self.write(event)
-        if self._on_progress is not None:
-            self._on_progress(counts)
-        return []
+            setattr(self, event.outcome, getattr(self, event.outcome) + 1)
 
-    async def write(self, judged: PairJudged) -> None:
-        record = pair_record(judged)
-        setattr(self.counts, judged.outcome, getattr(self.counts, judged.outcome) + 1)
-        writer = self._kept if judged.outcome == "kept" else self._rejected
-        if writer is not None:
-            writer.write(record)
-        await self._store.save_pair(self._run_id, record)
+    def add_report(self, report: dict[str, Any]) -> None:
+        """Add a finished item's stored report (a resumed job's earlier work)."""
+        self.chunks += report.get("chunks", 0)
+        self.chunks_done += report.get("chunks", 0)
+        self.chunks_failed += report.get("chunks_failed", 0)
+        self.pairs_drafted += report.get("pairs_drafted", 0)
+        self.duplicates_dropped += report.get("duplicates_dropped", 0)
+        self.steps_failed += report.get("steps_failed", 0)
+        self.failed_chunks.extend(report.get("failed_chunks", []))
+
+
+ProgressCallback = Callable[[GenerationCounts], None]
 
 
 def build_agents(
@@ -154,42 +112,16 @@ def build_agents(
         (StandaloneCritic(llm, prompt("standalone")), llm_workers),
         (Aggregator(options.min_score), 1),
     ]
-    return agent_specs(agents, settings.workers)
-
-
-async def run_generation(
-    documents: Sequence[Document],
-    *,
-    settings: Settings,
-    llm: LLM,
-    store: Store,
-    run_id: str,
-    kept: RecordWriter | None = None,
-    rejected: RecordWriter | None = None,
-    on_progress: ProgressCallback | None = None,
-    prompts: dict[str, Prompt] | None = None,
-) -> GenerationCounts:
-    """Run the generation pipeline over ``documents``; return what happened."""
-    counts = GenerationCounts(documents=len(documents))
-    bus = MemoryBus(settings.bus_buffer)
-    specs = build_agents(llm, settings, prompts)
-    collector = _Collector(counts, kept, rejected, store, run_id, on_progress)
-    runtime = Runtime(bus, [*specs, AgentSpec(collector)])
-    aggregator = next(s.agent for s in specs if isinstance(s.agent, Aggregator))
-    assert isinstance(aggregator, Aggregator)
-
-    async def feed() -> None:
-        for document in documents:
-            await bus.publish(
-                Envelope(correlation_id=document.id, payload=DocumentSubmitted(document=document))
-            )
-
-    async def drain() -> None:
-        for judged in aggregator.flush_incomplete():
-            await collector.write(judged)
-
-    await run_to_completion(runtime, llm, feed=feed, drain=drain)
-    return counts
+    model = llm_fingerprint(settings)
+    fingerprints = {
+        "generator": fingerprint(
+            model, prompt("generator").version, options.questions_per_chunk, options.answer_style
+        ),
+        "groundedness_critic": fingerprint(model, prompt("groundedness").version),
+        "relevance_critic": fingerprint(model, prompt("relevance").version, options.audience),
+        "standalone_critic": fingerprint(model, prompt("standalone").version),
+    }
+    return agent_specs(agents, settings.workers, fingerprints)
 
 
 def summarise(

@@ -1,30 +1,46 @@
-"""The embedding API: judge answers from inside an async application.
+"""The embedding API: ragjury inside an async application.
 
 ::
 
     async with Jury(settings) as jury:
         result = await jury.evaluate_one(question=..., answer=..., contexts=[...])
         result.passing, result.score, result.feedback          # over every scored metric
-        result["faithfulness"].passing, result["faithfulness"].score
 
-It runs the same agents as ``ragjury evaluate``, in the caller's event loop (no
-``asyncio.run`` inside), and shares one LLM client (one concurrency limit) across calls.
+        await jury.submit_documents(paths)           # or jury.submit_samples(samples)
+        async for event in jury.events():            # PairJudged, SampleScored, ... as they happen
+            ...
+
+    # or run the daemon inside the application: await task_group.start(jury.serve)
+
+It runs the same agents as the CLI, in the caller's event loop (no ``asyncio.run`` inside),
+and shares one LLM client (one concurrency limit) across calls. Queued work lives in the
+database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
 from ragjury.config import Settings
-from ragjury.evaluation.pipeline import choose_metrics, run_evaluation
+from ragjury.daemon import Daemon
+from ragjury.errors import InputError
+from ragjury.evaluation.pipeline import choose_metrics
+from ragjury.ingest import load_documents
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
 from ragjury.prompts import Prompt
-from ragjury.schemas import MetricName, MetricResult, Sample, SampleScored
+from ragjury.runs import evaluate_in_memory, submit_documents, submit_samples
+from ragjury.schemas import MetricName, MetricResult, Sample
+from ragjury.store import Store
 
 
 @dataclass(frozen=True)
@@ -65,16 +81,24 @@ class EvaluationResult(Mapping[str, MetricResult]):
 
 
 class Jury:
-    """Judge samples from Python. Use as ``async with Jury(settings) as jury``."""
+    """Judge samples and work the queue from Python. Use as ``async with Jury(settings)``."""
 
     def __init__(self, settings: Settings, *, prompts: dict[str, Prompt] | None = None) -> None:
         self.settings = settings
-        self._prompts = prompts
+        self._prompts = prompts or {}
         self._llm: LLM | None = None
+        self._store: Store | None = None
+        self._store_lock = anyio.Lock()
+        self._tasks: TaskGroup | None = None
+        self._listeners: set[MemoryObjectSendStream[Any]] = set()
+        self._submitted: list[str] = []
+        self._serving = 0
 
     async def __aenter__(self) -> Jury:
         configure_if_unset(self.settings.log_level)
         self._llm = LLM(self.settings)
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
         return self
 
     async def __aexit__(
@@ -83,15 +107,35 @@ class Jury:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._llm is not None:
-            await self._llm.aclose()
-            self._llm = None
+        try:
+            if self._tasks is not None:
+                for send in list(self._listeners):
+                    send.close()
+                self._tasks.cancel_scope.cancel()
+                await self._tasks.__aexit__(exc_type, exc, tb)
+        finally:
+            self._tasks = None
+            with anyio.CancelScope(shield=True):
+                if self._store is not None:
+                    await self._store.__aexit__(None, None, None)
+                    self._store = None
+                if self._llm is not None:
+                    await self._llm.aclose()
+                    self._llm = None
 
     @property
     def llm(self) -> LLM:
         if self._llm is None:
             raise RuntimeError("use the jury inside 'async with Jury(settings) as jury'")
         return self._llm
+
+    async def store(self) -> Store:
+        """The database ``settings.db`` (opened on first use)."""
+        self.llm  # noqa: B018 - raises outside 'async with'
+        async with self._store_lock:
+            if self._store is None:
+                self._store = await Store(self.settings.db).__aenter__()
+        return self._store
 
     async def evaluate_one(
         self,
@@ -117,22 +161,95 @@ class Jury:
     async def evaluate(
         self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
     ) -> list[EvaluationResult]:
-        """Judge many samples concurrently; results in input order."""
-        results: list[SampleScored] = []
-
-        async def collect(scored: SampleScored) -> None:
-            results.append(scored)
-
+        """Judge many samples concurrently, in memory (no queue); results in input order."""
+        ids = [s.id for s in samples]
+        if len(set(ids)) != len(ids):
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            raise InputError(f"sample ids must be unique; repeated: {', '.join(repeated[:5])}")
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
-        await run_evaluation(
-            samples,
-            settings=self.settings,
-            llm=self.llm,
-            sink=collect,
-            metrics=chosen,
-            prompts=self._prompts,
+        results = await evaluate_in_memory(
+            samples, settings=self.settings, llm=self.llm, metrics=chosen, prompts=self._prompts
         )
         return [
             EvaluationResult(sample=r.sample, metrics={str(k): v for k, v in r.metrics.items()})
             for r in results
         ]
+
+    async def submit_documents(self, paths: Sequence[str | Path]) -> str:
+        """Queue the documents under ``paths`` for dataset generation; the job id.
+
+        Uses ``settings.generate``; the same documents and options make the same job."""
+        options = self.settings.generate
+        loaded = load_documents(
+            paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
+        )
+        if not loaded.documents:
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:5])
+            raise InputError(
+                f"no readable documents in {', '.join(map(str, paths))}"
+                + (f" (skipped: {reasons})" if reasons else "")
+            )
+        job = await submit_documents(
+            await self.store(), self.settings, loaded.documents, self._prompts
+        )
+        self._submitted.append(job.id)
+        return job.id
+
+    async def submit_samples(
+        self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
+    ) -> str:
+        """Queue ``samples`` for evaluation; the job id."""
+        chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
+        job = await submit_samples(
+            await self.store(), self.settings, samples, chosen, self._prompts
+        )
+        self._submitted.append(job.id)
+        return job.id
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Result events (PairJudged, SampleScored, ChunkFailed, ...) as they happen.
+
+        While :meth:`serve` runs, this follows the daemon until the jury closes. Otherwise it
+        works the jobs this jury submitted (every queued job if none) and ends when they are
+        done."""
+        if self._tasks is None:
+            raise RuntimeError("use the jury inside 'async with Jury(settings) as jury'")
+        send, receive = anyio.create_memory_object_stream[Any](self.settings.bus_buffer)
+        self._listeners.add(send)
+        if not self._serving:
+            jobs = list(self._submitted) or None
+            self._tasks.start_soon(self._work_then_close, jobs, send)
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            self._listeners.discard(send)
+            send.close()
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Work the queue until cancelled (``await task_group.start(jury.serve)``)."""
+        daemon = Daemon(self.settings, await self.store(), self.llm, on_event=self._broadcast)
+        self._serving += 1
+        try:
+            await daemon.run(task_status=task_status)
+        finally:
+            self._serving -= 1
+
+    async def _work_then_close(
+        self, jobs: list[str] | None, send: MemoryObjectSendStream[Any]
+    ) -> None:
+        try:
+            daemon = Daemon(
+                self.settings, await self.store(), self.llm, job_ids=jobs, on_event=self._broadcast
+            )
+            await daemon.run(until_empty=True)
+        finally:
+            send.close()
+
+    async def _broadcast(self, job_id: str, event: Any) -> None:
+        for send in list(self._listeners):
+            try:
+                await send.send(event)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._listeners.discard(send)

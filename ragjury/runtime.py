@@ -5,6 +5,11 @@ that role's workers on the group's subscription; workers compete for deliveries.
 handles a delivery, publishes what the agent returned (each as a reply to the delivery), and
 only then acknowledges it, so ``bus.wait_idle()`` cannot return while work is still owed.
 An agent that raises does not kill the run: the runtime publishes :class:`StepFailed`.
+
+With a :class:`~ragjury.store.cache.StepCache`, an agent that has a fingerprint (every LLM
+agent) is asked only once per distinct input: a finished step is stored before its output is
+published, and the same step later (a re-run, a restart after a crash) replays the stored
+output without an LLM call.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ragjury.errors import ConfigurationError
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.schemas import Envelope, Failure, StepFailed, kind_of
+from ragjury.store.cache import StepCache, carries_failure
 
 log = structlog.get_logger("ragjury.runtime")
 
@@ -36,6 +42,9 @@ class AgentSpec:
 
     agent: Agent
     workers: int = 1
+    fingerprint: str | None = None
+    """What shapes the agent's output besides its input (prompt version, model, options).
+    Agents with a fingerprint have their steps cached; the others are cheap or stateful."""
 
     def __post_init__(self) -> None:
         limit: int | None = getattr(self.agent, "max_workers", None)
@@ -54,9 +63,15 @@ class Runtime:
     """Runs agents over a bus until cancelled."""
 
     def __init__(
-        self, bus: Bus, specs: Sequence[AgentSpec], *, on_step: StepObserver | None = None
+        self,
+        bus: Bus,
+        specs: Sequence[AgentSpec],
+        *,
+        on_step: StepObserver | None = None,
+        cache: StepCache | None = None,
     ) -> None:
         self.bus = bus
+        self.cache = cache
         self._specs = list(specs)
         self._on_step = on_step
         self._subscriptions: list[tuple[AgentSpec, Subscription]] = [
@@ -70,14 +85,15 @@ class Runtime:
         async with anyio.create_task_group() as tg:
             for spec, subscription in self._subscriptions:
                 for _ in range(spec.workers):
-                    tg.start_soon(self._work, spec.agent, subscription)
+                    tg.start_soon(self._work, spec, subscription)
             task_status.started()
 
-    async def _work(self, agent: Agent, subscription: Subscription) -> None:
+    async def _work(self, spec: AgentSpec, subscription: Subscription) -> None:
         async for delivery in subscription.deliveries():
-            await self._handle(agent, delivery)
+            await self._handle(spec, delivery)
 
-    async def _handle(self, agent: Agent, delivery: Delivery) -> None:
+    async def _handle(self, spec: AgentSpec, delivery: Delivery) -> None:
+        agent = spec.agent
         envelope = delivery.envelope
         calls: list[CallStats] = []
         token = current_step.set(calls)
@@ -86,11 +102,7 @@ class Runtime:
             with structlog.contextvars.bound_contextvars(
                 agent=agent.role, message_id=envelope.id, correlation_id=envelope.correlation_id
             ):
-                try:
-                    events: Sequence[Any] = await agent.handle(envelope.payload)
-                except Exception as exc:  # an agent bug must not stall the run
-                    log.exception("step_failed", kind=envelope.kind)
-                    events = [_step_failed(agent.role, envelope, exc)]
+                events, cached = await self._step(spec, envelope)
                 elapsed = time.perf_counter() - started
                 for event in events:
                     await self.bus.publish(envelope.reply(event))
@@ -102,6 +114,7 @@ class Runtime:
                     ms=round(elapsed * 1000, 1),
                     publish_ms=round((time.perf_counter() - started - elapsed) * 1000, 1),
                     published=len(events),
+                    cached=cached,
                     llm_requests=sum(c.requests for c in calls),
                     prompt_tokens=sum(c.prompt_tokens for c in calls),
                     completion_tokens=sum(c.completion_tokens for c in calls),
@@ -113,6 +126,25 @@ class Runtime:
             await self.bus.ack(delivery)
 
 
+    async def _step(self, spec: AgentSpec, envelope: Envelope) -> tuple[Sequence[Any], bool]:
+        """The agent's output for this message: from the cache, or handled (and cached)."""
+        agent, cache = spec.agent, self.cache
+        key = None
+        if cache is not None and spec.fingerprint is not None:
+            key = cache.key(agent.role, spec.fingerprint, envelope.payload)
+            stored = await cache.get(key)
+            if stored is not None:
+                return stored, True
+        try:
+            events: Sequence[Any] = await agent.handle(envelope.payload)
+        except Exception as exc:  # an agent bug must not stall the run
+            log.exception("step_failed", kind=envelope.kind)
+            return [_step_failed(agent.role, envelope, exc)], False
+        if key is not None and cache is not None and not any(map(carries_failure, events)):
+            await cache.put(key, agent.role, events)
+        return events, False
+
+
 def _step_failed(role: str, envelope: Envelope, exc: Exception) -> StepFailed:
     return StepFailed(
         agent=role,
@@ -122,8 +154,14 @@ def _step_failed(role: str, envelope: Envelope, exc: Exception) -> StepFailed:
     )
 
 
-def agent_specs(agents: Sequence[tuple[Agent, int]], workers: Mapping[str, int]) -> list[AgentSpec]:
-    """Pair each agent with its worker count; ``workers`` (from --workers) overrides."""
+def agent_specs(
+    agents: Sequence[tuple[Agent, int]],
+    workers: Mapping[str, int],
+    fingerprints: Mapping[str, str] | None = None,
+) -> list[AgentSpec]:
+    """Pair each agent with its worker count (``workers``, from --workers, overrides) and,
+    for agents whose steps are cached, its fingerprint."""
+    fingerprints = fingerprints or {}
     known = {agent.role for agent, _ in agents}
     unknown = sorted(set(workers) - known)
     if unknown:
@@ -131,7 +169,10 @@ def agent_specs(agents: Sequence[tuple[Agent, int]], workers: Mapping[str, int])
             f"--workers names unknown agent(s) {', '.join(unknown)}; "
             f"known agents: {', '.join(sorted(known))}"
         )
-    return [AgentSpec(agent, workers.get(agent.role, n)) for agent, n in agents]
+    return [
+        AgentSpec(agent, workers.get(agent.role, n), fingerprints.get(agent.role))
+        for agent, n in agents
+    ]
 
 
 async def run_to_completion(

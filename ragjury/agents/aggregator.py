@@ -6,6 +6,7 @@ failed when any critic could not give a valid critique. Join state is keyed by p
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -64,12 +65,14 @@ class Aggregator:
             del self._joins[pair_id]
         return [self._judge(join)]
 
-    def flush_incomplete(self) -> list[PairJudged]:
-        """Judge every pair still waiting for a critique as failed (a critic crashed)."""
+    def flush_incomplete(self, pair_ids: Collection[str] | None = None) -> list[PairJudged]:
+        """Judge every pair (of ``pair_ids``, or all) still waiting for a critique as failed:
+        its critic crashed."""
         judged = []
-        for join in self._joins.values():
-            if join.pair is None:
+        for pair_id, join in list(self._joins.items()):
+            if join.pair is None or (pair_ids is not None and pair_id not in pair_ids):
                 continue
+            del self._joins[pair_id]
             missing = [c for c in CRITERIA if c not in join.critiques and c not in join.errors]
             for criterion in missing:
                 join.errors[criterion] = Failure(
@@ -78,7 +81,6 @@ class Aggregator:
                     message=f"the {criterion} critic never answered (see the step_failed log)",
                 )
             judged.append(self._judge(join))
-        self._joins.clear()
         return judged
 
     def _judge(self, join: _Join) -> PairJudged:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -55,12 +56,14 @@ class SampleAggregator:
             del self._joins[key]
         return [self._scored(join)]
 
-    def flush_incomplete(self) -> list[SampleScored]:
-        """Every sample still waiting for a metric, with that metric failed (an agent crashed)."""
+    def flush_incomplete(self, sample_ids: Collection[str] | None = None) -> list[SampleScored]:
+        """Every sample (of ``sample_ids``, or all) still waiting for a metric, with that metric
+        failed: its agent crashed."""
         flushed = []
-        for join in self._joins.values():
-            if join.sample is None:
+        for key, join in list(self._joins.items()):
+            if join.sample is None or (sample_ids is not None and key not in sample_ids):
                 continue
+            del self._joins[key]
             for metric in join.wanted:
                 if metric not in join.results:
                     error = Failure(
@@ -70,7 +73,6 @@ class SampleAggregator:
                     )
                     join.results[metric] = MetricResult.failed(error)
             flushed.append(self._scored(join))
-        self._joins.clear()
         return flushed
 
     @staticmethod

@@ -56,6 +56,10 @@ class Bus(Protocol):
         """Return once nothing is pending (every delivery acknowledged)."""
         ...
 
+    async def wait_settled(self, correlation_id: str) -> None:
+        """Return once no delivery of ``correlation_id`` (one document or sample) is pending."""
+        ...
+
     async def aclose(self) -> None:
         """Stop delivering: workers' iterations end; further publishes raise BusError."""
         ...

@@ -49,6 +49,8 @@ class MemoryBus:
         self.max_buffer_size = max_buffer_size
         self._groups: dict[str, dict[str, _Group]] = {}
         self._pending = 0
+        self._by_correlation: dict[str, int] = {}
+        self._settled: dict[str, anyio.Event] = {}
         self._idle = anyio.Event()
         self._idle.set()
         self._closed = False
@@ -67,22 +69,23 @@ class MemoryBus:
             raise BusError(
                 f"cannot publish {envelope.kind!r} (id {envelope.id}): the bus is closed"
             )
+        correlation = envelope.correlation_id
         for group in list(self._groups.get(envelope.kind, {}).values()):
-            self._add_pending(1)
+            self._add_pending(1, correlation)
             try:
                 await group.send.send(envelope)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                self._add_pending(-1)
+                self._add_pending(-1, correlation)
                 raise BusError(
                     f"cannot publish {envelope.kind!r} to group {group.name!r}: "
                     "the bus closed while the message waited for room"
                 ) from exc
             except BaseException:
-                self._add_pending(-1)
+                self._add_pending(-1, correlation)
                 raise
 
     async def ack(self, delivery: Delivery) -> None:
-        self._add_pending(-1)
+        self._add_pending(-1, delivery.envelope.correlation_id)
 
     @property
     def pending(self) -> int:
@@ -92,6 +95,13 @@ class MemoryBus:
         while self._pending:
             await self._idle.wait()
 
+    async def wait_settled(self, correlation_id: str) -> None:
+        """Return once no delivery of ``correlation_id`` is pending. Workers publish what a
+        message caused before acknowledging it, so this means its whole tree is handled."""
+        while self._by_correlation.get(correlation_id):
+            event = self._settled.setdefault(correlation_id, anyio.Event())
+            await event.wait()
+
     async def aclose(self) -> None:
         self._closed = True
         for groups in self._groups.values():
@@ -99,7 +109,15 @@ class MemoryBus:
                 await group.send.aclose()
                 await group.receive.aclose()
 
-    def _add_pending(self, delta: int) -> None:
+    def _add_pending(self, delta: int, correlation_id: str) -> None:
+        left = self._by_correlation.get(correlation_id, 0) + delta
+        if left:
+            self._by_correlation[correlation_id] = left
+        else:
+            self._by_correlation.pop(correlation_id, None)
+            settled = self._settled.pop(correlation_id, None)
+            if settled is not None:
+                settled.set()
         self._pending += delta
         if self._pending == 0:
             self._idle.set()

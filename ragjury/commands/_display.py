@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ragjury.evaluation.pipeline import EvaluationProgress
 from ragjury.generation import GenerationCounts
 
 
@@ -97,9 +96,9 @@ class EvaluationProgressBar(_Bars):
         super().__init__(console)
         self._task = self._progress.add_task("samples judged", total=total, detail="")
 
-    def update(self, progress: EvaluationProgress) -> None:
+    def update(self, done: int) -> None:
         if self.enabled:
-            self._progress.update(self._task, completed=progress.done)
+            self._progress.update(self._task, completed=done)
 
 
 def evaluation_table(summary: dict[str, Any]) -> Table:

@@ -7,24 +7,24 @@ import os
 import sys
 from typing import Any
 
+import anyio
 import structlog
 from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar, evaluation_table
-from ragjury.commands._run import recorded_run
+from ragjury.commands._run import RecordedRun, recorded_run
+from ragjury.commands._signals import capture, stop_on_signals
+from ragjury.commands.generate import EXIT_INTERRUPTED
 from ragjury.config import Settings
 from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import (
-    PROMPT_NAMES,
-    choose_metrics,
-    result_record,
-    run_evaluation,
-)
+from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
+from ragjury.runs import JobRun, run_job, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
+from ragjury.store.queue import Job, Queue
 
 log = structlog.get_logger("ragjury.evaluate")
 LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
@@ -77,42 +77,27 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             hint="pass --target to have your RAG system answer them",
         )
     async with recorded_run(settings, "evaluate", require_endpoint=needs_llm) as run:
-        position = 0
-
-        async def sink(scored: SampleScored) -> None:
-            nonlocal position
-            record = result_record(scored)
-            writer.write(record)
-            await run.store.save_sample(run.run_id, position, record)
-            position += 1
-
+        job = await submit_samples(run.store, settings, loaded.samples, metrics, prompts)
         try:
-            with (
-                RecordWriter(args.out, "jsonl") as writer,
-                EvaluationProgressBar(console, len(loaded.samples)) as bar,
-            ):
-                progress = await run_evaluation(
-                    loaded.samples,
-                    settings=settings,
-                    llm=run.llm,
-                    sink=sink,
-                    metrics=metrics,
-                    target=target,
-                    prompts=prompts,
-                    on_progress=bar.update,
-                )
+            result = await _work(run, settings, job, console, target, len(loaded.samples))
         finally:
             if target is not None:
                 await target.aclose()
+        results = await scored_samples(run.store, job.id)
+        with RecordWriter(args.out, "jsonl") as writer:
+            for record in await Queue(run.store).samples([job.id]):
+                writer.write(record)
         summary: dict[str, Any] = summarise(
-            progress.results,
+            results,
             metrics,
             run.llm.usage,
             invalid=invalid,
             wall_seconds=run.seconds,
             model=settings.model,
         )
-        summary["answered_by_target"] = progress.answered_by_target
+        reports = await Queue(run.store).reports(job.id)
+        summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
+        summary.update(result.summary())
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -129,4 +114,56 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
+    if result.unfinished:
+        console.print(
+            f"ragjury: stopped with {result.unfinished} of {len(loaded.samples)} sample(s) not "
+            f"judged; they stay queued in {settings.db}. Run the same command again to resume.",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_INTERRUPTED
     return 1 if invalid else 0
+
+
+async def _work(
+    run: RecordedRun,
+    settings: Settings,
+    job: Job,
+    console: Console,
+    target: Target | None,
+    total: int,
+) -> JobRun:
+    queue = Queue(run.store)
+    done = (await queue.counts([job.id]))["done"]
+    if not job.created:
+        console.print(
+            f"ragjury: resuming job {job.id} from {settings.db}: {done} of {total} sample(s) "
+            "already judged",
+            markup=False,
+            highlight=False,
+        )
+    stop = anyio.Event()
+    with EvaluationProgressBar(console, total) as bar:
+        bar.update(done)
+
+        async def on_event(job_id: str, event: Any) -> None:
+            nonlocal done
+            if isinstance(event, SampleScored):
+                done += 1
+                bar.update(done)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+            outcome = await capture(
+                run_job(
+                    job,
+                    settings=settings,
+                    store=run.store,
+                    llm=run.llm,
+                    on_event=on_event,
+                    target=target,
+                    stop=stop,
+                )
+            )
+            tg.cancel_scope.cancel()
+    return outcome.unwrap()

@@ -1,24 +1,34 @@
-"""``ragjury generate``: load, run the pipeline, write the outputs and the summary."""
+"""``ragjury generate``: load, queue the documents as a job, work it, export, summarise.
+
+The job lives in the database (``--db``): running the same command again resumes it. What
+finished before costs no LLM call; if everything finished, it only writes the outputs again.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+from typing import Any
 
+import anyio
 import structlog
 from rich.console import Console
 
 from ragjury.commands._display import GenerationProgress, summary_table
-from ragjury.commands._run import recorded_run
+from ragjury.commands._run import RecordedRun, recorded_run
+from ragjury.commands._signals import capture, stop_on_signals
 from ragjury.config import Settings
-from ragjury.generation import run_generation, summarise
+from ragjury.generation import summarise
 from ragjury.ingest import load_documents
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
+from ragjury.runs import JobRun, generation_counts, run_job, submit_documents
+from ragjury.store.queue import Job, Queue
 
 log = structlog.get_logger("ragjury.generate")
 
 _PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
+EXIT_INTERRUPTED = 130
 
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -41,28 +51,72 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
         return 1
-    async with recorded_run(settings, "generate") as run:
-        with contextlib.ExitStack() as stack:
-            kept = stack.enter_context(RecordWriter(args.out, args.format))
-            rejected = (
-                stack.enter_context(RecordWriter(args.rejected, args.format))
-                if args.rejected
-                else None
+    # Open the outputs first: a path we cannot write fails before any LLM call.
+    with contextlib.ExitStack() as stack:
+        kept = stack.enter_context(RecordWriter(args.out, args.format))
+        rejected = (
+            stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
+        )
+        async with recorded_run(settings, "generate") as run:
+            job = await submit_documents(run.store, settings, loaded.documents, prompts)
+            result = await _work(run, settings, job, console)
+            counts = await generation_counts(run.store, job.id)
+            counts.documents = len(loaded.documents)
+            for record in await Queue(run.store).pairs([job.id]):
+                writer = kept if record["outcome"] == "kept" else rejected
+                if writer is not None:
+                    writer.write(record)
+            summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
+            summary.update(result.summary())
+            await run.finish(summary, args.summary)
+    _report(console, summary, args)
+    if result.unfinished:
+        console.print(
+            f"ragjury: stopped with {result.unfinished} of {counts.documents} document(s) not "
+            f"finished; they stay queued in {settings.db}. Run the same command again to resume.",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_INTERRUPTED
+    processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
+    return 1 if processed_nothing else 0
+
+
+async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console) -> JobRun:
+    counts = await generation_counts(run.store, job.id)
+    if not job.created:
+        done = await Queue(run.store).counts([job.id])
+        console.print(
+            f"ragjury: resuming job {job.id} from {settings.db}: {done['done']} document(s) "
+            f"done, {done['queued'] + done['processing']} to go",
+            markup=False,
+            highlight=False,
+        )
+    stop = anyio.Event()
+    with GenerationProgress(console) as progress:
+        progress.update(counts)
+
+        async def on_event(job_id: str, event: Any) -> None:
+            counts.observe(event)
+            progress.update(counts)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+            outcome = await capture(
+                run_job(
+                    job,
+                    settings=settings,
+                    store=run.store,
+                    llm=run.llm,
+                    on_event=on_event,
+                    stop=stop,
+                )
             )
-            progress = stack.enter_context(GenerationProgress(console))
-            counts = await run_generation(
-                loaded.documents,
-                settings=settings,
-                llm=run.llm,
-                store=run.store,
-                run_id=run.run_id,
-                kept=kept,
-                rejected=rejected,
-                on_progress=progress.update,
-                prompts=prompts,
-            )
-        summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
-        await run.finish(summary, args.summary)
+            tg.cancel_scope.cancel()
+    return outcome.unwrap()
+
+
+def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace) -> None:
     if console.is_terminal:
         console.print(summary_table(summary))
     else:
@@ -73,5 +127,3 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             f"{summary['llm_calls']} LLM calls) -> {args.out}",
             soft_wrap=True,
         )
-    processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
-    return 1 if processed_nothing else 0

@@ -2,21 +2,32 @@
 
 Tables:
   runs       one row per command run: its settings, when it started and ended, its summary
-  pairs      every judged pair of a generation run, with its outcome and full record
-  samples    every judged sample of an evaluation run, with its position in the input
+  jobs       one row per submitted batch (a `generate`, `evaluate` or `submit`): its options
+  items      the intake queue: one document or sample per row, with its state and lease
+  pairs      every judged pair of a finished generation item, in export form
+  samples    every judged sample of a finished evaluation item, in export form
+  steps      the step cache: an agent step's output, keyed by a hash of what shapes it
   llm_calls  one row per structured LLM call: stage, requests sent, tokens, latency, error
+
+Several processes may share the file (``ragjury serve`` twice). Writes go through
+:meth:`Store.write`, which holds this process's lock and an immediate SQLite transaction, so
+a multi-statement change (claim a batch of items; store an item's results and mark it done)
+is atomic across processes too.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import aiosqlite
+import anyio
 
 from ragjury.errors import ConfigurationError
 from ragjury.llm.usage import CallStats
@@ -30,21 +41,55 @@ CREATE TABLE IF NOT EXISTS runs (
     settings TEXT NOT NULL,
     summary TEXT
 );
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    options TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'queued',
+    lease_owner TEXT,
+    lease_expires REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    report TEXT,
+    error TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    UNIQUE (job_id, key)
+);
+CREATE INDEX IF NOT EXISTS items_state ON items(state, id);
 CREATE TABLE IF NOT EXISTS pairs (
-    run_id TEXT NOT NULL REFERENCES runs(id),
+    job_id TEXT NOT NULL,
     id TEXT NOT NULL,
+    item_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
     outcome TEXT NOT NULL,
     question TEXT NOT NULL,
     source TEXT NOT NULL,
     record TEXT NOT NULL,
-    PRIMARY KEY (run_id, id)
+    PRIMARY KEY (job_id, id)
 );
 CREATE TABLE IF NOT EXISTS samples (
-    run_id TEXT NOT NULL REFERENCES runs(id),
+    job_id TEXT NOT NULL,
     id TEXT NOT NULL,
+    item_id INTEGER NOT NULL,
     position INTEGER NOT NULL,
     record TEXT NOT NULL,
-    PRIMARY KEY (run_id, id)
+    scored TEXT NOT NULL,
+    PRIMARY KEY (job_id, id)
+);
+CREATE TABLE IF NOT EXISTS steps (
+    key TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    output TEXT NOT NULL,
+    created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS llm_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -72,6 +117,7 @@ class Store:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._db: aiosqlite.Connection | None = None
+        self._lock = anyio.Lock()
 
     async def __aenter__(self) -> Store:
         if self.path.parent and not self.path.parent.exists():
@@ -80,15 +126,16 @@ class Store:
                 f"{str(self.path.parent)!r} does not exist; create it or choose another --db"
             )
         try:
-            self._db = await aiosqlite.connect(self.path)
+            # Autocommit: every transaction is explicit (see write()).
+            self._db = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._db.execute("PRAGMA busy_timeout=30000")
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute("PRAGMA synchronous=NORMAL")
-            await self._db.execute("PRAGMA busy_timeout=10000")
             await self._db.executescript(_SCHEMA)
-            await self._db.commit()
         except aiosqlite.DatabaseError as exc:
             if self._db is not None:
                 await self._db.close()
+                self._db = None
             raise ConfigurationError(
                 f"cannot use {str(self.path)!r} as a ragjury database: {exc}; "
                 "point --db at a new file or an existing ragjury database"
@@ -102,8 +149,8 @@ class Store:
         tb: TracebackType | None,
     ) -> None:
         if self._db is not None:
-            await self._db.commit()
-            await self._db.close()
+            with anyio.CancelScope(shield=True):
+                await self._db.close()
             self._db = None
 
     @property
@@ -112,80 +159,72 @@ class Store:
             raise RuntimeError("the store is not open; use 'async with Store(path)'")
         return self._db
 
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One atomic write transaction, exclusive within this process and across processes.
+
+        Shielded from cancellation, so a write that began is committed or rolled back, never
+        left half-done on the shared connection."""
+        async with self._lock:
+            with anyio.CancelScope(shield=True):
+                db = self.db
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    await db.execute("ROLLBACK")
+                    raise
+                await db.execute("COMMIT")
+
+    async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        async with self.db.execute(sql, params) as cursor:
+            return [tuple(row) for row in await cursor.fetchall()]
+
+    async def fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+        async with self.db.execute(sql, params) as cursor:
+            row = await cursor.fetchone()
+        return None if row is None else tuple(row)
+
     async def start_run(self, command: str, settings: dict[str, Any]) -> str:
         run_id = uuid.uuid4().hex
-        await self.db.execute(
-            "INSERT INTO runs (id, command, started_at, settings) VALUES (?, ?, ?, ?)",
-            (run_id, command, _now(), json.dumps(settings, default=str)),
-        )
-        await self.db.commit()
+        async with self.write() as db:
+            await db.execute(
+                "INSERT INTO runs (id, command, started_at, settings) VALUES (?, ?, ?, ?)",
+                (run_id, command, _now(), json.dumps(settings, default=str)),
+            )
         return run_id
 
     async def finish_run(self, run_id: str, summary: dict[str, Any]) -> None:
-        await self.db.execute(
-            "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
-            (_now(), json.dumps(summary, default=str), run_id),
-        )
-        await self.db.commit()
-
-    async def save_pair(self, run_id: str, record: dict[str, Any]) -> None:
-        await self.db.execute(
-            "INSERT OR REPLACE INTO pairs (run_id, id, outcome, question, source, record) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                record["id"],
-                record["outcome"],
-                record["question"],
-                record["source"],
-                json.dumps(record),
-            ),
-        )
-        await self.db.commit()
-
-    async def save_sample(self, run_id: str, position: int, record: dict[str, Any]) -> None:
-        await self.db.execute(
-            "INSERT OR REPLACE INTO samples (run_id, id, position, record) VALUES (?, ?, ?, ?)",
-            (run_id, record["id"], position, json.dumps(record)),
-        )
-        await self.db.commit()
-
-    async def samples(self, run_id: str) -> list[dict[str, Any]]:
-        async with self.db.execute(
-            "SELECT record FROM samples WHERE run_id = ? ORDER BY position", (run_id,)
-        ) as cursor:
-            return [json.loads(row[0]) async for row in cursor]
+        async with self.write() as db:
+            await db.execute(
+                "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
+                (_now(), json.dumps(summary, default=str), run_id),
+            )
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
-        await self.db.execute(
-            "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
-            "latency_ms, statuses, error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                stats.stage,
-                stats.requests,
-                stats.prompt_tokens,
-                stats.completion_tokens,
-                round(stats.latency_seconds * 1000, 1),
-                json.dumps(stats.statuses),
-                error,
-                _now(),
-            ),
-        )
-        await self.db.commit()
-
-    async def pairs(self, run_id: str) -> list[dict[str, Any]]:
-        async with self.db.execute(
-            "SELECT record FROM pairs WHERE run_id = ? ORDER BY rowid", (run_id,)
-        ) as cursor:
-            return [json.loads(row[0]) async for row in cursor]
+        async with self.write() as db:
+            await db.execute(
+                "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
+                "completion_tokens, latency_ms, statuses, error, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    stats.stage,
+                    stats.requests,
+                    stats.prompt_tokens,
+                    stats.completion_tokens,
+                    round(stats.latency_seconds * 1000, 1),
+                    json.dumps(stats.statuses),
+                    error,
+                    _now(),
+                ),
+            )
 
     async def call_totals(self, run_id: str) -> dict[str, int]:
-        async with self.db.execute(
+        row = await self.fetchone(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
             "COALESCE(SUM(completion_tokens), 0) FROM llm_calls WHERE run_id = ?",
             (run_id,),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         assert row is not None
         return {"llm_calls": row[0], "prompt_tokens": row[1], "completion_tokens": row[2]}

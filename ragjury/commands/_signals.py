@@ -1,0 +1,57 @@
+"""SIGINT / SIGTERM for long commands: the first asks for a graceful stop, the second stops
+at once (what is finished is in the database either way)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import anyio
+from rich.console import Console
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """A result or the exception instead, carried out of a task group unwrapped."""
+
+    value: T | None = None
+    error: Exception | None = None
+
+    def unwrap(self) -> T:
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+async def capture(awaitable: Awaitable[T]) -> Outcome[T]:
+    """Await inside a task group without the group wrapping an error in an ExceptionGroup."""
+    try:
+        return Outcome(value=await awaitable)
+    except Exception as exc:
+        return Outcome(error=exc)
+
+
+async def stop_on_signals(
+    stop: anyio.Event, scope: anyio.CancelScope, console: Console, grace: float
+) -> None:
+    """Set ``stop`` on the first signal; cancel ``scope`` on the second."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if not stop.is_set():
+                console.print(
+                    f"ragjury: {name}: taking no new work; in-flight items get up to "
+                    f"{grace:g}s to finish (send it again to stop at once)",
+                    markup=False,
+                    highlight=False,
+                )
+                stop.set()
+            else:
+                console.print(f"ragjury: {name} again: stopping now", markup=False)
+                scope.cancel()
+                return

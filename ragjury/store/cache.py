@@ -1,0 +1,90 @@
+"""The step cache: every successful LLM agent step's output, keyed by what shapes it.
+
+The key is a hash of the agent's role, its fingerprint (prompt version, model, endpoint and
+the settings that change its output) and the input event. A step whose output carries a
+failure is not cached, so a re-run tries it again. A finished step is committed before its
+output is published, so a crash at any moment loses no finished step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from ragjury.config import Settings
+from ragjury.schemas import ChunkFailed, Event, MetricScored, StepFailed
+from ragjury.store.db import Store
+
+_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+
+def carries_failure(event: BaseModel) -> bool:
+    """True for an output that records a failure: such a step is tried again next time."""
+    if isinstance(event, ChunkFailed | StepFailed):
+        return True
+    if isinstance(event, MetricScored):
+        return event.result.outcome == "failed"
+    return getattr(event, "error", None) is not None
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short stable hash of the things that change an agent's output."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def llm_fingerprint(settings: Settings) -> str:
+    """The settings of the LLM that change what it answers."""
+    return fingerprint(
+        settings.base_url,
+        settings.model,
+        settings.mode,
+        settings.temperature,
+        settings.logprobs,
+        settings.max_retries,
+    )
+
+
+class StepCache:
+    """Cached agent outputs in the store; ``enabled=False`` (``--no-cache``) bypasses it."""
+
+    def __init__(self, store: Store, *, enabled: bool = True) -> None:
+        self.store = store
+        self.enabled = enabled
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(role: str, agent_fingerprint: str, event: BaseModel) -> str:
+        payload = event.model_dump_json()
+        text = f"{role}\n{agent_fingerprint}\n{payload}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    async def get(self, key: str) -> list[Any] | None:
+        if not self.enabled:
+            return None
+        row = await self.store.fetchone("SELECT output FROM steps WHERE key = ?", (key,))
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return list(_EVENTS.validate_json(row[0]))
+
+    async def put(self, key: str, role: str, events: Sequence[BaseModel]) -> None:
+        if not self.enabled:
+            return
+        output = "[" + ",".join(event.model_dump_json() for event in events) + "]"
+        async with self.store.write() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
+                (key, role, output, time.time()),
+            )
+
+    async def count_by_agent(self) -> dict[str, int]:
+        rows = await self.store.fetchall("SELECT agent, COUNT(*) FROM steps GROUP BY agent")
+        return {str(agent): int(n) for agent, n in rows}

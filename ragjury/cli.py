@@ -56,6 +56,10 @@ _LLM_FLAGS = (
     "db",
     "log_level",
     "embedding_model",
+    "cache",
+    "grace",
+    "lease_seconds",
+    "items_in_flight",
 )
 
 
@@ -99,29 +103,30 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ragjury",
-        description="Build critic-filtered evaluation sets for RAG from your own documents.",
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The database, logging, the step cache and shutdown: shared by the working commands."""
+    parser.add_argument(
+        "--db", type=Path, help="SQLite database: queue, results, step cache (default ragjury.db)"
     )
-    parser.add_argument("--version", action="version", version=f"ragjury {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    gen = commands.add_parser(
-        "generate",
-        help="draft question/answer pairs from documents and keep those the critics accept",
-        description="Draft question/answer pairs from documents; three critics vet each pair.",
-    )
-    gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
-    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL or CSV)")
-    gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
-    gen.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format")
-    gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
-    gen.add_argument("--db", type=Path, help="SQLite database for results (default ragjury.db)")
-    gen.add_argument(
+    parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
     )
-    ingest = gen.add_argument_group("input")
+    parser.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        default=None,
+        help="ask the LLM again even for steps the database already holds",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        help="on SIGINT/SIGTERM, seconds in-flight work gets to finish (default 30)",
+    )
+
+
+def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+    ingest = parser.add_argument_group("input")
     ingest.add_argument(
         "--glob",
         action="append",
@@ -139,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="generate from whole files instead of chunks",
     )
-    drafting = gen.add_argument_group("generation")
+    drafting = parser.add_argument_group("generation")
     drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
     drafting.add_argument(
         "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
@@ -157,8 +162,56 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",
     )
+
+
+def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
+    judging = parser.add_argument_group("evaluation")
+    judging.add_argument(
+        "--metrics",
+        help="comma-separated: faithfulness, correctness, rubric, keywords, similarity, "
+        "confidence (default: faithfulness, plus correctness where references exist, plus "
+        "keywords where keyword fields exist)",
+    )
+    judging.add_argument("--verdict-batch", type=int, help="statements judged per call (default 8)")
+    judging.add_argument(
+        "--context-window-chars",
+        type=int,
+        help="contexts longer than this are judged in windows (default 12000)",
+    )
+    judging.add_argument("--faithfulness-threshold", type=float, help="passing score (default 0.8)")
+    judging.add_argument("--correctness-threshold", type=int, help="passing score 1-5 (default 4)")
+    judging.add_argument("--rubric-threshold", type=int, help="passing score 1-5 (default 4)")
+    judging.add_argument("--similarity-threshold", type=float, help="passing cosine (default 0.8)")
+    judging.add_argument(
+        "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragjury",
+        description="Build critic-filtered evaluation sets for RAG from your own documents, "
+        "and judge RAG answers.",
+    )
+    parser.add_argument("--version", action="version", version=f"ragjury {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = commands.add_parser(
+        "generate",
+        help="draft question/answer pairs from documents and keep those the critics accept",
+        description="Draft question/answer pairs from documents; three critics vet each pair. "
+        "The work is kept in --db: running the same command again resumes it.",
+    )
+    gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
+    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL or CSV)")
+    gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
+    gen.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format")
+    gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    _add_run_options(gen)
+    _add_generation_options(gen)
     _add_llm_options(gen)
     _add_evaluate(commands)
+    _add_queue_commands(commands)
     return parser
 
 
@@ -166,34 +219,14 @@ def _add_evaluate(commands: Any) -> None:
     ev = commands.add_parser(
         "evaluate",
         help="judge RAG answers: faithfulness, correctness, rubric, keywords, similarity",
-        description="Judge the answers of a RAG system, sample by sample.",
+        description="Judge the answers of a RAG system, sample by sample. The work is kept in "
+        "--db: running the same command again resumes it.",
     )
     ev.add_argument("samples", type=Path, help="JSONL, JSON or CSV of samples")
     ev.add_argument("--out", type=Path, required=True, help="per-sample results (JSONL)")
     ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
-    ev.add_argument("--db", type=Path, help="SQLite database for results (default ragjury.db)")
-    ev.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
-    )
-    ev.add_argument(
-        "--metrics",
-        help="comma-separated: faithfulness, correctness, rubric, keywords, similarity, "
-        "confidence (default: faithfulness, plus correctness where references exist, plus "
-        "keywords where keyword fields exist)",
-    )
-    ev.add_argument("--verdict-batch", type=int, help="statements judged per call (default 8)")
-    ev.add_argument(
-        "--context-window-chars",
-        type=int,
-        help="contexts longer than this are judged in windows (default 12000)",
-    )
-    ev.add_argument("--faithfulness-threshold", type=float, help="passing score (default 0.8)")
-    ev.add_argument("--correctness-threshold", type=int, help="passing score 1-5 (default 4)")
-    ev.add_argument("--rubric-threshold", type=int, help="passing score 1-5 (default 4)")
-    ev.add_argument("--similarity-threshold", type=float, help="passing cosine (default 0.8)")
-    ev.add_argument(
-        "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
-    )
+    _add_run_options(ev)
+    _add_evaluation_options(ev)
     ev.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
     )
@@ -210,6 +243,77 @@ def _add_evaluate(commands: Any) -> None:
         "--target-timeout", type=float, default=60.0, help="seconds per target request"
     )
     _add_llm_options(ev)
+
+
+def _add_queue_commands(commands: Any) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="queue documents (or --samples) in the database for `ragjury serve`",
+        description="Queue documents for dataset generation, or --samples for evaluation, with "
+        "their options. `ragjury serve` works the queue; `ragjury export` writes the results.",
+    )
+    submit.add_argument("paths", nargs="*", type=Path, help="files or folders of documents")
+    submit.add_argument("--samples", type=Path, help="JSONL, JSON or CSV of samples to judge")
+    submit.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    submit.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
+    )
+    submit.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="your Jinja2 template for a prompt, kept with the job",
+    )
+    _add_generation_options(submit)
+    _add_evaluation_options(submit)
+
+    serve = commands.add_parser(
+        "serve",
+        help="work the queue in the database until stopped (SIGINT / SIGTERM)",
+        description="Process queued documents and samples, including those submitted while it "
+        "runs. Several `serve` processes may share one database. The first SIGINT/SIGTERM "
+        "stops intake and lets in-flight work finish within --grace seconds; a second stops "
+        "at once. Nothing finished is lost either way.",
+    )
+    _add_run_options(serve)
+    serve.add_argument(
+        "--lease",
+        dest="lease_seconds",
+        type=float,
+        help="seconds an item stays this daemon's without renewal (default 30); a crashed "
+        "daemon's items are taken up again after this",
+    )
+    serve.add_argument(
+        "--items-in-flight",
+        type=int,
+        help="documents/samples worked at once (default 2 x --concurrency)",
+    )
+    serve.add_argument(
+        "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
+    )
+    _add_llm_options(serve)
+
+    status = commands.add_parser(
+        "status", help="what the queue holds: items per state, per stage, tokens, throughput"
+    )
+    status.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    export = commands.add_parser(
+        "export",
+        help="write the dataset and evaluation results held in the database",
+        description="Write what the database holds, in the same formats as generate and "
+        "evaluate, in submission order.",
+    )
+    export.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    export.add_argument("--out", type=Path, help="kept pairs of every generation job")
+    export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
+    export.add_argument("--results", type=Path, help="judged samples of every evaluation job")
+    export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="pairs format")
+    export.add_argument(
+        "--job", action="append", dest="jobs", metavar="ID", help="only this job (repeatable)"
+    )
 
 
 def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
@@ -276,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.evaluate import evaluate_command
 
             return anyio.run(evaluate_command, args, settings)
+        from ragjury.commands import queue
+
+        return anyio.run(queue.COMMANDS[args.command], args, settings)
     except (ConfigurationError, InputError) as exc:
         print(f"ragjury: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -67,9 +67,7 @@ async def submit_documents(
     """Queue ``documents`` for generation with ``settings.generate``. With ``pin_model``
     (the ``generate`` command) the model is part of the job, so another model is another job;
     without it (``submit``) whichever daemon serves the queue uses its own model."""
-    options = generation_options(settings, prompts or {})
-    if pin_model:
-        options["llm"] = llm_fingerprint(settings)
+    options = _pinned(generation_options(settings, prompts or {}), settings, pin_model)
     return await Queue(store).submit("generate", options, [document_item(d) for d in documents])
 
 
@@ -83,10 +81,17 @@ async def submit_samples(
     pin_model: bool = True,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``."""
-    options = evaluation_options(settings, metrics, prompts or {})
+    options = _pinned(evaluation_options(settings, metrics, prompts or {}), settings, pin_model)
+    return await Queue(store).submit("evaluate", options, [sample_item(s) for s in samples])
+
+
+def _pinned(options: dict[str, Any], settings: Settings, pin_model: bool) -> dict[str, Any]:
     if pin_model:
         options["llm"] = llm_fingerprint(settings)
-    return await Queue(store).submit("evaluate", options, [sample_item(s) for s in samples])
+    if not settings.cache:
+        # --no-cache: do the work again, so a new job rather than the finished one
+        options["fresh"] = uuid.uuid4().hex
+    return options
 
 
 async def run_job(

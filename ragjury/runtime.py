@@ -125,7 +125,6 @@ class Runtime:
             current_step.reset(token)
             await self.bus.ack(delivery)
 
-
     async def _step(self, spec: AgentSpec, envelope: Envelope) -> tuple[Sequence[Any], bool]:
         """The agent's output for this message: from the cache, or handled (and cached)."""
         agent, cache = spec.agent, self.cache

@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ragjury.errors import InputError
@@ -55,6 +56,10 @@ class ItemResults:
     report: dict[str, Any] | None = None
 
 
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
 def job_key(kind: JobKind, options: dict[str, Any], items: Iterable[tuple[str, str]]) -> str:
     """A hash of what defines a job: re-submitting the same work finds the same job."""
     digest = hashlib.sha256()
@@ -92,7 +97,7 @@ class Queue:
             job_id = uuid.uuid4().hex[:12]
             await db.execute(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, kind, key, json.dumps(options, default=str), str(now)),
+                (job_id, kind, key, json.dumps(options, default=str), _iso(now)),
             )
             await db.executemany(
                 "INSERT INTO items (job_id, key, position, payload, created_at) "

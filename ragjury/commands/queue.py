@@ -1,0 +1,246 @@
+"""``ragjury submit``, ``serve``, ``status`` and ``export``: the queue in the database."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+from rich.console import Console
+from rich.table import Table
+
+from ragjury.commands._run import recorded_run
+from ragjury.commands._signals import capture, stop_on_signals
+from ragjury.config import Settings
+from ragjury.daemon import Daemon
+from ragjury.errors import ConfigurationError
+from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
+from ragjury.ingest import load_documents
+from ragjury.output import RecordWriter
+from ragjury.prompts import load_overrides
+from ragjury.runs import submit_documents, submit_samples
+from ragjury.status import queue_status
+from ragjury.store import Store
+from ragjury.store.queue import Job, Queue
+
+log = structlog.get_logger("ragjury.queue")
+
+_GENERATION_PROMPTS = ("generator", "groundedness", "relevance", "standalone")
+
+
+def _console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
+    console = _console()
+    if bool(args.paths) == bool(args.samples):
+        raise ConfigurationError(
+            "submit takes documents (PATH...) or --samples FILE, one of the two; "
+            "e.g. `ragjury submit docs/ --db q.db` or `ragjury submit --samples s.jsonl --db q.db`"
+        )
+    async with Store(settings.db) as store:
+        if args.paths:
+            prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
+            options = settings.generate
+            loaded = load_documents(
+                args.paths,
+                globs=options.globs,
+                text_field=options.text_field,
+                id_field=options.id_field,
+            )
+            for skipped in loaded.skipped:
+                console.print(f"ragjury: skipped {skipped.path}: {skipped.reason}", markup=False)
+            if not loaded.documents:
+                console.print("ragjury: nothing to queue: no readable documents", markup=False)
+                return 1
+            job = await submit_documents(
+                store, settings, loaded.documents, prompts, pin_model=False
+            )
+            what = f"{len(loaded.documents)} document(s) for generation"
+        else:
+            prompts = load_overrides(args.prompt, PROMPT_NAMES)
+            samples = load_samples(args.samples)
+            for invalid in samples.invalid:
+                console.print(
+                    f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",
+                    markup=False,
+                )
+            if not samples.samples:
+                console.print(f"ragjury: nothing to queue: no valid sample in {args.samples}")
+                return 1
+            unanswered = sum(s.answer is None for s in samples.samples)
+            if unanswered:
+                console.print(
+                    f"ragjury: warning: {unanswered} sample(s) have no answer; `serve` cannot "
+                    "ask a RAG target, so their answer metrics will be not_applicable. Use "
+                    "`ragjury evaluate --target` for those.",
+                    markup=False,
+                )
+            metrics = choose_metrics(samples.samples, settings.evaluate.metrics)
+            job = await submit_samples(
+                store, settings, samples.samples, metrics, prompts, pin_model=False
+            )
+            what = f"{len(samples.samples)} sample(s) for evaluation ({', '.join(metrics)})"
+        await _say_submitted(console, Queue(store), job, what, settings)
+    return 0
+
+
+async def _say_submitted(
+    console: Console, queue: Queue, job: Job, what: str, settings: Settings
+) -> None:
+    if job.created:
+        console.print(f"ragjury: queued {what} as job {job.id} in {settings.db}", markup=False)
+        return
+    counts = await queue.counts([job.id])
+    console.print(
+        f"ragjury: the same work is already job {job.id} in {settings.db} "
+        f"({counts['done']} done, {counts['queued'] + counts['processing']} to go, "
+        f"{counts['failed']} failed); nothing added",
+        markup=False,
+    )
+
+
+async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    settings.require_endpoint()
+    console = _console()
+    stop = anyio.Event()
+    async with recorded_run(settings, "serve") as run:
+        daemon = Daemon(settings, run.store, run.llm)
+        console.print(
+            f"ragjury serve: working the queue in {settings.db} with {settings.model} "
+            f"(concurrency {settings.concurrency}, daemon {daemon.owner}); "
+            "SIGINT/SIGTERM to stop",
+            markup=False,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+            outcome = await capture(daemon.run(stop=stop))
+            tg.cancel_scope.cancel()
+        counts = daemon.counts
+        summary: dict[str, Any] = {
+            "daemon": daemon.owner,
+            "items_done": counts.done,
+            "items_failed": counts.failed,
+            "items_released": counts.released,
+            "items_done_elsewhere": counts.skipped,
+            "llm_calls": run.llm.usage.requests,
+            "prompt_tokens": run.llm.usage.prompt_tokens,
+            "completion_tokens": run.llm.usage.completion_tokens,
+            "cached_steps_used": daemon.cache.hits,
+            "wall_seconds": round(run.seconds, 3),
+        }
+        await run.finish(summary, None)
+    outcome.unwrap()
+    console.print(
+        f"ragjury serve: stopped; {counts.done} item(s) done, {counts.failed} failed, "
+        f"{counts.released} put back in the queue; {summary['llm_calls']} LLM calls",
+        markup=False,
+    )
+    return 0
+
+
+def _existing_db(settings: Settings) -> None:
+    if not settings.db.exists():
+        raise ConfigurationError(
+            f"there is no database at {str(settings.db)!r}; pass the --db that `submit`, "
+            "`generate` or `evaluate` used"
+        )
+
+
+async def status_command(args: argparse.Namespace, settings: Settings) -> int:
+    _existing_db(settings)
+    async with Store(settings.db) as store:
+        status = await queue_status(store)
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    console = Console()
+    console.print(
+        f"[bold]{status['db']}[/]: queued {status['queued']}, processing {status['processing']}, "
+        f"done {status['done']}, failed {status['failed']}"
+    )
+    jobs = Table("job", "kind", "queued", "processing", "done", "failed", title="jobs")
+    for job in status["jobs"]:
+        jobs.add_row(
+            job["id"],
+            job["kind"],
+            *(str(job[s]) for s in ("queued", "processing", "done", "failed")),
+        )
+    console.print(jobs)
+    stages = Table(
+        "stage", "LLM calls", "prompt tokens", "completion tokens", "cached steps", title="stages"
+    )
+    for name, stage in status["stages"].items():
+        stages.add_row(
+            name,
+            *(
+                str(stage.get(k, 0))
+                for k in ("llm_calls", "prompt_tokens", "completion_tokens", "cached_steps")
+            ),
+        )
+    console.print(stages)
+    throughput = status["throughput"]
+    console.print(
+        f"throughput: {throughput['items_done_last_minute']} item(s) in the last minute; "
+        f"{throughput['items_per_minute'] or '-'} per minute overall"
+    )
+    for daemon in status["daemons"]:
+        console.print(
+            f"daemon {daemon['owner']}: {daemon['items']} item(s), lease expires in "
+            f"{daemon['lease_expires_in']} s"
+        )
+    return 0
+
+
+async def export_command(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.out or args.rejected or args.results):
+        raise ConfigurationError(
+            "export needs somewhere to write: --out (kept pairs), --rejected, --results "
+            "(judged samples)"
+        )
+    _existing_db(settings)
+    console = _console()
+    async with Store(settings.db) as store:
+        queue = Queue(store)
+        pairs = await queue.pairs(args.jobs)
+        samples = await queue.samples(args.jobs) if args.results else []
+        counts = await queue.counts(args.jobs)
+    written = {"kept": 0, "rejected": 0, "samples": 0}
+    with contextlib.ExitStack() as stack:
+        kept_writer = stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
+        rejected_writer = (
+            stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
+        )
+        for record in pairs:
+            kept = record["outcome"] == "kept"
+            writer = kept_writer if kept else rejected_writer
+            if writer is not None:
+                writer.write(record)
+                written["kept" if kept else "rejected"] += 1
+    if args.results:
+        with RecordWriter(args.results, "jsonl") as writer:
+            for record in samples:
+                writer.write(record)
+                written["samples"] += 1
+    unfinished = counts["queued"] + counts["processing"]
+    console.print(
+        f"ragjury export: {written['kept']} kept and {written['rejected']} rejected/failed "
+        f"pair(s), {written['samples']} judged sample(s)"
+        + (f"; {unfinished} item(s) are not finished yet" if unfinished else ""),
+        markup=False,
+    )
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Awaitable[int]]] = {
+    "submit": submit_command,
+    "serve": serve_command,
+    "status": status_command,
+    "export": export_command,
+}

@@ -1,0 +1,276 @@
+"""Durability: re-runs resume from the database, the step cache, and the queue's leases."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_generate import FACTS, corpus, run
+
+from ragjury.errors import InputError
+from ragjury.store import Store
+from ragjury.store.queue import ItemResults, Queue
+
+from conftest import CRITIC_AGENTS, read_jsonl, read_summary, script_happy_path, write_qa_document
+from fakeopenai import FakeOpenAI
+
+pytestmark = pytest.mark.anyio
+
+
+def _outputs(tmp_path: Path) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    return read_jsonl(tmp_path / "kept.jsonl"), read_jsonl(tmp_path / "rejected.jsonl")
+
+
+def test_rerunning_generate_on_the_same_database_makes_no_llm_request(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake, {"relevance_critic": {FACTS["cli.md"][0][0]: 2}})
+    assert run(fake, tmp_path) == 0
+    first = _outputs(tmp_path)
+    assert [len(first[0]), len(first[1])] == [2, 1]
+    asked = len(fake.requests)
+    assert asked == 3 * 4  # three documents: a generator and three critic calls each
+
+    (tmp_path / "kept.jsonl").unlink()
+    assert run(fake, tmp_path) == 0
+
+    assert len(fake.requests) == asked  # nothing asked again
+    assert _outputs(tmp_path) == first
+    summary = read_summary(tmp_path)
+    assert summary["resumed"] is True
+    assert summary["llm_calls"] == 0
+    assert (summary["kept"], summary["rejected"], summary["failed"]) == (2, 1, 0)
+
+
+def test_new_options_reuse_every_step_they_do_not_change(fake: FakeOpenAI, tmp_path: Path) -> None:
+    ports = FACTS["ports.md"][0][0]
+    script_happy_path(fake, {"groundedness_critic": {ports: 4}})
+    assert run(fake, tmp_path, "--min-score", "4") == 0
+    asked = len(fake.requests)
+    assert {r["question"] for r in _outputs(tmp_path)[0]} >= {ports}
+
+    # A stricter bar is a new job, but the drafts and critiques are the same steps.
+    assert run(fake, tmp_path, "--min-score", "5") == 0
+
+    assert len(fake.requests) == asked
+    kept, rejected = _outputs(tmp_path)
+    assert ports in {r["question"] for r in rejected}
+    assert ports not in {r["question"] for r in kept}
+    assert read_summary(tmp_path)["resumed"] is False
+
+
+def test_a_changed_prompt_asks_again_only_the_agent_it_belongs_to(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    assert run(fake, tmp_path) == 0
+    before = {agent: len(fake.requests_for(agent)) for agent in ("generator", *CRITIC_AGENTS)}
+    builtin = (Path(__file__).parents[1] / "ragjury/prompts/templates/standalone.j2").read_text()
+    custom = tmp_path / "standalone.j2"
+    custom.write_text(builtin + "\nBe brief.\n", encoding="utf-8")
+
+    assert run(fake, tmp_path, "--prompt", f"standalone={custom}") == 0
+
+    after = {agent: len(fake.requests_for(agent)) for agent in ("generator", *CRITIC_AGENTS)}
+    assert after["standalone_critic"] == before["standalone_critic"] + 3
+    assert {a: after[a] for a in after if a != "standalone_critic"} == {
+        a: before[a] for a in before if a != "standalone_critic"
+    }
+
+
+def test_no_cache_does_the_work_again(fake: FakeOpenAI, tmp_path: Path) -> None:
+    script_happy_path(fake)
+    assert run(fake, tmp_path) == 0
+    asked = len(fake.requests)
+
+    assert run(fake, tmp_path, "--no-cache") == 0
+
+    assert len(fake.requests) == 2 * asked
+    assert len(_outputs(tmp_path)[0]) == 3
+
+
+def test_a_finished_document_is_not_redone_when_more_are_added(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    docs = corpus(tmp_path)
+    assert run(fake, tmp_path, docs=docs) == 0
+    asked = len(fake.requests)
+    write_qa_document(docs, "more.md", [("Which header carries the API key?", "X-API-Key")])
+
+    assert run(fake, tmp_path, docs=docs) == 0
+
+    # A new batch is a new job, but three of its four documents' steps are cached.
+    assert len(fake.requests) == asked + 4
+    assert len(_outputs(tmp_path)[0]) == 4
+
+
+def test_generate_and_export_write_the_same_records(fake: FakeOpenAI, tmp_path: Path) -> None:
+    from ragjury.cli import main
+
+    script_happy_path(fake, {"relevance_critic": {FACTS["cli.md"][0][0]: 1}})
+    assert run(fake, tmp_path) == 0
+    db = str(tmp_path / "ragjury.db")
+    code = main(
+        [
+            "export",
+            "--db",
+            db,
+            "--out",
+            str(tmp_path / "x-kept.jsonl"),
+            "--rejected",
+            str(tmp_path / "x-rejected.jsonl"),
+        ]
+    )
+    assert code == 0
+    assert read_jsonl(tmp_path / "x-kept.jsonl") == read_jsonl(tmp_path / "kept.jsonl")
+    assert read_jsonl(tmp_path / "x-rejected.jsonl") == read_jsonl(tmp_path / "rejected.jsonl")
+
+
+def test_status_json_counts_items_stages_and_tokens(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragjury.cli import main
+
+    script_happy_path(fake)
+    assert run(fake, tmp_path) == 0
+    capsys.readouterr()
+
+    assert main(["status", "--db", str(tmp_path / "ragjury.db"), "--json"]) == 0
+
+    status = json.loads(capsys.readouterr().out)
+    assert (status["queued"], status["processing"], status["done"], status["failed"]) == (
+        0,
+        0,
+        3,
+        0,
+    )
+    assert status["stages"]["generator"]["llm_calls"] == 3
+    assert status["stages"]["generator"]["cached_steps"] == 3
+    assert status["stages"]["relevance_critic"]["prompt_tokens"] == 3 * 50
+    assert status["tokens"]["prompt"] == 3 * 100 + 9 * 50
+    assert status["throughput"]["items_done_last_minute"] == 3
+    assert status["jobs"][0]["kind"] == "generate"
+
+
+def test_status_of_a_missing_database_says_which_db_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragjury.cli import main
+
+    assert main(["status", "--db", str(tmp_path / "nope.db")]) == 2
+    err = capsys.readouterr().err
+    assert "nope.db" in err
+    assert "--db" in err
+
+
+# -- the queue itself, with a clock we move by hand ------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _queue_with(tmp_path: Path, n: int, clock: Clock) -> tuple[Store, Queue, str]:
+    store = await Store(tmp_path / "q.db").__aenter__()
+    queue = Queue(store, clock=clock)
+    job = await queue.submit("evaluate", {"x": 1}, [(f"s{i}", {"i": i}) for i in range(n)])
+    return store, queue, job.id
+
+
+async def test_a_lease_that_runs_out_lets_another_daemon_take_the_item(tmp_path: Path) -> None:
+    clock = Clock()
+    store, queue, _ = await _queue_with(tmp_path, 3, clock)
+    try:
+        first = await queue.claim("a", 2, lease_seconds=10)
+        assert [i.key for i in first] == ["s0", "s1"]
+        assert [i.key for i in await queue.claim("b", 5, lease_seconds=10)] == ["s2"]
+        assert await queue.claim("b", 5, lease_seconds=10) == []
+
+        clock.now += 6
+        assert await queue.renew("a", 10) == 2  # a is alive: its leases move on
+        assert await queue.renew("b", 10) == 1
+        clock.now += 6
+        assert await queue.claim("b", 5, lease_seconds=10) == []
+
+        clock.now += 20  # a died: its leases ran out
+        taken = await queue.claim("b", 5, lease_seconds=10)
+        assert [i.key for i in taken] == ["s0", "s1"]
+        assert all(i.attempts == 2 for i in taken)
+    finally:
+        await store.__aexit__(None, None, None)
+
+
+async def test_an_item_is_finished_once_however_many_daemons_worked_on_it(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    store, queue, job_id = await _queue_with(tmp_path, 1, clock)
+    try:
+        (item,) = await queue.claim("a", 1, lease_seconds=1)
+        clock.now += 5
+        (again,) = await queue.claim("b", 1, lease_seconds=1)
+        record = {"id": "s0", "question": "q", "answer": "a", "metrics": {}}
+        results = ItemResults(samples=[(record, "{}")], report={})
+
+        assert await queue.finish("b", again, results) is True
+        assert await queue.finish("a", item, results) is False  # the slow one is too late
+
+        assert await queue.samples([job_id]) == [record]
+        assert (await queue.counts())["done"] == 1
+    finally:
+        await store.__aexit__(None, None, None)
+
+
+async def test_an_item_that_keeps_killing_daemons_is_failed_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    store, queue, _ = await _queue_with(tmp_path, 1, clock)
+    try:
+        for _ in range(3):
+            assert len(await queue.claim("a", 1, lease_seconds=1, max_attempts=3)) == 1
+            clock.now += 5
+        assert await queue.claim("a", 1, lease_seconds=1, max_attempts=3) == []
+        assert (await queue.counts())["failed"] == 1
+    finally:
+        await store.__aexit__(None, None, None)
+    with sqlite3.connect(tmp_path / "q.db") as db:
+        (error,) = db.execute("SELECT error FROM items").fetchone()
+    assert "3 daemon(s) took this item" in error
+
+
+async def test_released_items_go_back_to_the_queue_without_using_an_attempt(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    store, queue, _ = await _queue_with(tmp_path, 2, clock)
+    try:
+        items = await queue.claim("a", 2, lease_seconds=30)
+        assert await queue.release("a", [i.id for i in items]) == 2
+        again = await queue.claim("b", 2, lease_seconds=30)
+        assert [i.attempts for i in again] == [1, 1]
+    finally:
+        await store.__aexit__(None, None, None)
+
+
+async def test_submitting_the_same_batch_twice_finds_the_same_job(tmp_path: Path) -> None:
+    store = await Store(tmp_path / "q.db").__aenter__()
+    try:
+        queue = Queue(store)
+        first = await queue.submit("generate", {"a": 1}, [("d1", {"t": "x"})])
+        second = await queue.submit("generate", {"a": 1}, [("d1", {"t": "x"})])
+        other = await queue.submit("generate", {"a": 2}, [("d1", {"t": "x"})])
+        assert [first.created, second.created, other.created] == [True, False, True]
+        assert first.id == second.id != other.id
+        assert (await queue.counts())["queued"] == 2
+        with pytest.raises(InputError, match="repeated: d1"):
+            await queue.submit("generate", {}, [("d1", {}), ("d1", {})])
+    finally:
+        await store.__aexit__(None, None, None)

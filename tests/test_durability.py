@@ -199,7 +199,8 @@ async def test_a_lease_that_runs_out_lets_another_daemon_take_the_item(tmp_path:
         clock.now += 6
         assert await queue.claim("b", 5, lease_seconds=10) == []
 
-        clock.now += 20  # a died: its leases ran out
+        clock.now += 20  # a died: its leases ran out; b lives on
+        assert await queue.renew("b", 10) == 1
         taken = await queue.claim("b", 5, lease_seconds=10)
         assert [i.key for i in taken] == ["s0", "s1"]
         assert all(i.attempts == 2 for i in taken)

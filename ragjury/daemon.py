@@ -181,9 +181,18 @@ class Daemon:
     async def _process(self, item: Item) -> None:
         started = time.perf_counter()
         running: _Running | None = None
+        try:
+            # The pipeline's tasks serve many items: start them outside this item's log context.
+            running = await self._pipeline(item.job_id)
+        except Exception as exc:
+            log.exception("pipeline_failed", job=item.job_id)
+            await self.queue.fail(item, f"{type(exc).__name__}: {exc}")
+            self.counts.failed += 1
+            del self._in_flight[item.id]
+            self._wake.set()
+            return
         with structlog.contextvars.bound_contextvars(item=item.key, job=item.job_id):
             try:
-                running = await self._pipeline(item.job_id)
                 results = await running.pipeline.process(item)
                 if await self.queue.finish(self.owner, item, results):
                     self.counts.done += 1
@@ -244,6 +253,6 @@ class Daemon:
     async def _renew_leases(self) -> None:
         lease = self.settings.lease_seconds
         while True:
-            await anyio.sleep(lease / 3)
+            await anyio.sleep(lease / 4)
             if self._in_flight:
                 await self.queue.renew(self.owner, lease)

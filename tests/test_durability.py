@@ -193,6 +193,11 @@ async def test_a_lease_that_runs_out_lets_another_daemon_take_the_item(tmp_path:
         assert [i.key for i in await queue.claim("b", 5, lease_seconds=10)] == ["s2"]
         assert await queue.claim("b", 5, lease_seconds=10) == []
 
+        clock.now += 15  # every lease ran out: a takes b's item, never its own again
+        assert [i.key for i in await queue.claim("a", 5, lease_seconds=10)] == ["s2"]
+        assert await queue.renew("a", 10) == 3
+        assert await queue.release("a", [3]) == 1
+        assert [i.key for i in await queue.claim("b", 5, lease_seconds=10)] == ["s2"]
         clock.now += 6
         assert await queue.renew("a", 10) == 2  # a is alive: its leases move on
         assert await queue.renew("b", 10) == 1
@@ -235,10 +240,10 @@ async def test_an_item_that_keeps_killing_daemons_is_failed_with_the_reason(
     clock = Clock()
     store, queue, _ = await _queue_with(tmp_path, 1, clock)
     try:
-        for _ in range(3):
-            assert len(await queue.claim("a", 1, lease_seconds=1, max_attempts=3)) == 1
+        for attempt in range(3):
+            assert len(await queue.claim(f"a{attempt}", 1, lease_seconds=1, max_attempts=3)) == 1
             clock.now += 5
-        assert await queue.claim("a", 1, lease_seconds=1, max_attempts=3) == []
+        assert await queue.claim("z", 1, lease_seconds=1, max_attempts=3) == []
         assert (await queue.counts())["failed"] == 1
     finally:
         await store.__aexit__(None, None, None)

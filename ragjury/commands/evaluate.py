@@ -13,9 +13,10 @@ from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar, evaluation_table
 from ragjury.commands._run import RecordedRun, recorded_run
-from ragjury.commands._signals import capture, stop_on_signals
+from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.commands.generate import EXIT_INTERRUPTED
 from ragjury.config import Settings
+from ragjury.daemon import DaemonCounts
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
@@ -143,6 +144,7 @@ async def _work(
             highlight=False,
         )
     stop = anyio.Event()
+    outcome: Outcome[JobRun] | None = None
     with EvaluationProgressBar(console, total) as bar:
         bar.update(done)
 
@@ -166,4 +168,6 @@ async def _work(
                 )
             )
             tg.cancel_scope.cancel()
+    if outcome is None:  # stopped at once by a second signal
+        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
     return outcome.unwrap()

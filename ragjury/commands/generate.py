@@ -16,8 +16,9 @@ from rich.console import Console
 
 from ragjury.commands._display import GenerationProgress, summary_table
 from ragjury.commands._run import RecordedRun, recorded_run
-from ragjury.commands._signals import capture, stop_on_signals
+from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
+from ragjury.daemon import DaemonCounts
 from ragjury.generation import summarise
 from ragjury.ingest import load_documents
 from ragjury.output import RecordWriter
@@ -93,6 +94,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
             highlight=False,
         )
     stop = anyio.Event()
+    outcome: Outcome[JobRun] | None = None
     with GenerationProgress(console) as progress:
         progress.update(counts)
 
@@ -113,6 +115,8 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
                 )
             )
             tg.cancel_scope.cancel()
+    if outcome is None:  # stopped at once by a second signal
+        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
     return outcome.unwrap()
 
 

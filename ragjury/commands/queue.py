@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ragjury.commands._run import recorded_run
-from ragjury.commands._signals import capture, stop_on_signals
+from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
-from ragjury.daemon import Daemon
+from ragjury.daemon import Daemon, DaemonCounts
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
@@ -118,6 +118,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             "SIGINT/SIGTERM to stop",
             markup=False,
         )
+        outcome: Outcome[DaemonCounts] = Outcome(value=daemon.counts)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
             outcome = await capture(daemon.run(stop=stop))

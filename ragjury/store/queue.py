@@ -131,8 +131,12 @@ class Queue:
         if limit <= 0:
             return []
         now = self._clock()
-        where = "(state = 'queued' OR (state = 'processing' AND lease_expires < ?))"
-        params: list[Any] = [now]
+        # Never its own items: a daemon that renews late must not work an item twice.
+        where = (
+            "(state = 'queued' OR (state = 'processing' AND lease_expires < ? "
+            "AND lease_owner != ?))"
+        )
+        params: list[Any] = [now, owner]
         if job_ids is not None:
             where += f" AND job_id IN ({', '.join('?' for _ in job_ids)})"
             params.extend(job_ids)

@@ -1,0 +1,267 @@
+"""`ragjury serve` as a real process: SIGKILL and restart, graceful shutdown, two daemons.
+
+The scripted LLM server runs in this process; daemons are subprocesses that share one
+database file. Conditions across processes are polled from the database with a deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragjury.cli import main
+
+from conftest import CRITIC_AGENTS, critic_reply, generator_reply, read_jsonl, write_qa_document
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply
+
+DEADLINE = 60.0
+
+
+def slow(responder: Callable[[RecordedRequest], Reply], seconds: float) -> Callable[..., Reply]:
+    def respond(request: RecordedRequest) -> Reply:
+        return dataclasses.replace(responder(request), delay=seconds)
+
+    return respond
+
+
+def script_slowly(fake: FakeOpenAI, seconds: float) -> None:
+    fake.route("generator", slow(generator_reply, seconds))
+    for agent in CRITIC_AGENTS:
+        fake.route(agent, slow(critic_reply(), seconds))
+
+
+def submit(tmp_path: Path, n: int) -> Path:
+    docs = tmp_path / "docs"
+    for i in range(n):
+        write_qa_document(docs, f"doc{i:02}.md", [(f"What is setting number {i}?", f"value {i}")])
+    db = tmp_path / "queue.db"
+    assert main(["submit", str(docs), "--db", str(db), "--whole-documents"]) == 0
+    return db
+
+
+@dataclasses.dataclass
+class Daemon:
+    process: subprocess.Popen[str]
+    log: Path
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = DEADLINE) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait(timeout=10)
+
+
+def serve(
+    started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str
+) -> Daemon:
+    log = db.parent / f"{name}.log"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ragjury",
+            "serve",
+            "--db",
+            str(db),
+            "--base-url",
+            fake.base_url,
+            "--api-key",
+            "test-key",
+            "--model",
+            "fake-model",
+            "--lease",
+            "2",
+            "--concurrency",
+            "2",
+            "--items-in-flight",
+            "2",
+            "--log-level",
+            "info",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w", encoding="utf-8"),
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    daemon = Daemon(process, log)
+    started.append(daemon)
+    return daemon
+
+
+def states(db: Path) -> Counter[str]:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return Counter(dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state")))
+
+
+def cached_steps(db: Path) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def steps(fake: FakeOpenAI) -> Counter[tuple[str | None, str]]:
+    """Every distinct LLM step the server was asked for, with how often."""
+    return Counter((r.agent, r.text()) for r in fake.requests)
+
+
+def exported(db: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    out = tmp_path / "export.jsonl"
+    assert main(["export", "--db", str(db), "--out", str(out), "--rejected", str(out) + ".r"]) == 0
+    return read_jsonl(out) + read_jsonl(Path(str(out) + ".r"))
+
+
+def test_a_daemon_killed_midway_loses_nothing_and_repeats_only_steps_in_flight(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 0.3)
+    db = submit(tmp_path, 8)
+    first = serve(daemons, fake, db, "first")
+
+    def midway() -> bool:
+        # some items done, and an unfinished one has finished steps, and a request is out
+        done = states(db)["done"]
+        return done >= 2 and cached_steps(db) > 4 * done and fake.in_flight >= 1
+
+    until(midway, "an item half done")
+
+    first.process.kill()  # SIGKILL: no cleanup of any kind
+    assert first.wait() == -signal.SIGKILL
+    # Steps in flight at the kill: asked of the server, but not stored as finished.
+    in_flight_at_kill = len(steps(fake)) - cached_steps(db)
+    assert 1 <= in_flight_at_kill <= 2  # --concurrency 2
+    done_at_kill = states(db)["done"]
+    assert done_at_kill < 8
+
+    second = serve(daemons, fake, db, "second")
+    until(lambda: states(db)["done"] == 8, "every item done after the restart")
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+    assert states(db) == Counter({"done": 8})
+    records = exported(db, tmp_path)
+    assert len(records) == 8
+    assert len({r["id"] for r in records}) == 8  # each item's results exactly once
+    asked = steps(fake)
+    assert len(asked) == 8 * 4  # every step of every document was asked at least once
+    repeated = sum(asked.values()) - len(asked)
+    assert repeated <= in_flight_at_kill
+    assert '"cached": true' in second.stderr()  # the restart replayed finished steps
+
+
+def test_sigterm_lets_in_flight_items_finish_and_leaves_the_rest_queued(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 0.5)
+    db = submit(tmp_path, 6)
+    daemon = serve(daemons, fake, db, "graceful", "--grace", "30")
+    until(lambda: states(db)["processing"] == 2 and fake.in_flight >= 1, "two items in flight")
+    with sqlite3.connect(db) as conn:
+        held = {row[0] for row in conn.execute("SELECT id FROM items WHERE state='processing'")}
+
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+    with sqlite3.connect(db) as conn:
+        done = {row[0] for row in conn.execute("SELECT id FROM items WHERE state = 'done'")}
+    assert held <= done  # what was in flight finished within the grace period
+    counts = states(db)
+    assert counts["processing"] == 0
+    assert counts["queued"] == 6 - len(done) > 0  # the rest waits for the next daemon
+    assert "SIGTERM: taking no new work" in daemon.stderr()
+
+
+def test_a_second_signal_stops_at_once_and_puts_the_work_back(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 20.0)
+    db = submit(tmp_path, 3)
+    daemon = serve(daemons, fake, db, "impatient", "--grace", "60")
+    until(lambda: fake.in_flight >= 1, "a request in flight")
+
+    started = time.monotonic()
+    daemon.signal(signal.SIGINT)
+    until(lambda: "SIGINT: taking no new work" in daemon.stderr(), "the first signal seen")
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
+    assert time.monotonic() - started < 15  # neither the 20 s answer nor the 60 s grace
+
+    assert states(db) == Counter({"queued": 3})
+
+
+def test_two_daemons_share_one_database_and_never_do_an_item_twice(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 0.2)
+    db = submit(tmp_path, 10)
+    pair = [serve(daemons, fake, db, "one"), serve(daemons, fake, db, "two")]
+    until(lambda: states(db)["done"] == 10, "every item done")
+    for daemon in pair:
+        daemon.signal(signal.SIGTERM)
+    assert [daemon.wait() for daemon in pair] == [0, 0]
+
+    asked = steps(fake)
+    assert len(asked) == 40
+    assert max(asked.values()) == 1  # no step was asked twice
+    assert len({r["id"] for r in exported(db, tmp_path)}) == 10
+    with sqlite3.connect(db) as conn:
+        per_daemon = [
+            int(n)
+            for (n,) in conn.execute(
+                "SELECT json_extract(summary, '$.items_done') FROM runs WHERE command = 'serve'"
+            )
+        ]
+    assert sum(per_daemon) == 10
+    assert min(per_daemon) > 0  # both took a share
+
+
+def test_serve_logs_one_json_line_per_handled_message(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 0.0)
+    db = submit(tmp_path, 1)
+    daemon = serve(daemons, fake, db, "logs")
+    until(lambda: states(db)["done"] == 1, "the item done")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+    import json
+
+    lines = [json.loads(line) for line in daemon.stderr().splitlines() if line.startswith("{")]
+    handled = [line for line in lines if line["event"] == "message_handled"]
+    generator = next(line for line in handled if line["agent"] == "generator")
+    for field in ("message_id", "correlation_id", "ms", "attempt", "llm_requests"):
+        assert field in generator
+    assert generator["prompt_tokens"] == 100
+    assert {line["agent"] for line in handled} >= {"chunker", "generator", *CRITIC_AGENTS}

@@ -64,9 +64,12 @@ class Daemon:
         *,
         job_ids: Sequence[str] | None = None,
         on_event: EventListener | None = None,
+        on_progress: EventListener | None = None,
         target: Target | None = None,
         owner: str | None = None,
     ) -> None:
+        """``on_event`` gets an item's result events once they are stored; ``on_progress``
+        gets every event the moment it happens (for progress displays)."""
         self.settings = settings
         self.llm = llm
         self.queue = Queue(store)
@@ -75,6 +78,7 @@ class Daemon:
         self.job_ids = list(job_ids) if job_ids is not None else None
         self.counts = DaemonCounts()
         self._on_event = on_event
+        self._on_progress = on_progress
         self._target = target
         self._target_limiter = anyio.CapacityLimiter(settings.concurrency)
         self._capacity = settings.items_in_flight or max(4, 2 * settings.concurrency)
@@ -203,6 +207,9 @@ class Daemon:
                         attempt=item.attempts,
                         seconds=round(time.perf_counter() - started, 3),
                     )
+                    if self._on_event is not None:
+                        for event in results.events:
+                            await self._on_event(item.job_id, event)
                 else:
                     self.counts.skipped += 1
                     log.info("item_already_done", item_id=item.id)
@@ -230,7 +237,7 @@ class Daemon:
                     self.settings,
                     self.llm,
                     cache=self.cache,
-                    on_event=self._on_event,
+                    on_event=self._on_progress,
                     target=self._target,
                     target_limiter=self._target_limiter,
                 )

@@ -52,7 +52,8 @@ from ragjury.store.cache import StepCache
 from ragjury.store.queue import Item, ItemResults, Job, JobKind
 
 EventListener = Callable[[str, Any], Awaitable[None]]
-"""Called with (job id, event) for every result event as it happens."""
+"""Called with (job id, event) for result events: as they happen (progress displays), or once
+the item's results are stored (:class:`~ragjury.daemon.Daemon`'s ``on_event``)."""
 
 _GENERATION_RESULTS: tuple[type[Any], ...] = (
     ChunkReady,
@@ -174,6 +175,7 @@ class JobPipeline:
                 scored = self._sample_result(tracked, sample.id)
             return ItemResults(
                 samples=[(result_record(scored), scored.model_dump_json())],
+                events=(scored,),
                 report={
                     "steps_failed": _count(tracked, StepFailed),
                     "answered_by_target": answered,
@@ -261,7 +263,10 @@ class JobPipeline:
                 judged.append(flushed)
                 await self._emit(flushed)
         judged.sort(key=lambda j: order.get(j.pair.id, (len(chunks), 0)))
-        return ItemResults(pairs=[pair_record(j) for j in judged], report=report)
+        events = tuple(e for e in tracked.events if not isinstance(e, PairJudged))
+        return ItemResults(
+            pairs=[pair_record(j) for j in judged], report=report, events=(*events, *judged)
+        )
 
     async def _collect(self, subscription: Subscription) -> None:
         async for delivery in subscription.deliveries():

@@ -100,13 +100,13 @@ async def run_job(
     settings: Settings,
     store: Store,
     llm: LLM,
-    on_event: EventListener | None = None,
+    on_progress: EventListener | None = None,
     target: Target | None = None,
     stop: anyio.Event | None = None,
 ) -> JobRun:
     """Work on ``job`` until none of its items is left, or ``stop`` is set (then in-flight
     items get the grace period and the rest stays queued)."""
-    daemon = Daemon(settings, store, llm, job_ids=[job.id], on_event=on_event, target=target)
+    daemon = Daemon(settings, store, llm, job_ids=[job.id], on_progress=on_progress, target=target)
     counts = await daemon.run(until_empty=True, stop=stop)
     return JobRun(job, counts, await daemon.queue.unfinished([job.id]))
 

@@ -75,9 +75,7 @@ def daemons() -> Iterator[list[Daemon]]:
             daemon.process.wait(timeout=10)
 
 
-def serve(
-    started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str
-) -> Daemon:
+def serve(started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str) -> Daemon:
     log = db.parent / f"{name}.log"
     process = subprocess.Popen(
         [

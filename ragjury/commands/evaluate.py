@@ -162,7 +162,7 @@ async def _work(
                     settings=settings,
                     store=run.store,
                     llm=run.llm,
-                    on_event=on_event,
+                    on_progress=on_event,
                     target=target,
                     stop=stop,
                 )

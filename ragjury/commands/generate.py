@@ -110,7 +110,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
                     settings=settings,
                     store=run.store,
                     llm=run.llm,
-                    on_event=on_event,
+                    on_progress=on_event,
                     stop=stop,
                 )
             )

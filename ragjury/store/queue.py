@@ -54,6 +54,8 @@ class ItemResults:
     samples: Sequence[tuple[dict[str, Any], str]] = ()
     """(export record, SampleScored JSON) per sample."""
     report: dict[str, Any] | None = None
+    events: tuple[Any, ...] = ()
+    """The item's result events, handed to listeners once the results are stored."""
 
 
 def _iso(timestamp: float) -> str:

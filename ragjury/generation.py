@@ -50,6 +50,7 @@ class GenerationCounts:
     """What the run has seen so far; the progress display and the summary read it."""
 
     documents: int = 0
+    documents_submitted: int = 0
     chunks: int = 0
     chunks_done: int = 0
     chunks_failed: int = 0
@@ -180,9 +181,12 @@ async def run_generation(
 
     async def feed() -> None:
         for document in documents:
+            if llm.budget.exhausted:
+                break  # --max-tokens / --max-cost: take no new document; finish the rest
             await bus.publish(
                 Envelope(correlation_id=document.id, payload=DocumentSubmitted(document=document))
             )
+            counts.documents_submitted += 1
 
     async def drain() -> None:
         for judged in aggregator.flush_incomplete():
@@ -199,6 +203,7 @@ def summarise(
     return {
         "documents": counts.documents,
         "documents_skipped": len(skipped),
+        "documents_not_submitted": counts.documents - counts.documents_submitted,
         "chunks": counts.chunks,
         "chunks_failed": counts.chunks_failed,
         "pairs_drafted": counts.pairs_drafted,

@@ -10,9 +10,10 @@ from typing import Any
 import structlog
 from rich.console import Console
 
-from ragjury.commands._display import EvaluationProgressBar, evaluation_table
-from ragjury.commands._run import recorded_run
+from ragjury.commands._display import EvaluationProgressBar, cost_text, evaluation_table
+from ragjury.commands._run import EXIT_BUDGET, budget_stop, recorded_run, report_estimate
 from ragjury.config import Settings
+from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import (
     PROMPT_NAMES,
@@ -63,6 +64,11 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(f"ragjury: nothing to do: no valid sample in {args.samples}")
         return 1
     metrics = choose_metrics(loaded.samples, settings.evaluate.metrics)
+    if args.dry_run:
+        estimate = estimate_evaluation(
+            loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
+        )
+        return await report_estimate(estimate, settings, args, console)
     needs_llm = bool(LLM_METRICS & set(metrics))
     if needs_llm:
         settings.require_endpoint()
@@ -113,6 +119,10 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             model=settings.model,
         )
         summary["answered_by_target"] = progress.answered_by_target
+        total = len(loaded.samples)
+        stop = budget_stop(run.llm, what="samples", submitted=progress.submitted, total=total)
+        summary["samples_not_submitted"] = total - progress.submitted
+        summary["stopped_by_budget"] = stop is not None
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -124,9 +134,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(
             f"ragjury evaluate: {summary['samples']} samples, {len(invalid)} invalid; "
             + "; ".join(parts)
-            + f" -> {args.out}",
+            + f"; {summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
+            f"{summary['completion_tokens']} tokens, {cost_text(summary)} -> {args.out}",
             soft_wrap=True,
             markup=False,
             highlight=False,
         )
+    if stop is not None:
+        console.print(stop, soft_wrap=True, markup=False, highlight=False)
+        return EXIT_BUDGET
     return 1 if invalid else 0

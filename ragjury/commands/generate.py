@@ -8,9 +8,10 @@ import contextlib
 import structlog
 from rich.console import Console
 
-from ragjury.commands._display import GenerationProgress, summary_table
-from ragjury.commands._run import recorded_run
+from ragjury.commands._display import GenerationProgress, cost_text, summary_table
+from ragjury.commands._run import EXIT_BUDGET, budget_stop, recorded_run, report_estimate
 from ragjury.config import Settings
+from ragjury.estimate import estimate_generation
 from ragjury.generation import run_generation, summarise
 from ragjury.ingest import load_documents
 from ragjury.output import RecordWriter
@@ -22,7 +23,8 @@ _PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
 
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
-    settings.require_endpoint()
+    if not args.dry_run:
+        settings.require_endpoint()
     options = settings.generate
     prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
@@ -41,6 +43,9 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
         return 1
+    if args.dry_run:
+        estimate = estimate_generation(loaded.documents, settings, prompts)
+        return await report_estimate(estimate, settings, args, console)
     async with recorded_run(settings, "generate") as run:
         with contextlib.ExitStack() as stack:
             kept = stack.enter_context(RecordWriter(args.out, args.format))
@@ -62,6 +67,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
                 prompts=prompts,
             )
         summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
+        stop = budget_stop(
+            run.llm, what="documents", submitted=counts.documents_submitted, total=counts.documents
+        )
+        summary["stopped_by_budget"] = stop is not None
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(summary_table(summary))
@@ -70,8 +79,14 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             f"ragjury generate: kept {summary['kept']}, rejected {summary['rejected']}, "
             f"failed {summary['failed']} of {summary['pairs_drafted']} drafted pairs "
             f"({summary['chunks_failed']} of {summary['chunks']} chunks failed; "
-            f"{summary['llm_calls']} LLM calls) -> {args.out}",
+            f"{summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
+            f"{summary['completion_tokens']} tokens, {cost_text(summary)}) -> {args.out}",
             soft_wrap=True,
+            markup=False,
+            highlight=False,
         )
+    if stop is not None:
+        console.print(stop, soft_wrap=True, markup=False, highlight=False)
+        return EXIT_BUDGET
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
     return 1 if processed_nothing else 0

@@ -89,6 +89,7 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
 @dataclass
 class EvaluationProgress:
     samples: int = 0
+    submitted: int = 0
     answered_by_target: int = 0
     done: int = 0
     steps_failed: int = 0
@@ -206,6 +207,9 @@ async def run_evaluation(
     async def feed() -> None:
         async with anyio.create_task_group() as feeders:
             for sample in samples:
+                if llm.budget.exhausted:
+                    break  # --max-tokens / --max-cost: take no new sample; finish the rest
+                progress.submitted += 1
                 if target is not None and sample.answer is None:
                     feeders.start_soon(submit, sample)
                 else:

@@ -4,7 +4,8 @@ Tables:
   runs       one row per command run: its settings, when it started and ended, its summary
   pairs      every judged pair of a generation run, with its outcome and full record
   samples    every judged sample of an evaluation run, with its position in the input
-  llm_calls  one row per structured LLM call: stage, requests sent, tokens, latency, error
+  llm_calls  one row per structured LLM call: stage, model, requests sent (every attempt),
+             tokens and cost over every attempt, latency, error
 """
 
 from __future__ import annotations
@@ -56,10 +57,14 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     latency_ms REAL NOT NULL,
     statuses TEXT NOT NULL,
     error TEXT,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    model TEXT,
+    cost_usd REAL
 );
 CREATE INDEX IF NOT EXISTS llm_calls_run ON llm_calls(run_id, stage);
 """
+# Columns added after the first release: a database made before them gets them on open.
+_ADDED_COLUMNS = {"llm_calls": (("model", "TEXT"), ("cost_usd", "REAL"))}
 
 
 def _now() -> str:
@@ -85,6 +90,7 @@ class Store:
             await self._db.execute("PRAGMA synchronous=NORMAL")
             await self._db.execute("PRAGMA busy_timeout=10000")
             await self._db.executescript(_SCHEMA)
+            await self._add_missing_columns()
             await self._db.commit()
         except aiosqlite.DatabaseError as exc:
             if self._db is not None:
@@ -105,6 +111,14 @@ class Store:
             await self._db.commit()
             await self._db.close()
             self._db = None
+
+    async def _add_missing_columns(self) -> None:
+        for table, columns in _ADDED_COLUMNS.items():
+            async with self.db.execute(f"PRAGMA table_info({table})") as cursor:
+                present = {row[1] async for row in cursor}
+            for name, kind in columns:
+                if name not in present:
+                    await self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -159,7 +173,8 @@ class Store:
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
         await self.db.execute(
             "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
-            "latency_ms, statuses, error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "latency_ms, statuses, error, created_at, model, cost_usd) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 stats.stage,
@@ -170,6 +185,8 @@ class Store:
                 json.dumps(stats.statuses),
                 error,
                 _now(),
+                stats.model,
+                stats.cost_usd,
             ),
         )
         await self.db.commit()
@@ -180,12 +197,19 @@ class Store:
         ) as cursor:
             return [json.loads(row[0]) async for row in cursor]
 
-    async def call_totals(self, run_id: str) -> dict[str, int]:
+    async def call_totals(self, run_id: str) -> dict[str, int | float | None]:
+        """Requests, tokens and cost of a run's calls; the cost is None if any call's is."""
         async with self.db.execute(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
-            "COALESCE(SUM(completion_tokens), 0) FROM llm_calls WHERE run_id = ?",
+            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
+            "COUNT(*) - COUNT(cost_usd) FROM llm_calls WHERE run_id = ?",
             (run_id,),
         ) as cursor:
             row = await cursor.fetchone()
         assert row is not None
-        return {"llm_calls": row[0], "prompt_tokens": row[1], "completion_tokens": row[2]}
+        return {
+            "llm_calls": row[0],
+            "prompt_tokens": row[1],
+            "completion_tokens": row[2],
+            "cost_usd": None if row[4] else row[3],
+        }

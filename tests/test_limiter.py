@@ -71,6 +71,20 @@ async def test_retry_after_pauses_new_sends_until_then() -> None:
 
     assert clock.sleeps == [5.0]
     assert clock.now == 1005.0
+    assert lim.paused_seconds == 5.0
+
+
+async def test_overlapping_pauses_count_once_in_the_paused_time() -> None:
+    clock = ManualClock()
+    lim = limiter(4, clock)
+    first, second = await lim.acquire(), await lim.acquire()
+    lim.release(first, "throttled", retry_after=5.0)
+    lim.release(second, "throttled", retry_after=3.0)  # inside the first pause
+
+    await lim.acquire()
+
+    assert clock.sleeps == [5.0]
+    assert lim.paused_seconds == 5.0
 
 
 async def test_a_throttle_without_retry_after_does_not_pause_the_endpoint() -> None:

@@ -115,7 +115,9 @@ class AdaptiveLimiter:
         self.throttled = 0
         self.cuts = 0
         self.paused_seconds = 0.0
+        """Wall-clock seconds the endpoint was paused by Retry-After."""
         self.rate_wait_seconds = 0.0
+        """Seconds requests waited for the rpm/tpm buckets, summed over requests."""
 
     @property
     def limit(self) -> int:
@@ -141,7 +143,6 @@ class AdaptiveLimiter:
             if self._paused_until > now and self._paused_until != waited_pause:
                 # A pause is waited out once; a newer pause set meanwhile is waited again.
                 waited_pause = self._paused_until
-                self.paused_seconds += self._paused_until - now
                 await self._sleep(self._paused_until - now)
                 continue
             wait = max(
@@ -183,7 +184,12 @@ class AdaptiveLimiter:
         elif outcome == "throttled":
             self.throttled += 1
             if retry_after is not None and retry_after > 0:
-                self._paused_until = max(self._paused_until, self._clock() + retry_after)
+                now = self._clock()
+                until = now + retry_after
+                if until > self._paused_until:
+                    # wall-clock time the endpoint is paused, overlapping pauses counted once
+                    self.paused_seconds += until - max(self._paused_until, now)
+                    self._paused_until = until
             if permit.seq > self._cut_at:
                 self._limit = max(1, self._limit // 2)
                 self.lowest_limit = min(self.lowest_limit, self._limit)

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from ragjury.config import Settings
+from ragjury.errors import RagjuryError
 from ragjury.evaluation.pipeline import choose_metrics, run_evaluation
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
@@ -132,6 +133,12 @@ class Jury:
             metrics=chosen,
             prompts=self._prompts,
         )
+        if len(results) < len(samples):
+            raise RagjuryError(
+                f"budget reached: {self.llm.budget.reason}; {len(samples) - len(results)} of "
+                f"{len(samples)} samples were not judged. Raise Settings.max_tokens / max_cost "
+                "or use a new Jury"
+            )
         return [
             EvaluationResult(sample=r.sample, metrics={str(k): v for k, v in r.metrics.items()})
             for r in results

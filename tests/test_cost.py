@@ -11,12 +11,16 @@ from typing import Any
 
 import pytest
 
+from ragjury import Jury
 from ragjury.cli import main
 from ragjury.config import Settings
+from ragjury.errors import RagjuryError
 from ragjury.pricing import BUILTIN_PRICES, ModelPrice, PriceTable
+from ragjury.schemas import Sample
 
 from conftest import (
     generator_reply,
+    make_settings,
     read_jsonl,
     read_summary,
     script_happy_path,
@@ -402,3 +406,43 @@ def test_evaluate_dry_run_needs_no_endpoint_and_is_within_20_percent_of_a_real_r
     assert real["llm_calls"] == 5 * 3 + (1 + 1 + 2 + 3 + 3)
     assert math.isclose(estimate["llm_calls"], real["llm_calls"], rel_tol=0.2)
     assert set(estimate["by_stage"]) == set(real["by_stage"])
+
+
+@pytest.mark.anyio
+async def test_a_jury_over_budget_says_how_many_samples_were_not_judged(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    samples = [
+        Sample(
+            id=f"s{i}",
+            question="Capital?",
+            answer="Tokyo is the capital of Japan.",
+            contexts=("Tokyo is the capital of Japan.",),
+        )
+        for i in range(200)
+    ]
+    settings = make_settings(fake, tmp_path, max_tokens=500, concurrency=2)
+    async with Jury(settings) as jury:
+        with pytest.raises(RagjuryError, match=r"budget reached: --max-tokens 500 reached"):
+            await jury.evaluate(samples, metrics=["faithfulness"])
+
+
+def test_a_database_from_before_costs_gets_the_new_columns(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    with sqlite3.connect(tmp_path / "ragjury.db") as db:
+        db.execute(
+            "CREATE TABLE llm_calls (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
+            "stage TEXT NOT NULL, requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, "
+            "completion_tokens INTEGER NOT NULL, latency_ms REAL NOT NULL, statuses TEXT NOT NULL, "
+            "error TEXT, created_at TEXT NOT NULL)"
+        )
+    corpus(tmp_path)
+    script_happy_path(fake)
+
+    assert generate(fake, tmp_path, model="gpt-4o-mini") == 0
+
+    assert db_rows(tmp_path, "SELECT COUNT(*), COUNT(cost_usd), MIN(model) FROM llm_calls") == [
+        (12, 12, "gpt-4o-mini")
+    ]

@@ -16,10 +16,11 @@ from ragjury import __version__
 from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
+from ragjury.pricing import load_price_file
 
 log = structlog.get_logger("ragjury.cli")
 
-EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_BUDGET = 0, 1, 2, 3
 
 # Flags that map one-to-one onto GenerationOptions fields.
 _GENERATION_FLAGS = (
@@ -60,6 +61,10 @@ _LLM_FLAGS = (
     "grace",
     "lease_seconds",
     "items_in_flight",
+    "rpm",
+    "tpm",
+    "max_tokens",
+    "max_cost",
 )
 
 
@@ -80,6 +85,32 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         "--max-transport-retries", type=int, help="retries of 429/5xx/timeouts (default 6)"
     )
     group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
+    group.add_argument("--rpm", type=int, help="requests per minute, at most (default: no limit)")
+    group.add_argument(
+        "--tpm", type=int, help="tokens per minute, at most, estimated before each request"
+    )
+    cost = parser.add_argument_group("cost and budget")
+    cost.add_argument(
+        "--max-tokens",
+        type=int,
+        help="stop taking new work once this many tokens (prompt + completion) are spent",
+    )
+    cost.add_argument(
+        "--max-cost",
+        type=float,
+        help="stop taking new work once this many USD are spent (needs a price for --model)",
+    )
+    cost.add_argument(
+        "--prices",
+        type=Path,
+        metavar="FILE",
+        help="TOML or JSON of USD per million tokens by model, over the built-in table",
+    )
+    cost.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="estimate LLM calls, tokens and cost without calling the LLM, then stop",
+    )
     group.add_argument(
         "--mode",
         choices=["json", "tools", "json_schema", "md_json"],
@@ -346,6 +377,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise ConfigurationError(f"--workers needs whole numbers, e.g. generator=4: {exc}") from exc
     try:
         settings = Settings.from_environment(**overrides)
+        if getattr(args, "prices", None) is not None:
+            prices = {**settings.prices, **load_price_file(args.prices)}
+            settings = settings.model_copy(update={"prices": prices})
         flags = {k: getattr(args, k, None) for k in _GENERATION_FLAGS}
         flags["globs"] = tuple(args.globs) if getattr(args, "globs", None) else None
         merged = {

@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from ragjury.errors import ConfigurationError
+from ragjury.pricing import ModelPrice
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -110,6 +111,17 @@ class Settings(BaseSettings):
         repr=False,
     )
     concurrency: int = Field(default=8, ge=1, description="Requests in flight at once, at most.")
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute, at most.")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute, at most.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Budget: stop taking new work after this many tokens."
+    )
+    max_cost: float | None = Field(
+        default=None, gt=0, description="Budget: stop taking new work after this many USD."
+    )
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="USD per million tokens by model, over the built-in."
+    )
     max_retries: int = Field(default=3, ge=0, description="Re-asks when output does not validate.")
     max_transport_retries: int = Field(
         default=6, ge=0, description="Retries of 429, 5xx, timeouts and connection errors."

@@ -89,6 +89,7 @@ class Daemon:
         self._work: TaskGroup | None = None
         self.stopping = anyio.Event()
         self.started = anyio.Event()
+        self.budget_stopped = False
 
     def stop(self) -> None:
         """Stop taking items; let those in flight finish within the grace period."""
@@ -155,6 +156,12 @@ class Daemon:
     async def _intake(self, until_empty: bool) -> None:
         lease = self.settings.lease_seconds
         while not self.stopping.is_set():
+            if self.llm.budget.exhausted:
+                # --max-tokens / --max-cost: take no new item; those in flight finish in full
+                if not self.budget_stopped:
+                    log.warning("budget_reached", reason=self.llm.budget.reason)
+                self.budget_stopped = True
+                return
             free = self._capacity - len(self._in_flight)
             items = await self.queue.claim(
                 self.owner, free, lease_seconds=lease, job_ids=self.job_ids

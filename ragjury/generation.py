@@ -45,6 +45,7 @@ class GenerationCounts:
     """What the run has seen so far; the progress display and the summary read it."""
 
     documents: int = 0
+    documents_submitted: int = 0
     chunks: int = 0
     chunks_done: int = 0
     chunks_failed: int = 0
@@ -131,6 +132,7 @@ def summarise(
     return {
         "documents": counts.documents,
         "documents_skipped": len(skipped),
+        "documents_not_submitted": counts.documents - counts.documents_submitted,
         "chunks": counts.chunks,
         "chunks_failed": counts.chunks_failed,
         "pairs_drafted": counts.pairs_drafted,

@@ -20,7 +20,7 @@ database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +32,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from ragjury.config import Settings
 from ragjury.daemon import Daemon
-from ragjury.errors import InputError
+from ragjury.errors import InputError, RagjuryError
 from ragjury.evaluation.pipeline import choose_metrics
 from ragjury.ingest import load_documents
 from ragjury.llm import LLM
@@ -170,6 +170,12 @@ class Jury:
         results = await evaluate_in_memory(
             samples, settings=self.settings, llm=self.llm, metrics=chosen, prompts=self._prompts
         )
+        if len(results) < len(samples):
+            raise RagjuryError(
+                f"budget reached: {self.llm.budget.reason}; {len(samples) - len(results)} of "
+                f"{len(samples)} samples were not judged. Raise Settings.max_tokens / max_cost "
+                "or use a new Jury"
+            )
         return [
             EvaluationResult(sample=r.sample, metrics={str(k): v for k, v in r.metrics.items()})
             for r in results
@@ -206,7 +212,7 @@ class Jury:
         self._submitted.append(job.id)
         return job.id
 
-    async def events(self) -> AsyncIterator[Any]:
+    async def events(self) -> AsyncGenerator[Any, None]:
         """Result events (PairJudged, SampleScored, ChunkFailed, ...) as they happen.
 
         While :meth:`serve` runs, this follows the daemon until the jury closes. Otherwise it

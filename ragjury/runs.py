@@ -150,6 +150,8 @@ async def evaluate_in_memory(
 
     async def judge(position: int, sample: Sample) -> None:
         async with limiter:
+            if llm.budget.exhausted:
+                return  # --max-tokens / --max-cost: no new sample
             item = Item(
                 id=position,
                 job_id=job.id,
@@ -167,4 +169,4 @@ async def evaluate_in_memory(
             for position, sample in enumerate(samples):
                 judges.start_soon(judge, position, sample)
         tg.cancel_scope.cancel()
-    return results
+    return [result for result in results if result is not None]

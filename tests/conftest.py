@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from ragjury.config import GenerationOptions, Settings
@@ -21,6 +23,23 @@ _WANTED = re.compile(r"Write exactly (\d+) question")
 _TEXT = re.compile(r"<text>\n(.*?)\n</text>", re.DOTALL)
 _PAIR = re.compile(r"^Q: (?P<q>.+)\nA: (?P<a>.+)$", re.MULTILINE)
 _QUESTION = re.compile(r"^Question: (.+)$", re.MULTILINE)
+
+
+class ManualClock:
+    """A clock that only moves when something sleeps on it: ``clock()`` is the time,
+    ``clock.sleep`` records each wait and moves the time on by it (then yields once)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
 
 
 @pytest.fixture

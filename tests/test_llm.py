@@ -13,7 +13,7 @@ from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
 from ragjury.llm import LLM
 from ragjury.schemas import Critique, DraftedPairs
 
-from conftest import make_settings
+from conftest import ManualClock, make_settings
 from fakeopenai import FakeOpenAI, chat, chat_json, error
 
 pytestmark = pytest.mark.anyio
@@ -114,12 +114,12 @@ async def test_429_waits_as_long_as_retry_after_says_then_succeeds(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     fake.route("critic", error(429, retry_after=7), chat_json({"rationale": "ok", "rating": 3}))
-    sleep = RecordingSleep()
-    async with LLM(make_settings(fake, tmp_path), sleep=sleep) as llm:
+    clock = ManualClock()
+    async with LLM(make_settings(fake, tmp_path), sleep=clock.sleep, clock=clock) as llm:
         critique = await llm.structured(Critique, ASK, stage="critic")
 
         assert critique.rating == 3
-        assert sleep.delays == [7.0]
+        assert clock.sleeps == [7.0]
         assert llm.usage.stage("critic").requests == 2
 
 

@@ -66,6 +66,22 @@ class GenerationProgress(_Bars):
         )
 
 
+def cost_text(summary: dict[str, Any]) -> str:
+    """The run's cost in words: USD, or why it is unknown."""
+    if summary.get("cost_usd") is None:
+        models = ", ".join(summary.get("unpriced_models") or []) or "the model"
+        return f"cost unknown (no price for {models}; see --prices)"
+    return f"${summary['cost_usd']:.4f}"
+
+
+def _limit_text(summary: dict[str, Any]) -> str:
+    limit = summary["rate_limit"]
+    text = f"{limit['limit']} of {limit['concurrency']}"
+    if limit["throttled"]:
+        text += f" (lowest {limit['lowest_limit']}, {limit['throttled']} x 429)"
+    return text
+
+
 def summary_table(summary: dict[str, Any]) -> Table:
     table = Table(title="ragjury generate", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
@@ -86,6 +102,52 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "wall_seconds",
     ):
         table.add_row(key.replace("_", " "), str(summary[key]))
+    table.add_row("cost", cost_text(summary))
+    table.add_row("concurrency", _limit_text(summary))
+    if summary.get("stopped_by_budget"):
+        table.add_row("stopped by budget", f"{summary['documents_not_submitted']} documents left")
+    return table
+
+
+def estimate_table(estimate: dict[str, Any]) -> Table:
+    """The ``--dry-run`` estimate: calls, tokens and cost by stage, then the total."""
+    counted = ", ".join(
+        f"{estimate[k]} {k}" for k in ("documents", "chunks", "samples") if k in estimate
+    )
+    table = Table(
+        title=f"ragjury {estimate['command']} --dry-run: {counted} (estimate, no LLM called)",
+        title_justify="left",
+        caption="assumes "
+        + "; ".join(estimate["assumptions"])
+        + f". Prices as of {estimate['prices_as_of']}.",
+        caption_justify="left",
+    )
+    for column in ("stage", "model", "calls", "prompt tokens", "completion tokens", "cost"):
+        label = column in ("stage", "model")
+        table.add_column(column, justify="left" if label else "right", no_wrap=label)
+
+    def money(cost: float | None) -> str:
+        return "unknown" if cost is None else f"${cost:.4f}"
+
+    for name, s in estimate["by_stage"].items():
+        table.add_row(
+            name,
+            s["model"],
+            str(s["llm_calls"]),
+            str(s["prompt_tokens"]),
+            str(s["completion_tokens"]),
+            money(s["cost_usd"]),
+        )
+    table.add_section()
+    table.add_row(
+        "total",
+        "",
+        str(estimate["llm_calls"]),
+        str(estimate["prompt_tokens"]),
+        str(estimate["completion_tokens"]),
+        money(estimate["cost_usd"]),
+        style="bold",
+    )
     return table
 
 
@@ -105,7 +167,13 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
     table = Table(
         title=f"ragjury evaluate: {summary['samples']} samples, {summary['invalid_input']} "
         f"invalid, {summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
-        f"{summary['completion_tokens']} tokens, {summary['wall_seconds']} s",
+        f"{summary['completion_tokens']} tokens, {cost_text(summary)}, "
+        f"concurrency {_limit_text(summary)}, {summary['wall_seconds']} s"
+        + (
+            f"; stopped by budget, {summary['samples_not_submitted']} samples left"
+            if summary.get("stopped_by_budget")
+            else ""
+        ),
         title_justify="left",
     )
     for column in ("metric", "mean", "median", "pass rate", "scored", "n/a", "failed", "calls"):

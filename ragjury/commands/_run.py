@@ -1,8 +1,9 @@
 """What every command run shares: a run row in the store, an LLM whose every call is
-recorded there, a clock, and the summary written at the end."""
+recorded there, a clock, the summary written at the end, and the budget-stop report."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import AsyncIterator
@@ -12,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from rich.console import Console
 
+from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
+from ragjury.estimate import Estimate
 from ragjury.llm import LLM
+from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.store import Store
+
+EXIT_BUDGET = 3
+"""Exit code of a run that stopped taking new work because --max-tokens / --max-cost was hit."""
 
 
 @dataclass
@@ -30,12 +38,47 @@ class RecordedRun:
         return time.perf_counter() - self.started
 
     async def finish(self, summary: dict[str, Any], path: Path | None) -> None:
-        """Store the summary with the run and, if asked, write it as JSON."""
-        summary.update(run_id=self.run_id, db=str(self.store.path))
+        """Add the run's accounting, store the summary with the run and, if asked, write it
+        as JSON."""
+        usage = self.llm.usage
+        summary.update(usage.totals())
+        summary.update(
+            by_stage=usage.by_stage(),
+            unpriced_models=usage.unpriced_models(),
+            prices_as_of=PRICES_AS_OF,
+            rate_limit=self.llm.limiter.snapshot(),
+            budget=self.llm.budget.as_dict(),
+            run_id=self.run_id,
+            db=str(self.store.path),
+        )
         await self.store.finish_run(self.run_id, summary)
         if path is not None:
             text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
             await anyio.Path(path).write_text(text, encoding="utf-8")
+
+
+async def report_estimate(
+    estimate: Estimate, settings: Settings, args: argparse.Namespace, console: Console
+) -> int:
+    """Print a ``--dry-run`` estimate (and write it to ``--summary``); no LLM is called."""
+    data = estimate.as_dict(PriceTable(settings.prices))
+    console.print(estimate_table(data))
+    if args.summary is not None:
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        await anyio.Path(args.summary).write_text(text, encoding="utf-8")
+    return 0
+
+
+def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | None:
+    """The message for a run the budget cut short, or None if all its work went in."""
+    reason = llm.budget.reason
+    if reason is None or submitted >= total:
+        return None
+    return (
+        f"ragjury: budget reached: {reason}. Stopped taking new {what} after {submitted} of "
+        f"{total}; the work in flight was finished and everything finished is written. "
+        f"Raise the budget to do the other {total - submitted}."
+    )
 
 
 @asynccontextmanager

@@ -11,12 +11,19 @@ import anyio
 import structlog
 from rich.console import Console
 
-from ragjury.commands._display import EvaluationProgressBar, evaluation_table
-from ragjury.commands._run import RecordedRun, recorded_run
+from ragjury.commands._display import EvaluationProgressBar, cost_text, evaluation_table
+from ragjury.commands._run import (
+    EXIT_BUDGET,
+    RecordedRun,
+    budget_stop,
+    recorded_run,
+    report_estimate,
+)
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.commands.generate import EXIT_INTERRUPTED
 from ragjury.config import Settings
 from ragjury.daemon import DaemonCounts
+from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
@@ -64,6 +71,11 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(f"ragjury: nothing to do: no valid sample in {args.samples}")
         return 1
     metrics = choose_metrics(loaded.samples, settings.evaluate.metrics)
+    if args.dry_run:
+        estimate = estimate_evaluation(
+            loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
+        )
+        return await report_estimate(estimate, settings, args, console)
     needs_llm = bool(LLM_METRICS & set(metrics))
     if needs_llm:
         settings.require_endpoint()
@@ -99,6 +111,12 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         reports = await Queue(run.store).reports(job.id)
         summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
         summary.update(result.summary())
+        total = len(loaded.samples)
+        stop = budget_stop(
+            run.llm, what="samples", submitted=total - result.unfinished, total=total
+        )
+        summary["samples_not_submitted"] = result.unfinished
+        summary["stopped_by_budget"] = stop is not None
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -110,11 +128,20 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(
             f"ragjury evaluate: {summary['samples']} samples, {len(invalid)} invalid; "
             + "; ".join(parts)
-            + f" -> {args.out}",
+            + f"; {summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
+            f"{summary['completion_tokens']} tokens, {cost_text(summary)} -> {args.out}",
             soft_wrap=True,
             markup=False,
             highlight=False,
         )
+    if stop is not None:
+        console.print(
+            stop + f" The rest stays queued in {settings.db}: the same command resumes it.",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_BUDGET
     if result.unfinished:
         console.print(
             f"ragjury: stopped with {result.unfinished} of {len(loaded.samples)} sample(s) not "

@@ -14,11 +14,18 @@ import anyio
 import structlog
 from rich.console import Console
 
-from ragjury.commands._display import GenerationProgress, summary_table
-from ragjury.commands._run import RecordedRun, recorded_run
+from ragjury.commands._display import GenerationProgress, cost_text, summary_table
+from ragjury.commands._run import (
+    EXIT_BUDGET,
+    RecordedRun,
+    budget_stop,
+    recorded_run,
+    report_estimate,
+)
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
 from ragjury.daemon import DaemonCounts
+from ragjury.estimate import estimate_generation
 from ragjury.generation import summarise
 from ragjury.ingest import load_documents
 from ragjury.output import RecordWriter
@@ -33,7 +40,8 @@ EXIT_INTERRUPTED = 130
 
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
-    settings.require_endpoint()
+    if not args.dry_run:
+        settings.require_endpoint()
     options = settings.generate
     prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
@@ -52,6 +60,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
         return 1
+    if args.dry_run:
+        estimate = estimate_generation(loaded.documents, settings, prompts)
+        return await report_estimate(estimate, settings, args, console)
+    settings.require_endpoint()
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
         kept = stack.enter_context(RecordWriter(args.out, args.format))
@@ -63,14 +75,30 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             result = await _work(run, settings, job, console)
             counts = await generation_counts(run.store, job.id)
             counts.documents = len(loaded.documents)
+            counts.documents_submitted = counts.documents - result.unfinished
             for record in await Queue(run.store).pairs([job.id]):
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
             summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
             summary.update(result.summary())
+            stop = budget_stop(
+                run.llm,
+                what="documents",
+                submitted=counts.documents_submitted,
+                total=counts.documents,
+            )
+            summary["stopped_by_budget"] = stop is not None
             await run.finish(summary, args.summary)
     _report(console, summary, args)
+    if stop is not None:
+        console.print(
+            stop + f" The rest stays queued in {settings.db}: the same command resumes it.",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_BUDGET
     if result.unfinished:
         console.print(
             f"ragjury: stopped with {result.unfinished} of {counts.documents} document(s) not "
@@ -128,6 +156,9 @@ def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace)
             f"ragjury generate: kept {summary['kept']}, rejected {summary['rejected']}, "
             f"failed {summary['failed']} of {summary['pairs_drafted']} drafted pairs "
             f"({summary['chunks_failed']} of {summary['chunks']} chunks failed; "
-            f"{summary['llm_calls']} LLM calls) -> {args.out}",
+            f"{summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
+            f"{summary['completion_tokens']} tokens, {cost_text(summary)}) -> {args.out}",
             soft_wrap=True,
+            markup=False,
+            highlight=False,
         )

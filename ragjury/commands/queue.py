@@ -13,7 +13,7 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from ragjury.commands._run import recorded_run
+from ragjury.commands._run import EXIT_BUDGET, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
 from ragjury.daemon import Daemon, DaemonCounts
@@ -143,6 +143,13 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
         f"{counts.released} put back in the queue; {summary['llm_calls']} LLM calls",
         markup=False,
     )
+    if daemon.budget_stopped:
+        console.print(
+            f"ragjury serve: budget reached: {run.llm.budget.reason}; took no new item after "
+            "that and finished those in flight. The rest stays queued.",
+            markup=False,
+        )
+        return EXIT_BUDGET
     return 0
 
 

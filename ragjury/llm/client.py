@@ -6,9 +6,11 @@ Two kinds of retry, kept apart:
   re-asks the model with the error (``Settings.max_retries``);
 * transport retries belong to us: every HTTP request goes through :meth:`LLM._send`, which
   retries 429, 5xx, timeouts and connection errors with exponential backoff and jitter,
-  honouring ``Retry-After`` (``Settings.max_transport_retries``), under a concurrency limit.
+  honouring ``Retry-After`` (``Settings.max_transport_retries``), under the endpoint's
+  :class:`~ragjury.llm.limiter.AdaptiveLimiter` (AIMD concurrency, pauses, rpm/tpm).
 
-Because every request passes through ``_send``, every attempt's tokens are counted.
+Because every request passes through ``_retrying``, every attempt's tokens are counted, priced
+and added to the run's :class:`~ragjury.llm.budget.Budget`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from pydantic import BaseModel
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
+from ragjury.llm.budget import Budget
+from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
+from ragjury.llm.tokens import COMPLETION_RESERVE, estimate_prompt_tokens, estimate_tokens
 from ragjury.llm.usage import CallStats, UsageLedger
+from ragjury.pricing import PriceTable
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
@@ -66,6 +72,7 @@ class LLM:
         settings: Settings,
         *,
         sleep: Sleep = anyio.sleep,
+        clock: Clock = time.monotonic,
         on_call: CallObserver | None = None,
         seed: int | None = None,
         require_endpoint: bool = True,
@@ -74,10 +81,21 @@ class LLM:
             settings.require_endpoint()
         self.settings = settings
         self.usage = UsageLedger()
+        self.prices = PriceTable(settings.prices)
+        if settings.max_cost is not None and self.prices.price(settings.model) is None:
+            raise ConfigurationError(
+                f"--max-cost needs a price for the model {settings.model!r}, and ragjury has "
+                "none; add it under [prices] in ragjury.toml or in a --prices FILE, e.g. "
+                f'"{settings.model}" = {{ input = 0.15, output = 0.60 }} (USD per million '
+                "tokens), or use --max-tokens instead"
+            )
+        self.budget = Budget(settings.max_tokens, settings.max_cost)
         self._sleep = sleep
         self._on_call = on_call
         self._rng = random.Random(seed)
-        self._limiter = anyio.CapacityLimiter(settings.concurrency)
+        self.limiter = AdaptiveLimiter(
+            settings.concurrency, rpm=settings.rpm, tpm=settings.tpm, clock=clock, sleep=sleep
+        )
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key or "not-needed",
@@ -128,7 +146,7 @@ class LLM:
         context: dict[str, Any] | None = None,
     ) -> tuple[T, CallStats]:
         """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
-        stats = CallStats(stage=stage)
+        stats = CallStats(stage=stage, model=self.settings.model)
         token = _current_call.set(stats)
         error: str | None = None
         extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
@@ -170,7 +188,7 @@ class LLM:
 
     async def embed(self, texts: Sequence[str], *, stage: str) -> list[list[float]]:
         """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books)."""
-        stats = CallStats(stage=stage)
+        stats = CallStats(stage=stage, model=self.settings.embedding_model)
         token = _current_call.set(stats)
         error: str | None = "cancelled"
         try:
@@ -181,6 +199,7 @@ class LLM:
                     input=list(texts),
                     extra_headers={"x-ragjury-agent": stage},
                 ),
+                estimate=sum(estimate_tokens(t) for t in texts),
             )
             error = None
         except LLMTransportError as exc:
@@ -191,8 +210,7 @@ class LLM:
             _current_call.reset(token)
             await self._close_call(stats, error)
         if response.usage is not None:
-            stats.prompt_tokens += response.usage.prompt_tokens
-            self.usage.stage(stage).prompt_tokens += response.usage.prompt_tokens
+            self._add_tokens(stats, response.usage.prompt_tokens, 0)
         vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
         if len(vectors) != len(texts):
             raise LLMTransportError(
@@ -220,30 +238,47 @@ class LLM:
             lambda: self._client.chat.completions.create(
                 **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
             ),
+            estimate=estimate_prompt_tokens(kwargs.get("messages", ())) + COMPLETION_RESERVE,
         )
         self._account(stats, response)
         return response
 
-    async def _retrying(self, stats: CallStats, send: Callable[[], Awaitable[R]]) -> R:
-        """Send under the concurrency limit; retry 429/5xx/timeouts; fail fast on other 4xx."""
+    async def _retrying(
+        self, stats: CallStats, send: Callable[[], Awaitable[R]], *, estimate: int
+    ) -> R:
+        """Send when the limiter admits it; retry 429/5xx/timeouts; fail fast on other 4xx.
+
+        ``estimate`` is the request's token estimate, reserved against ``--tpm``.
+        """
         usage = self.usage.stage(stats.stage)
+        usage.model = stats.model
         retries = self.settings.max_transport_retries
         for attempt in range(retries + 1):
-            async with self._limiter:
-                started = time.monotonic()
-                stats.requests += 1
-                usage.requests += 1
-                try:
-                    response = await send()
-                except openai.APIError as exc:
-                    failure: openai.APIError = exc
-                else:
-                    stats.statuses.append(200)
-                    return response
-                finally:
-                    elapsed = time.monotonic() - started
-                    stats.latency_seconds += elapsed
-                    usage.latency_seconds += elapsed
+            permit = await self.limiter.acquire(estimate)
+            outcome: Outcome = "failed"
+            pause: float | None = None
+            used = 0
+            started = time.monotonic()
+            stats.requests += 1
+            usage.requests += 1
+            try:
+                response = await send()
+            except openai.APIError as exc:
+                failure: openai.APIError = exc
+                if status_of(exc) == 429:
+                    outcome, pause = "throttled", retry_after(exc)
+            else:
+                outcome = "ok"
+                tokens = getattr(response, "usage", None)
+                used = getattr(tokens, "total_tokens", 0) or 0
+                stats.statuses.append(200)
+                return response
+            finally:
+                elapsed = time.monotonic() - started
+                stats.latency_seconds += elapsed
+                usage.latency_seconds += elapsed
+                if self.limiter.release(permit, outcome, retry_after=pause, tokens_used=used):
+                    log.info("llm_limit_lowered", stage=stats.stage, limit=self.limiter.limit)
             status = status_of(failure)
             stats.statuses.append(status)
             if not is_retryable(failure):
@@ -260,6 +295,8 @@ class LLM:
                     status_code=_code(failure),
                 )
             delay = retry_after(failure)
+            # A 429's Retry-After pauses the whole endpoint in the limiter, this send included.
+            paused = delay is not None and status == 429
             if delay is None:
                 delay = backoff(
                     attempt,
@@ -267,17 +304,33 @@ class LLM:
                     cap=self.settings.backoff_max,
                     rng=self._rng,
                 )
-            log.info("llm_retry", stage=stats.stage, status=status, attempt=attempt + 1, wait=delay)
-            await self._sleep(delay)
+            log.info(
+                "llm_retry",
+                stage=stats.stage,
+                status=status,
+                attempt=attempt + 1,
+                wait=delay,
+                limit=self.limiter.limit,
+            )
+            if not paused:
+                await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _account(self, stats: CallStats, response: ChatCompletion) -> None:
+    def _add_tokens(self, stats: CallStats, prompt: int, completion: int) -> None:
+        """Book one response's tokens and cost on the call, its stage and the budget."""
         usage = self.usage.stage(stats.stage)
+        cost = self.prices.cost(stats.model or self.settings.model, prompt, completion)
+        stats.prompt_tokens += prompt
+        stats.completion_tokens += completion
+        stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + cost
+        usage.prompt_tokens += prompt
+        usage.completion_tokens += completion
+        usage.add_cost(cost)
+        self.budget.add(prompt + completion, cost)
+
+    def _account(self, stats: CallStats, response: ChatCompletion) -> None:
         if response.usage is not None:
-            stats.prompt_tokens += response.usage.prompt_tokens
-            stats.completion_tokens += response.usage.completion_tokens
-            usage.prompt_tokens += response.usage.prompt_tokens
-            usage.completion_tokens += response.usage.completion_tokens
+            self._add_tokens(stats, response.usage.prompt_tokens, response.usage.completion_tokens)
         if response.choices:
             message = response.choices[0].message
             raw = message.content

@@ -1,4 +1,8 @@
-"""Token and request accounting: per call, per stage, per run. Every attempt counts."""
+"""Token, request and cost accounting: per call, per stage, per run. Every attempt counts.
+
+A cost is None (unknown) as soon as one response came from a model without a price: an
+unknown cost is never reported as 0.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,13 @@ class StageUsage:
     calls: int = 0
     failed_calls: int = 0
     latency_seconds: float = 0.0
+    model: str | None = None
+    cost_usd: float | None = 0.0
 
-    def as_dict(self) -> dict[str, int | float]:
+    def add_cost(self, cost: float | None) -> None:
+        self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
+
+    def as_dict(self) -> dict[str, int | float | str | None]:
         return {
             "llm_calls": self.requests,
             "prompt_tokens": self.prompt_tokens,
@@ -24,6 +33,8 @@ class StageUsage:
             "structured_calls": self.calls,
             "failed_calls": self.failed_calls,
             "latency_seconds": round(self.latency_seconds, 3),
+            "model": self.model,
+            "cost_usd": _round_cost(self.cost_usd),
         }
 
 
@@ -32,10 +43,13 @@ class CallStats:
     """What one structured call cost: every HTTP request it sent, retries included."""
 
     stage: str
+    model: str | None = None
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_seconds: float = 0.0
+    cost_usd: float | None = 0.0
+    """USD over every response of the call; None when the model has no price."""
     last_raw_output: str | None = None
     statuses: list[int | str] = field(default_factory=list)
     logprobs: list[tuple[str, float]] | None = None
@@ -63,5 +77,32 @@ class UsageLedger:
     def completion_tokens(self) -> int:
         return sum(s.completion_tokens for s in self.stages.values())
 
-    def by_stage(self) -> dict[str, dict[str, int | float]]:
+    @property
+    def latency_seconds(self) -> float:
+        return sum(s.latency_seconds for s in self.stages.values())
+
+    @property
+    def cost_usd(self) -> float | None:
+        """USD for the run so far; None if any stage used a model without a price."""
+        costs = [s.cost_usd for s in self.stages.values()]
+        return None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
+
+    def unpriced_models(self) -> list[str]:
+        return sorted({s.model or "?" for s in self.stages.values() if s.cost_usd is None})
+
+    def totals(self) -> dict[str, int | float | None]:
+        """The run-level figures every summary carries."""
+        return {
+            "llm_calls": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "llm_latency_seconds": round(self.latency_seconds, 3),
+            "cost_usd": _round_cost(self.cost_usd),
+        }
+
+    def by_stage(self) -> dict[str, dict[str, int | float | str | None]]:
         return {name: usage.as_dict() for name, usage in sorted(self.stages.items())}
+
+
+def _round_cost(cost: float | None) -> float | None:
+    return None if cost is None else round(cost, 6)

@@ -7,7 +7,8 @@ Tables:
   pairs      every judged pair of a finished generation item, in export form
   samples    every judged sample of a finished evaluation item, in export form
   steps      the step cache: an agent step's output, keyed by a hash of what shapes it
-  llm_calls  one row per structured LLM call: stage, requests sent, tokens, latency, error
+  llm_calls  one row per structured LLM call: stage, model, requests sent (every attempt),
+             tokens and cost over every attempt, latency, error
 
 Several processes may share the file (``ragjury serve`` twice). Writes go through
 :meth:`Store.write`, which holds this process's lock and an immediate SQLite transaction, so
@@ -101,10 +102,14 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     latency_ms REAL NOT NULL,
     statuses TEXT NOT NULL,
     error TEXT,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    model TEXT,
+    cost_usd REAL
 );
 CREATE INDEX IF NOT EXISTS llm_calls_run ON llm_calls(run_id, stage);
 """
+# Columns added after the first release: a database made before them gets them on open.
+_ADDED_COLUMNS = {"llm_calls": (("model", "TEXT"), ("cost_usd", "REAL"))}
 
 
 def _now() -> str:
@@ -132,6 +137,7 @@ class Store:
             await self._db.execute("PRAGMA journal_mode=WAL")
             await self._db.execute("PRAGMA synchronous=NORMAL")
             await self._db.executescript(_SCHEMA)
+            await self._add_missing_columns()
         except aiosqlite.DatabaseError as exc:
             if self._db is not None:
                 await self._db.close()
@@ -152,6 +158,20 @@ class Store:
             with anyio.CancelScope(shield=True):
                 await self._db.close()
             self._db = None
+
+    async def _add_missing_columns(self) -> None:
+        async with self.db.execute("PRAGMA table_info(pairs)") as cursor:
+            if "job_id" not in {row[1] async for row in cursor}:
+                raise aiosqlite.DatabaseError(
+                    "it was made by an older ragjury (before queued jobs); its results can still "
+                    "be read with sqlite3"
+                )
+        for table, columns in _ADDED_COLUMNS.items():
+            async with self.db.execute(f"PRAGMA table_info({table})") as cursor:
+                present = {row[1] async for row in cursor}
+            for name, kind in columns:
+                if name not in present:
+                    await self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -205,8 +225,8 @@ class Store:
         async with self.write() as db:
             await db.execute(
                 "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
-                "completion_tokens, latency_ms, statuses, error, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     stats.stage,
@@ -217,14 +237,23 @@ class Store:
                     json.dumps(stats.statuses),
                     error,
                     _now(),
+                    stats.model,
+                    stats.cost_usd,
                 ),
             )
 
-    async def call_totals(self, run_id: str) -> dict[str, int]:
+    async def call_totals(self, run_id: str) -> dict[str, int | float | None]:
+        """Requests, tokens and cost of a run's calls; the cost is None if any call's is."""
         row = await self.fetchone(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
-            "COALESCE(SUM(completion_tokens), 0) FROM llm_calls WHERE run_id = ?",
+            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
+            "COUNT(*) - COUNT(cost_usd) FROM llm_calls WHERE run_id = ?",
             (run_id,),
         )
         assert row is not None
-        return {"llm_calls": row[0], "prompt_tokens": row[1], "completion_tokens": row[2]}
+        return {
+            "llm_calls": row[0],
+            "prompt_tokens": row[1],
+            "completion_tokens": row[2],
+            "cost_usd": None if row[4] else row[3],
+        }

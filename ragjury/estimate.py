@@ -1,0 +1,248 @@
+"""``--dry-run``: what a ``generate`` or ``evaluate`` run would cost, before any LLM call.
+
+Documents are loaded and chunked, samples loaded, and the real prompts rendered for each
+call the pipeline would make; prompt tokens are estimated from their length (see
+:mod:`ragjury.llm.tokens`) plus the response schema instructor sends with them. Completion
+sizes are assumptions (:data:`COMPLETION_GUESS`). The estimate assumes no retries, no
+duplicate dropped and, for faithfulness, one statement per sentence of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from ragjury.agents.critics import GroundednessCritique, RelevanceCritique, StandaloneCritique
+from ragjury.agents.verdict_judge import context_windows
+from ragjury.config import Settings
+from ragjury.ingest import chunk_document
+from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
+from ragjury.pricing import PRICES_AS_OF, PriceTable
+from ragjury.prompts import Prompt
+from ragjury.schemas import (
+    CorrectnessGrade,
+    Document,
+    DraftedPairs,
+    MetricName,
+    RubricGrades,
+    Sample,
+    Statements,
+    Verdicts,
+)
+
+COMPLETION_GUESS = {
+    "pair_factoid": 45,
+    "pair_detailed": 140,
+    "critique": 80,
+    "statement": 20,
+    "verdict": 60,
+    "correctness": 90,
+    "rubric": 220,
+}
+"""Assumed completion tokens: per drafted pair, per critique, per statement split, per
+statement judged, per correctness grade, per rubric (four criteria)."""
+_ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
+_SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
+_CRITICS = (
+    ("groundedness_critic", "groundedness", GroundednessCritique),
+    ("relevance_critic", "relevance", RelevanceCritique),
+    ("standalone_critic", "standalone", StandaloneCritique),
+)
+# What a drafted pair looks like to a critic: a question and an answer of typical length.
+_TYPICAL_QUESTION = "Which setting controls the behaviour described in this section of the docs?"
+_TYPICAL_ANSWER = {"factoid": "The value named in the text.", "detailed": "An explanation. " * 25}
+
+
+@dataclass
+class StageEstimate:
+    model: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, prompt_tokens: int, completion_tokens: int, calls: int = 1) -> None:
+        self.calls += calls
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+
+
+@dataclass
+class Estimate:
+    """Estimated LLM calls and tokens by stage, and their cost where the model has a price."""
+
+    command: str
+    items: dict[str, int]
+    stages: dict[str, StageEstimate] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+
+    def stage(self, name: str, model: str) -> StageEstimate:
+        return self.stages.setdefault(name, StageEstimate(model))
+
+    def as_dict(self, prices: PriceTable) -> dict[str, Any]:
+        by_stage: dict[str, Any] = {}
+        for name, s in sorted(self.stages.items()):
+            by_stage[name] = {
+                "model": s.model,
+                "llm_calls": s.calls,
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.completion_tokens,
+                "cost_usd": _round(prices.cost(s.model, s.prompt_tokens, s.completion_tokens)),
+            }
+        costs = [stage["cost_usd"] for stage in by_stage.values()]
+        unpriced = sorted({s["model"] for s in by_stage.values() if s["cost_usd"] is None})
+        return {
+            "dry_run": True,
+            "command": self.command,
+            **self.items,
+            "llm_calls": sum(s.calls for s in self.stages.values()),
+            "prompt_tokens": sum(s.prompt_tokens for s in self.stages.values()),
+            "completion_tokens": sum(s.completion_tokens for s in self.stages.values()),
+            "cost_usd": None if unpriced else _round(sum(costs)),
+            "unpriced_models": unpriced,
+            "prices_as_of": PRICES_AS_OF,
+            "by_stage": by_stage,
+            "assumptions": self.assumptions,
+        }
+
+
+def estimate_generation(
+    documents: Sequence[Document], settings: Settings, prompts: Mapping[str, Prompt]
+) -> Estimate:
+    """One generator call per chunk and three critic calls per drafted pair."""
+    options, model = settings.generate, settings.model
+    wanted = options.questions_per_chunk
+    pair_guess = COMPLETION_GUESS[f"pair_{options.answer_style}"]
+    estimate = Estimate("generate", {"documents": len(documents), "chunks": 0})
+    estimate.assumptions = [
+        "no retries or re-asks",
+        "no near-duplicate question dropped",
+        f"{pair_guess} completion tokens per drafted pair, "
+        f"{COMPLETION_GUESS['critique']} per critique",
+    ]
+    critics = [
+        (role, prompts.get(name) or Prompt.builtin(name), schema, extra)
+        for (role, name, schema), extra in zip(
+            _CRITICS, ({}, {"audience": options.audience}, {}), strict=True
+        )
+    ]
+    generator = prompts.get("generator") or Prompt.builtin("generator")
+    for document in documents:
+        chunks = chunk_document(
+            document,
+            chunk_size=options.chunk_size,
+            overlap=options.chunk_overlap,
+            whole=options.whole_documents,
+        )
+        estimate.items["chunks"] += len(chunks)
+        for chunk in chunks:
+            messages = generator.render(
+                context=chunk.text,
+                source=chunk.source,
+                questions_per_chunk=wanted,
+                answer_style=options.answer_style,
+            )
+            estimate.stage("generator", model).add(
+                _prompt(messages, DraftedPairs), pair_guess * wanted
+            )
+            for role, prompt, schema, extra in critics:
+                messages = prompt.render(
+                    question=_TYPICAL_QUESTION,
+                    answer=_TYPICAL_ANSWER[options.answer_style],
+                    context=chunk.text,
+                    **extra,
+                )
+                estimate.stage(role, model).add(
+                    _prompt(messages, schema) * wanted,
+                    COMPLETION_GUESS["critique"] * wanted,
+                    calls=wanted,
+                )
+    return estimate
+
+
+def estimate_evaluation(
+    samples: Sequence[Sample],
+    metrics: Sequence[MetricName],
+    settings: Settings,
+    prompts: Mapping[str, Prompt],
+    *,
+    has_target: bool,
+) -> Estimate:
+    """The calls each metric makes for each sample, as the agents decide them."""
+    options, model = settings.evaluate, settings.model
+    estimate = Estimate("evaluate", {"samples": len(samples)})
+    estimate.assumptions = [
+        "no retries or re-asks",
+        "faithfulness: one statement per sentence of the answer; every context window judges "
+        "every statement",
+    ]
+    if has_target:
+        estimate.assumptions.append(
+            "samples without an answer get a three-sentence answer from --target"
+        )
+
+    def prompt(name: str) -> Prompt:
+        return prompts.get(name) or Prompt.builtin(name)
+
+    for sample in samples:
+        answer = sample.answer or (_ASSUMED_TARGET_ANSWER if has_target else None)
+        if not answer:
+            continue  # every LLM metric of an unanswered sample is not_applicable
+        contexts = [c for c in sample.contexts if c.strip()]
+        if "faithfulness" in metrics and contexts:
+            statements = sentences(answer)
+            messages = prompt("splitter").render(question=sample.question, answer=answer)
+            completion = sum(estimate_tokens(s) for s in statements) + COMPLETION_GUESS[
+                "statement"
+            ] * len(statements)
+            estimate.stage("statement_splitter", model).add(
+                _prompt(messages, Statements), completion
+            )
+            for window in context_windows(contexts, options.context_window_chars):
+                for start in range(0, len(statements), options.verdict_batch):
+                    batch = statements[start : start + options.verdict_batch]
+                    messages = prompt("verdict").render(contexts=window, statements=batch)
+                    estimate.stage("verdict_judge", model).add(
+                        _prompt(messages, Verdicts), COMPLETION_GUESS["verdict"] * len(batch)
+                    )
+        if "correctness" in metrics and sample.reference:
+            messages = prompt("correctness").render(
+                question=sample.question, answer=answer, reference=sample.reference
+            )
+            estimate.stage("correctness_judge", model).add(
+                _prompt(messages, CorrectnessGrade), COMPLETION_GUESS["correctness"]
+            )
+        if "rubric" in metrics:
+            messages = prompt("rubric").render(
+                question=sample.question, answer=answer, contexts=list(sample.contexts)
+            )
+            estimate.stage("rubric_judge", model).add(
+                _prompt(messages, RubricGrades), COMPLETION_GUESS["rubric"]
+            )
+        if "similarity" in metrics and sample.reference:
+            tokens = estimate_tokens(answer) + estimate_tokens(sample.reference)
+            estimate.stage("similarity_scorer", settings.embedding_model).add(tokens, 0)
+    return estimate
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (a statement splitter's usual first cut)."""
+    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+
+
+def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:
+    """The rendered messages plus the JSON schema instructor sends with them."""
+    return estimate_prompt_tokens(messages) + _schema_tokens(schema)
+
+
+def _schema_tokens(schema: type[BaseModel]) -> int:
+    return math.ceil(estimate_tokens(json.dumps(schema.model_json_schema(), indent=2)) * 1.1)
+
+
+def _round(cost: float | None) -> float | None:
+    return None if cost is None else round(cost, 6)

@@ -1,0 +1,31 @@
+"""Token estimates made before a request is sent (tpm reservations, ``--dry-run``).
+
+No tokenizer is downloaded: English prose and code run at about four characters per token
+with OpenAI's tokenizers, and within 20% of that with most others. The real counts the
+endpoint reports afterwards are what the books record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+CHARS_PER_TOKEN = 4.0
+MESSAGE_OVERHEAD = 4
+"""Tokens a chat format adds per message (role and separators)."""
+COMPLETION_RESERVE = 256
+"""Completion tokens a tpm reservation assumes before the real count is known."""
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_prompt_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Prompt tokens of chat ``messages`` (string contents; other parts count as nothing)."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        total += MESSAGE_OVERHEAD + (estimate_tokens(content) if isinstance(content, str) else 0)
+    return total

@@ -298,7 +298,8 @@ class Behaviour:
                 f"latencies must be >= 0, got latency={self.latency}, "
                 f"latency_per_token={self.latency_per_token}"
             )
-        if not (0 <= self.rate_429 and 0 <= self.rate_500 and self.rate_429 + self.rate_500 <= 1):
+        rates = (self.rate_429, self.rate_500)
+        if min(rates) < 0 or sum(rates) > 1:
             raise ValueError(
                 f"fault rates must be in 0..1 and sum to at most 1, got rate_429={self.rate_429}, "
                 f"rate_500={self.rate_500}"

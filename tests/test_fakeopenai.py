@@ -357,7 +357,9 @@ async def test_counted_usage_follows_the_text(fake: FakeOpenAI) -> None:
     fake.route("a", chat("x" * 40, prompt_tokens=1, completion_tokens=1))
     async with client_for(fake) as client:
         completion = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "y" * 400}], extra_headers=as_agent("a")
+            model="m",
+            messages=[{"role": "user", "content": "y" * 400}],
+            extra_headers=as_agent("a"),
         )
     assert completion.usage is not None
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (100, 10)
@@ -374,16 +376,18 @@ async def test_fault_rates_answer_429_with_retry_after_and_500_without_using_the
     fake.route("a", chat("first"), chat("second"))
     statuses: list[int] = []
     contents: list[str | None] = []
+    retry_afters: set[str | None] = set()
     async with client_for(fake) as client:
         for _ in range(200):
             try:
                 contents.append(await ask(client, "a"))
                 statuses.append(200)
             except openai.RateLimitError as exc:
-                assert exc.response.headers["retry-after"] == "0.5"
+                retry_afters.add(exc.response.headers.get("retry-after"))
                 statuses.append(429)
             except openai.InternalServerError:
                 statuses.append(500)
+    assert retry_afters == {"0.5"}
     assert contents[:2] == ["first", "second"]  # faults did not advance the script
     assert 25 <= statuses.count(429) <= 75
     assert 25 <= statuses.count(500) <= 75
@@ -413,7 +417,7 @@ async def test_without_keep_requests_nothing_is_recorded_but_everything_is_count
 
 
 def test_a_behaviour_with_impossible_rates_is_refused() -> None:
-    with pytest.raises(ValueError, match="rate_429=0.8, rate_500=0.5"):
+    with pytest.raises(ValueError, match=r"rate_429=0\.8, rate_500=0\.5"):
         Behaviour(rate_429=0.8, rate_500=0.5)
     with pytest.raises(ValueError, match="latency=-1"):
         Behaviour(latency=-1)

@@ -7,10 +7,11 @@ acknowledged after the last document went in (``bus.wait_idle``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import anyio
 import structlog
 
 from ragjury.agents import (
@@ -158,7 +159,7 @@ def build_agents(
 
 
 async def run_generation(
-    documents: Sequence[Document],
+    documents: Iterable[Document],
     *,
     settings: Settings,
     llm: LLM,
@@ -169,8 +170,12 @@ async def run_generation(
     on_progress: ProgressCallback | None = None,
     prompts: dict[str, Prompt] | None = None,
 ) -> GenerationCounts:
-    """Run the generation pipeline over ``documents``; return what happened."""
-    counts = GenerationCounts(documents=len(documents))
+    """Run the generation pipeline over ``documents``; return what happened.
+
+    ``documents`` may be a lazy iterable (``ragjury.ingest.iter_documents``): each is taken
+    only when the bus has room for it, so memory stays flat however many there are.
+    """
+    counts = GenerationCounts()
     bus = MemoryBus(settings.bus_buffer)
     specs = build_agents(llm, settings, prompts)
     collector = _Collector(counts, kept, rejected, store, run_id, on_progress)
@@ -179,7 +184,8 @@ async def run_generation(
     assert isinstance(aggregator, Aggregator)
 
     async def feed() -> None:
-        for document in documents:
+        async for document in _pulled(documents):
+            counts.documents += 1
             await bus.publish(
                 Envelope(correlation_id=document.id, payload=DocumentSubmitted(document=document))
             )
@@ -190,6 +196,18 @@ async def run_generation(
 
     await run_to_completion(runtime, llm, feed=feed, drain=drain)
     return counts
+
+
+async def _pulled(documents: Iterable[Document]) -> AsyncIterator[Document]:
+    """The documents one by one; a lazy iterable (which reads files) is advanced in a worker
+    thread, so reading a large file never stalls the event loop and the calls in flight."""
+    if isinstance(documents, Sequence):
+        for document in documents:
+            yield document
+        return
+    iterator = iter(documents)
+    while (document := await anyio.to_thread.run_sync(next, iterator, None)) is not None:
+        yield document
 
 
 def summarise(

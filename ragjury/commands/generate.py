@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 
 import structlog
 from rich.console import Console
@@ -12,7 +13,7 @@ from ragjury.commands._display import GenerationProgress, summary_table
 from ragjury.commands._run import recorded_run
 from ragjury.config import Settings
 from ragjury.generation import run_generation, summarise
-from ragjury.ingest import load_documents
+from ragjury.ingest import Skipped, iter_documents
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
 
@@ -26,15 +27,19 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     options = settings.generate
     prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
-    loaded = load_documents(
-        args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
+    found: list[Skipped] = []
+    documents = iter_documents(
+        args.paths,
+        globs=options.globs,
+        text_field=options.text_field,
+        id_field=options.id_field,
+        skipped=found,
     )
-    skipped = [{"path": s.path, "reason": s.reason} for s in loaded.skipped]
-    for item in skipped:
-        log.warning("input_skipped", **item)
-    if not loaded.documents:
+    first = next(documents, None)  # read lazily, so that memory stays flat on large inputs
+    if first is None:
+        _warn_skipped(found)
         where = ", ".join(str(p) for p in args.paths)
-        reasons = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in found[:5])
         console.print(
             f"[bold red]ragjury: nothing to do[/]: no readable documents in {where}"
             + (f" (skipped: {reasons})" if reasons else "")
@@ -51,7 +56,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             )
             progress = stack.enter_context(GenerationProgress(console))
             counts = await run_generation(
-                loaded.documents,
+                itertools.chain([first], documents),
                 settings=settings,
                 llm=run.llm,
                 store=run.store,
@@ -61,6 +66,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
                 on_progress=progress.update,
                 prompts=prompts,
             )
+        skipped = _warn_skipped(found)
         summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
         await run.finish(summary, args.summary)
     if console.is_terminal:
@@ -75,3 +81,11 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
         )
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
     return 1 if processed_nothing else 0
+
+
+def _warn_skipped(found: list[Skipped]) -> list[dict[str, str]]:
+    """Log each input that was skipped; return them as the summary lists them."""
+    skipped = [{"path": s.path, "reason": s.reason} for s in found]
+    for item in skipped:
+        log.warning("input_skipped", **item)
+    return skipped

@@ -82,13 +82,15 @@ class FakeEndpoint:
         return data
 
     def _command(self, command: str) -> str:
-        assert self._process is not None and self._process.stdin is not None
+        assert self._process is not None
+        assert self._process.stdin is not None
         self._process.stdin.write(command + "\n")
         self._process.stdin.flush()
         return self._line()
 
     def _line(self) -> str:
-        assert self._process is not None and self._process.stdout is not None
+        assert self._process is not None
+        assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:
             raise RuntimeError(f"the fake endpoint exited (code {self._process.poll()})")

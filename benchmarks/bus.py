@@ -101,16 +101,20 @@ async def through_runtime(messages: int, buffer: int, workers: int) -> float:
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     n, buffer = args.messages, args.buffer
     bare = min([await bare_stream(n, buffer) for _ in range(args.repeats)])
-    rows = [{"path": "bare anyio memory object stream", "seconds": bare}]
+    timed = [("bare anyio memory object stream", bare)]
     for workers in (1, 4):
         seconds = min([await through_runtime(n, buffer, workers) for _ in range(args.repeats)])
-        rows.append({"path": f"Runtime + MemoryBus, {workers} worker(s)", "seconds": seconds})
-    for row in rows:
-        row["messages_per_second"] = round(n / row["seconds"])
-        row["ratio_to_bare"] = round(bare / row["seconds"], 3)
-        row["microseconds_per_message"] = round(1e6 * row["seconds"] / n, 2)
-        row["seconds"] = round(row["seconds"], 4)
-    return rows
+        timed.append((f"Runtime + MemoryBus, {workers} worker(s)", seconds))
+    return [
+        {
+            "path": path,
+            "seconds": round(seconds, 4),
+            "messages_per_second": round(n / seconds),
+            "microseconds_per_message": round(1e6 * seconds / n, 2),
+            "ratio_to_bare": round(bare / seconds, 3),
+        }
+        for path, seconds in timed
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

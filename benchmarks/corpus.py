@@ -9,8 +9,32 @@ from pathlib import Path
 from ragjury.schemas import Sample
 from ragjury.schemas.records import Document
 
-_ONSETS = "b c d f g h k l m n p r s t v z br cr dr gl pl st tr".split()
-_VOWELS = "a e i o u ai ea io ou".split()
+_ONSETS = [
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "cr",
+    "dr",
+    "gl",
+    "pl",
+    "st",
+    "tr",
+]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou"]
 
 
 class Words:
@@ -21,7 +45,9 @@ class Words:
 
     def word(self) -> str:
         syllables = self._rng.randint(2, 3)
-        return "".join(self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) for _ in range(syllables))
+        return "".join(
+            self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) for _ in range(syllables)
+        )
 
     def sentence(self, words: int = 10) -> str:
         return " ".join(self.word() for _ in range(words)).capitalize() + "."
@@ -69,7 +95,7 @@ def samples(count: int, statements: int, *, seed: int = 0) -> list[Sample]:
         answer = " ".join(sentences)
         half = len(sentences) // 2
         contexts = (
-            " ".join(sentences[:half] + [words.sentence(12)]),
+            " ".join([*sentences[:half], words.sentence(12)]),
             " ".join([words.sentence(12), *sentences[half:]]),
         )
         out.append(

@@ -12,8 +12,9 @@ Run it by hand to point anything at it::
     python benchmarks/fakeserver.py --latency-ms 200 --rate-429 0.05
 
 It prints its base URL on the first line of stdout, then reads commands from stdin, one a
-line: ``stats`` (prints one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes them); end of input
-stops it. Running in its own process keeps its CPU and its GIL apart from the client's.
+line: ``stats`` (one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes
+the counters); end of input stops it. Running in its own process keeps its CPU and its GIL
+apart from the client's.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from conftest import CRITIC_AGENTS, critic_reply, generator_reply  # noqa: E402
-from evalfakes import script_judges  # noqa: E402
-from fakeopenai import Behaviour, FakeOpenAI, chat_json  # noqa: E402
+from conftest import CRITIC_AGENTS, critic_reply, generator_reply
+from evalfakes import script_judges
+from fakeopenai import Behaviour, FakeOpenAI, chat_json
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -70,9 +70,7 @@ async def ragjury_faithfulness(
     return {**per_sample(llm, len(items)), "all_supported": scores == [1.0] * len(items)}
 
 
-async def one_call_per_statement(
-    base_url: str, items: list[Sample], db: Path
-) -> dict[str, Any]:
+async def one_call_per_statement(base_url: str, items: list[Sample], db: Path) -> dict[str, Any]:
     settings = bench_settings(base_url, db, concurrency=8)
     splitter, verdict = Prompt.builtin("splitter"), Prompt.builtin("verdict")
     supported: list[bool] = []

@@ -22,25 +22,27 @@ from typing import Any
 
 import anyio
 import openai
-import openai.resources.chat  # noqa: F401  # imported lazily on first use: not part of a run
+import openai.resources.chat  # imported lazily on first use: not part of a run
 
 from ragjury.evaluation.pipeline import run_evaluation
 from ragjury.generation import run_generation
 from ragjury.llm import LLM
-from ragjury.schemas import SampleScored
+from ragjury.schemas import MetricName, SampleScored
 from ragjury.store import Store
 
 import corpus
 from _harness import FakeEndpoint, base_parser, bench_settings, delta, quiet, show, write_result
 
 GENERATE_CALLS_PER_DOCUMENT = 4  # one generator call, three critics
-EVALUATE_METRICS = ("faithfulness", "correctness", "rubric")
+EVALUATE_METRICS: tuple[MetricName, ...] = ("faithfulness", "correctness", "rubric")
 EVALUATE_CALLS_PER_SAMPLE = 4  # splitter, one verdict batch, correctness, rubric
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=None, help="LLM calls per run (1500; --quick 500)")
+    parser.add_argument(
+        "--calls", type=int, default=None, help="LLM calls per run (1500; --quick 500)"
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--rate-429", type=float, default=0.05, help="the fault run's 429 share")
@@ -68,10 +70,12 @@ async def bare_openai(args: argparse.Namespace, base_url: str, calls: int) -> di
                 extra_headers={"x-ragjury-agent": "bare"},
             )
 
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="b", max_retries=0) as client:
-        async with anyio.create_task_group() as tg:
-            for _ in range(args.concurrency):
-                tg.start_soon(worker, client)
+    async with (
+        openai.AsyncOpenAI(base_url=base_url, api_key="b", max_retries=0) as client,
+        anyio.create_task_group() as tg,
+    ):
+        for _ in range(args.concurrency):
+            tg.start_soon(worker, client)
     return {"calls": calls, "failed": 0}
 
 
@@ -82,7 +86,9 @@ async def generate(args: argparse.Namespace, base_url: str, folder: Path) -> dic
         run_id = await store.start_run("generate", {})
         llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
         async with llm:
-            counts = await run_generation(docs, settings=settings, llm=llm, store=store, run_id=run_id)
+            counts = await run_generation(
+                docs, settings=settings, llm=llm, store=store, run_id=run_id
+            )
     failed = counts.failed + counts.chunks_failed + counts.steps_failed
     return {
         "documents": len(docs),
@@ -135,7 +141,9 @@ async def measure(
     ):
         before = fake.stats()
         cpu, started = time.process_time(), time.perf_counter()
-        outcome = await body(args, fake.base_url, Path(tmp) if body is not bare_openai else args.calls)
+        outcome = await body(
+            args, fake.base_url, Path(tmp) if body is not bare_openai else args.calls
+        )
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu
         served = delta(fake.stats(), before)

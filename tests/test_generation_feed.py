@@ -17,7 +17,21 @@ from fakeopenai import FakeOpenAI
 
 pytestmark = pytest.mark.anyio
 
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+]
 
 
 def page(index: int) -> Document:

@@ -10,7 +10,7 @@ and the finished steps of unfinished items come from the step cache.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,6 @@ from ragjury.generation import GenerationCounts
 from ragjury.jobs import (
     EventListener,
     JobPipeline,
-    document_item,
     evaluation_options,
     generation_options,
     sample_item,
@@ -59,16 +58,23 @@ class JobRun:
 async def submit_documents(
     store: Store,
     settings: Settings,
-    documents: Sequence[Document],
+    documents: Sequence[Document] | Callable[[], Iterable[Document]],
     prompts: Mapping[str, Prompt] | None = None,
     *,
     pin_model: bool = True,
 ) -> Job:
-    """Queue ``documents`` for generation with ``settings.generate``. With ``pin_model``
-    (the ``generate`` command) the model is part of the job, so another model is another job;
-    without it (``submit``) whichever daemon serves the queue uses its own model."""
+    """Queue ``documents`` for generation with ``settings.generate``. ``documents`` may be a
+    function returning a fresh lazy iterator (``ragjury.ingest.iter_documents``), so that a
+    large input is never held in memory. With ``pin_model`` (the ``generate`` command) the
+    model is part of the job, so another model is another job; without it (``submit``)
+    whichever daemon serves the queue uses its own model."""
     options = _pinned(generation_options(settings, prompts or {}), settings, pin_model)
-    return await Queue(store).submit("generate", options, [document_item(d) for d in documents])
+    make = documents if callable(documents) else (lambda: documents)
+
+    def items() -> Iterator[tuple[str, Document]]:
+        return ((document.id, document) for document in make())
+
+    return await Queue(store).submit("generate", options, items)
 
 
 async def submit_samples(

@@ -42,6 +42,12 @@ Scripting rules:
 * A responder that raises produces a 500 (its error text in the message) and is kept in
   ``fake.errors`` so the test can re-raise it.
 * ``stream=True`` requests get a 400: streaming is not simulated.
+* ``behave(Behaviour(...))`` makes every chat request look like a real, busy endpoint (for
+  benchmarks): a fixed latency plus a latency per completion token, a rate of 429s (with
+  ``Retry-After``) and 500s answered at once without consuming the script, and usage counted
+  from the text (about four characters a token) instead of the scripted figures.
+  ``FakeOpenAI(keep_requests=False)`` stops recording requests (long runs keep memory flat);
+  ``stats()`` sums up what was answered: requests, statuses, tokens and the delay slept.
 
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
 parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
@@ -51,8 +57,10 @@ block) closes kept-alive connections, the listening socket and joins every serve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
+import random
 import select
 import socket
 import sys
@@ -60,6 +68,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,12 +78,14 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "AGENT_HEADER",
+    "Behaviour",
     "FakeOpenAI",
     "RecordedRequest",
     "Reply",
     "Responder",
     "chat",
     "chat_json",
+    "count_tokens",
     "embedding",
     "error",
     "tool_call",
@@ -261,6 +272,45 @@ def embedding(
     return Reply(body=body)
 
 
+@dataclass(frozen=True)
+class Behaviour:
+    """How the fake imitates a real endpoint under load (see ``FakeOpenAI.behave``).
+
+    Applies to chat completions only. Faults (429, 500) are answered at once, before the
+    script is consulted, so a scripted sequence is not advanced by them; ``Retry-After`` is
+    ``retry_after`` seconds (no header when None). Latency is slept while the request counts
+    as in flight: ``latency + latency_per_token * completion_tokens``, on top of any scripted
+    ``Reply.delay``. With ``count_tokens`` the usage of a successful answer is recounted from
+    the text: the prompt's messages and the answer's content, about four characters a token.
+    """
+
+    latency: float = 0.0
+    latency_per_token: float = 0.0
+    rate_429: float = 0.0
+    rate_500: float = 0.0
+    retry_after: float | None = 1.0
+    count_tokens: bool = False
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.latency < 0 or self.latency_per_token < 0:
+            raise ValueError(
+                f"latencies must be >= 0, got latency={self.latency}, "
+                f"latency_per_token={self.latency_per_token}"
+            )
+        rates = (self.rate_429, self.rate_500)
+        if min(rates) < 0 or sum(rates) > 1:
+            raise ValueError(
+                f"fault rates must be in 0..1 and sum to at most 1, got rate_429={self.rate_429}, "
+                f"rate_500={self.rate_500}"
+            )
+
+
+def count_tokens(text: str) -> int:
+    """A plausible token count: about four characters a token, at least one for any text."""
+    return (len(text) + 3) // 4
+
+
 # --------------------------------------------------------------------------------------------
 # Requests
 # --------------------------------------------------------------------------------------------
@@ -433,7 +483,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake._begin(request)
         ended = False
         try:
-            reply = fake._reply_for(request)
+            reply = fake._fault_for(request) or fake._reply_for(request)
+            reply = fake._shaped(request, reply)
             if reply.delay > 0 and not self._wait(reply.delay):
                 fake._note_disconnect()
                 self.close_connection = True
@@ -494,7 +545,10 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeOpenAI:
     """A scripted OpenAI-compatible HTTP server on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_requests: bool = True) -> None:
+        self._keep_requests = keep_requests
+        self._behaviour: Behaviour | None = None
+        self._rng = random.Random()
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._server: _Server | None = None
@@ -508,6 +562,8 @@ class FakeOpenAI:
         self.in_flight_max = 0
         self.disconnects = 0  # requests whose client hung up before the (delayed) answer
         self.errors: list[BaseException] = []  # exceptions raised by responders / the server
+        self._counted = Counter[str]()  # what stats() reports
+        self._delay_total = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -586,6 +642,27 @@ class FakeOpenAI:
         with self._lock:
             self._embeddings = responder
 
+    def behave(self, behaviour: Behaviour | None) -> None:
+        """Imitate a real endpoint's latency, faults and token counts (None: stop)."""
+        with self._lock:
+            self._behaviour = behaviour
+            self._rng = random.Random(behaviour.seed if behaviour is not None else None)
+
+    def stats(self) -> dict[str, Any]:
+        """What the server has answered since it started (or since ``reset``).
+
+        ``requests`` (all, 404s included), ``chat_requests``, ``status_<code>`` counts of the
+        chat answers, ``prompt_tokens`` / ``completion_tokens`` reported in successful chat
+        answers, ``delay_seconds`` (the latency slept, summed over requests) and
+        ``in_flight_max``.
+        """
+        with self._lock:
+            return {
+                **dict(sorted(self._counted.items())),
+                "delay_seconds": round(self._delay_total, 6),
+                "in_flight_max": self.in_flight_max,
+            }
+
     def reset(self) -> None:
         """Forget requests, routes, fallback/embeddings scripts, errors and counters."""
         with self._lock:
@@ -596,6 +673,8 @@ class FakeOpenAI:
             self.in_flight_max = self._in_flight
             self.disconnects = 0
             self.errors.clear()
+            self._counted.clear()
+            self._delay_total = 0.0
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -625,7 +704,9 @@ class FakeOpenAI:
 
     def _begin(self, request: RecordedRequest) -> None:
         with self._lock:
-            self.requests.append(request)
+            self._counted["requests"] += 1
+            if self._keep_requests:
+                self.requests.append(request)
             self._in_flight += 1
             self.in_flight_max = max(self.in_flight_max, self._in_flight)
 
@@ -640,6 +721,56 @@ class FakeOpenAI:
     def _record_error(self, exc: BaseException) -> None:
         with self._lock:
             self.errors.append(exc)
+
+    def _fault_for(self, request: RecordedRequest) -> Reply | None:
+        """A simulated 429 or 500 for a chat request, as often as the behaviour says."""
+        if not _is_chat(request):
+            return None
+        with self._lock:
+            behaviour = self._behaviour
+            if behaviour is None or not (behaviour.rate_429 or behaviour.rate_500):
+                return None
+            draw = self._rng.random()
+        if draw < behaviour.rate_429:
+            return error(429, "simulated rate limit", retry_after=behaviour.retry_after)
+        if draw < behaviour.rate_429 + behaviour.rate_500:
+            return error(500, "simulated server error")
+        return None
+
+    def _shaped(self, request: RecordedRequest, reply: Reply) -> Reply:
+        """``reply`` with the behaviour's latency and token counts; counted in ``stats()``."""
+        with self._lock:
+            behaviour = self._behaviour
+        chat_request = _is_chat(request)
+        body = reply.body
+        completion_tokens = 0
+        if chat_request and reply.status == 200 and isinstance(body, dict):
+            usage = body.get("usage")
+            if behaviour is not None and behaviour.count_tokens and isinstance(usage, dict):
+                prompt = count_tokens(request.text())
+                completion = count_tokens(_answer_text(body))
+                usage = {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                }
+                body = {**body, "usage": usage}
+            if isinstance(usage, dict):
+                completion_tokens = int(usage.get("completion_tokens") or 0)
+                with self._lock:
+                    self._counted["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
+                    self._counted["completion_tokens"] += completion_tokens
+        delay = reply.delay
+        if chat_request and behaviour is not None and reply.status == 200:
+            delay += behaviour.latency + behaviour.latency_per_token * completion_tokens
+        with self._lock:
+            if chat_request:
+                self._counted["chat_requests"] += 1
+                self._counted[f"status_{reply.status}"] += 1
+            self._delay_total += delay
+        if body is reply.body and delay == reply.delay:
+            return reply
+        return dataclasses.replace(reply, body=body, delay=delay)
 
     def _reply_for(self, request: RecordedRequest) -> Reply:
         item: Reply | Responder
@@ -676,3 +807,22 @@ _MODELS: dict[str, Any] = {
         {"id": "fake-embedding", "object": "model", "created": 0, "owned_by": "fakeopenai"},
     ],
 }
+
+
+def _is_chat(request: RecordedRequest) -> bool:
+    path = request.path.rstrip("/")
+    return request.method == "POST" and path in ("/v1/chat/completions", "/chat/completions")
+
+
+def _answer_text(body: dict[str, Any]) -> str:
+    """The content (or tool-call arguments) of every choice of a completion body."""
+    parts: list[str] = []
+    for choice in body.get("choices") or []:
+        message = (choice.get("message") or {}) if isinstance(choice, dict) else {}
+        if isinstance(message.get("content"), str):
+            parts.append(message["content"])
+        for call in message.get("tool_calls") or []:
+            arguments = (call.get("function") or {}).get("arguments")
+            if isinstance(arguments, str):
+                parts.append(arguments)
+    return "\n".join(parts)

@@ -14,6 +14,7 @@ from ragjury.ingest import (
     DEFAULT_GLOBS,
     Skipped,
     chunk_document,
+    iter_documents,
     load_documents,
     split_text,
 )
@@ -545,3 +546,40 @@ def test_fastapi_tutorial_corpus_loads_and_chunks_within_size() -> None:
         chunks = chunk_document(document, chunk_size=800, overlap=100)
         assert chunks
         assert all(0 < len(c.text) <= 800 for c in chunks)
+
+
+# -- iter_documents: the same documents, read one file at a time ------------------------------
+
+
+def test_iter_documents_yields_what_load_documents_returns() -> None:
+    skipped: list[Skipped] = []
+    streamed = list(iter_documents([DOCS], skipped=skipped))
+    loaded = load_documents([DOCS])
+    assert streamed == loaded.documents
+    assert skipped == loaded.skipped
+
+
+def test_iter_documents_reads_each_file_only_when_its_documents_are_asked_for(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.md").write_text("first page", encoding="utf-8")
+    (tmp_path / "b.md").write_text("second page", encoding="utf-8")
+    documents = iter_documents([tmp_path])
+    assert next(documents).text == "first page"
+    (tmp_path / "b.md").write_text("second page, edited after the first was read", encoding="utf-8")
+    assert [d.text for d in documents] == ["second page, edited after the first was read"]
+
+
+def test_iter_documents_reports_skips_as_it_meets_them(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("   ", encoding="utf-8")
+    (tmp_path / "b.md").write_text("text", encoding="utf-8")
+    skipped: list[Skipped] = []
+    documents = iter_documents([tmp_path], skipped=skipped)
+    assert skipped == []
+    assert next(documents).text == "text"
+    assert skipped == [Skipped(str(tmp_path / "a.md"), "empty")]
+
+
+def test_iter_documents_refuses_a_missing_path_before_reading_anything(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="nowhere"):
+        iter_documents([tmp_path / "nowhere"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -27,10 +28,11 @@ from ragjury.config import Settings
 from ragjury.daemon import DaemonCounts
 from ragjury.estimate import estimate_generation
 from ragjury.generation import summarise
-from ragjury.ingest import load_documents
+from ragjury.ingest import Skipped, iter_documents
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
 from ragjury.runs import JobRun, generation_counts, run_job, submit_documents
+from ragjury.schemas import Document
 from ragjury.store.queue import Job, Queue
 
 log = structlog.get_logger("ragjury.generate")
@@ -40,20 +42,25 @@ EXIT_INTERRUPTED = 130
 
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
-    if not args.dry_run:
-        settings.require_endpoint()
     options = settings.generate
     prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
-    loaded = load_documents(
-        args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
-    )
-    skipped = [{"path": s.path, "reason": s.reason} for s in loaded.skipped]
-    for item in skipped:
-        log.warning("input_skipped", **item)
-    if not loaded.documents:
+    found: list[Skipped] = []
+
+    def documents() -> Iterator[Document]:
+        """The input, read one file at a time (twice: once to key the job, once to queue)."""
+        found.clear()
+        return iter_documents(
+            args.paths,
+            globs=options.globs,
+            text_field=options.text_field,
+            id_field=options.id_field,
+            skipped=found,
+        )
+
+    if next(documents(), None) is None:
         where = ", ".join(str(p) for p in args.paths)
-        reasons = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in found[:5])
         console.print(
             f"[bold red]ragjury: nothing to do[/]: no readable documents in {where}"
             + (f" (skipped: {reasons})" if reasons else "")
@@ -61,7 +68,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 1
     if args.dry_run:
-        estimate = estimate_generation(loaded.documents, settings, prompts)
+        estimate = estimate_generation(list(documents()), settings, prompts)
         return await report_estimate(estimate, settings, args, console)
     settings.require_endpoint()
     # Open the outputs first: a path we cannot write fails before any LLM call.
@@ -71,10 +78,13 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
         )
         async with recorded_run(settings, "generate") as run:
-            job = await submit_documents(run.store, settings, loaded.documents, prompts)
+            job = await submit_documents(run.store, settings, documents, prompts)
+            skipped = [{"path": s.path, "reason": s.reason} for s in found]
+            for item in skipped:
+                log.warning("input_skipped", **item)
             result = await _work(run, settings, job, console)
             counts = await generation_counts(run.store, job.id)
-            counts.documents = len(loaded.documents)
+            counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
             for record in await Queue(run.store).pairs([job.id]):
                 writer = kept if record["outcome"] == "kept" else rejected

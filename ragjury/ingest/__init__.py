@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from ragjury.ingest.chunking import chunk_document, split_text
-from ragjury.ingest.loaders import DEFAULT_GLOBS, LoadResult, Skipped, load_documents
+from ragjury.ingest.loaders import (
+    DEFAULT_GLOBS,
+    LoadResult,
+    Skipped,
+    iter_documents,
+    load_documents,
+)
 
 __all__ = [
     "DEFAULT_GLOBS",
     "LoadResult",
     "Skipped",
     "chunk_document",
+    "iter_documents",
     "load_documents",
     "split_text",
 ]

@@ -18,7 +18,7 @@ import codecs
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,17 +76,48 @@ def load_documents(
     0-based index for JSON, the 1-based line number for JSONL). A file reached twice is loaded
     once. Raises InputError if a path does not exist or a glob is empty.
     """
+    skipped: list[Skipped] = []
+    documents = list(
+        iter_documents(
+            paths, globs=globs, text_field=text_field, id_field=id_field, skipped=skipped
+        )
+    )
+    return LoadResult(documents=documents, skipped=skipped)
+
+
+def iter_documents(
+    paths: Sequence[str | Path],
+    *,
+    globs: Sequence[str] | None = None,
+    text_field: str = "text",
+    id_field: str | None = None,
+    skipped: list[Skipped] | None = None,
+) -> Iterator[Document]:
+    """The documents of :func:`load_documents`, in the same order, read one file at a time.
+
+    Only the file being read is held (a whole JSON file is parsed at once), so a run over a
+    large folder keeps memory flat. What is skipped is appended to ``skipped`` as it is met.
+    Raises InputError at once (before the first document is asked for) if a path does not
+    exist or a glob is empty.
+    """
     _check_paths_exist(paths)
     matchers = [_compile_glob(pattern) for pattern in (globs or DEFAULT_GLOBS)]
     loader = _Loader(text_field=text_field, id_field=id_field)
+    if skipped is not None:
+        loader.skipped = skipped
+    return _documents(paths, matchers, loader)
+
+
+def _documents(
+    paths: Sequence[str | Path], matchers: Sequence[re.Pattern[str]], loader: _Loader
+) -> Iterator[Document]:
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            for file in _walk(path, matchers, loader.skipped):
-                loader.load_file(file)
-        else:
-            loader.load_file(path)
-    return LoadResult(documents=loader.documents, skipped=loader.skipped)
+        files = _walk(path, matchers, loader.skipped) if path.is_dir() else [path]
+        for file in files:
+            loader.load_file(file)
+            yield from loader.documents
+            loader.documents.clear()
 
 
 class _Skip(Exception):
@@ -176,7 +207,8 @@ def _walk(
 
 @dataclass
 class _Loader:
-    """Accumulates documents and skips; knows which files and ids were already seen."""
+    """Collects the documents of the file being read and every skip; knows which files and
+    ids were already seen."""
 
     text_field: str
     id_field: str | None

@@ -7,6 +7,7 @@ Users can pass their own template file with the same variables (``Prompt.from_pa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,6 +26,13 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> jinja2.Template:
+    """Compile a template part once: compiling costs more than rendering (milliseconds per
+    call, which on a busy run is what keeps the endpoint from being kept busy)."""
+    return _ENV.from_string(source)
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class Prompt:
     def render(self, **variables: Any) -> list[dict[str, str]]:
         try:
             system, user = (
-                _ENV.from_string(part).render(**variables).strip()
+                _compiled(part).render(**variables).strip()
                 for part in self.source.split(_SEPARATOR, 1)
             )
         except jinja2.TemplateError as exc:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from ragjury.errors import InputError
 from ragjury.store.db import Store
 
@@ -34,6 +36,8 @@ class Job:
     options: dict[str, Any]
     created: bool = False
     """True when this call created the job; False when an identical job already existed."""
+    size: int = 0
+    """How many items the job has."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +66,15 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
 
 
-def job_key(kind: JobKind, options: dict[str, Any], items: Iterable[tuple[str, str]]) -> str:
-    """A hash of what defines a job: re-submitting the same work finds the same job."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps([kind, options], sort_keys=True, default=str).encode())
-    for key, payload in items:
-        digest.update(b"\0" + key.encode() + b"\0" + payload.encode())
-    return digest.hexdigest()
+_INSERT_ITEM = (
+    "INSERT INTO items (job_id, key, position, payload, created_at) VALUES (?, ?, ?, ?, ?)"
+)
+
+
+def _encode(payload: Any) -> str:
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json()
+    return json.dumps(payload, sort_keys=True)
 
 
 class Queue:
@@ -79,37 +85,54 @@ class Queue:
         self._clock = clock
 
     async def submit(
-        self, kind: JobKind, options: dict[str, Any], items: Sequence[tuple[str, dict[str, Any]]]
+        self,
+        kind: JobKind,
+        options: dict[str, Any],
+        items: Sequence[tuple[str, dict[str, Any]]] | Callable[[], Iterable[tuple[str, Any]]],
+        *,
+        batch: int = 500,
     ) -> Job:
-        """Create a job with ``items`` ((key, payload) in order), or find the identical one."""
-        encoded = [(key, json.dumps(payload, sort_keys=True)) for key, payload in items]
-        repeated = sorted(k for k, n in Counter(key for key, _ in encoded).items() if n > 1)
+        """Create a job of ``items`` ((key, payload) in order), or find the identical one.
+
+        ``items`` may be a function that returns a fresh iterator each time it is called (a
+        lazy reader of files): it is read twice, once for the job's key and once to insert,
+        so however many items there are, only ``batch`` of them are held at once."""
+        make: Callable[[], Iterable[tuple[str, Any]]] = (
+            items if callable(items) else (lambda: items)
+        )
+        digest = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
+        seen: Counter[str] = Counter()
+        for key, payload in make():
+            seen[key] += 1
+            digest.update(b"\0" + key.encode() + b"\0" + _encode(payload).encode())
+        repeated = sorted(k for k, n in seen.items() if n > 1)
         if repeated:
             raise InputError(
                 f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
                 f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
             )
-        key = job_key(kind, options, encoded)
+        if not seen:
+            return Job(id="", kind=kind, options=options, created=False, size=0)
+        job_key = digest.hexdigest()
         now = self._clock()
         async with self.store.write() as db:
-            async with db.execute("SELECT id FROM jobs WHERE key = ?", (key,)) as cursor:
+            async with db.execute("SELECT id FROM jobs WHERE key = ?", (job_key,)) as cursor:
                 row = await cursor.fetchone()
             if row is not None:
-                return Job(id=str(row[0]), kind=kind, options=options, created=False)
+                return Job(str(row[0]), kind, options, created=False, size=len(seen))
             job_id = uuid.uuid4().hex[:12]
             await db.execute(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, kind, key, json.dumps(options, default=str), _iso(now)),
+                (job_id, kind, job_key, json.dumps(options, default=str), _iso(now)),
             )
-            await db.executemany(
-                "INSERT INTO items (job_id, key, position, payload, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (job_id, item_key, position, payload, now)
-                    for position, (item_key, payload) in enumerate(encoded)
-                ],
-            )
-        return Job(id=job_id, kind=kind, options=options, created=True)
+            rows: list[tuple[Any, ...]] = []
+            for position, (key, payload) in enumerate(make()):
+                rows.append((job_id, key, position, _encode(payload), now))
+                if len(rows) >= batch:
+                    await db.executemany(_INSERT_ITEM, rows)
+                    rows.clear()
+            await db.executemany(_INSERT_ITEM, rows)
+        return Job(id=job_id, kind=kind, options=options, created=True, size=len(seen))
 
     async def job(self, job_id: str) -> Job:
         row = await self.store.fetchone("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))

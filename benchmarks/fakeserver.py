@@ -1,0 +1,99 @@
+"""An OpenAI-compatible fake endpoint for the benchmarks, in its own process.
+
+It is the scripted test server (``tests/fakeopenai.py``) with the tests' scripted agents: the
+generator drafts the ``Q:``/``A:`` pairs written in its text, the critics rate 5, the splitter
+splits the answer into sentences, the verdict judge finds each statement in the passages, the
+correctness and rubric judges grade. Any other agent gets ``{"ok": true}``. On top of that
+it behaves like a busy endpoint: a fixed latency plus a latency per completion token, a rate
+of 429s (with ``Retry-After``) and 500s, and token usage counted from the text.
+
+Run it by hand to point anything at it::
+
+    python benchmarks/fakeserver.py --latency-ms 200 --rate-429 0.05
+
+It prints its base URL on the first line of stdout, then reads commands from stdin, one a
+line: ``stats`` (one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes
+the counters); end of input stops it. Running in its own process keeps its CPU and its GIL
+apart from the client's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from conftest import CRITIC_AGENTS, critic_reply, generator_reply
+from evalfakes import script_judges
+from fakeopenai import Behaviour, FakeOpenAI, chat_json
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, default=200.0, help="fixed latency per call")
+    parser.add_argument(
+        "--per-token-ms", type=float, default=0.0, help="extra latency per completion token"
+    )
+    parser.add_argument("--rate-429", type=float, default=0.0, help="share of calls answered 429")
+    parser.add_argument("--rate-500", type=float, default=0.0, help="share of calls answered 500")
+    parser.add_argument(
+        "--retry-after", type=float, default=1.0, help="Retry-After of a 429, seconds"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
+    return parser.parse_args(argv)
+
+
+def scripted_server(args: argparse.Namespace) -> FakeOpenAI:
+    """A started fake with every ragjury agent scripted and the behaviour ``args`` ask for."""
+    fake = FakeOpenAI(keep_requests=False)
+    fake.start()
+    fake.behave(
+        Behaviour(
+            latency=args.latency_ms / 1000,
+            latency_per_token=args.per_token_ms / 1000,
+            rate_429=args.rate_429,
+            rate_500=args.rate_500,
+            retry_after=args.retry_after,
+            count_tokens=True,
+            seed=args.seed,
+        )
+    )
+    script(fake)
+    return fake
+
+
+def script(fake: FakeOpenAI) -> None:
+    """Answer every ragjury agent as the tests' scripted models do."""
+    fake.route("generator", generator_reply)
+    for agent in CRITIC_AGENTS:
+        fake.route(agent, critic_reply())
+    script_judges(fake)
+    fake.fallback(chat_json({"ok": True}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    fake = scripted_server(parse_args(argv))
+    try:
+        print(fake.base_url, flush=True)
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "stats":
+                stats = {**fake.stats(), "cpu_seconds": round(time.process_time(), 3)}
+                print(json.dumps(stats), flush=True)
+            elif command == "reset":
+                fake.reset()
+                script(fake)
+                print("{}", flush=True)
+            elif command:
+                print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

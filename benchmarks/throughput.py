@@ -1,0 +1,217 @@
+"""Throughput of `generate` and `evaluate` against a slow endpoint, as a ratio to the limit.
+
+The limit is what a perfect client could do with ``--concurrency`` requests always in flight:
+the latency the endpoint spent on every request, summed, divided by the concurrency (for a
+fixed latency: calls x latency / concurrency). A ratio of 1.0 means the endpoint was never
+left idle below the limit. The same is measured for a bare loop of the openai client (no
+ragjury), which is the ceiling the fake endpoint and the HTTP stack allow on this machine,
+and again with a share of 429s (Retry-After) to show that nothing fails.
+
+    python benchmarks/throughput.py            # about a minute
+    python benchmarks/throughput.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import openai
+import openai.resources.chat  # imported lazily on first use: not part of a run
+
+from ragjury.llm import LLM
+from ragjury.runs import (
+    generation_counts,
+    run_job,
+    scored_samples,
+    submit_documents,
+    submit_samples,
+)
+from ragjury.schemas import MetricName
+from ragjury.store import Store
+
+import corpus
+from _harness import FakeEndpoint, base_parser, bench_settings, delta, quiet, show, write_result
+
+GENERATE_CALLS_PER_DOCUMENT = 4  # one generator call, three critics
+EVALUATE_METRICS: tuple[MetricName, ...] = ("faithfulness", "correctness", "rubric")
+EVALUATE_CALLS_PER_SAMPLE = 4  # splitter, one verdict batch, correctness, rubric
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--calls", type=int, default=None, help="LLM calls per run (1500; --quick 500)"
+    )
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--rate-429", type=float, default=0.05, help="the fault run's 429 share")
+    parser.add_argument("--retry-after", type=float, default=1.0, help="seconds, on each 429")
+    args = parser.parse_args(argv)
+    if args.calls is None:
+        args.calls = 500 if args.quick else 1500
+    return args
+
+
+Runner = Callable[[str, Path], Awaitable[dict[str, Any]]]
+
+
+async def bare_openai(args: argparse.Namespace, base_url: str, calls: int) -> dict[str, Any]:
+    """``calls`` chat requests with ``concurrency`` always in flight, openai client only."""
+    left = calls
+
+    async def worker(client: openai.AsyncOpenAI) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await client.chat.completions.create(
+                model="fake-model",
+                messages=[{"role": "user", "content": "Say ok."}],
+                extra_headers={"x-ragjury-agent": "bare"},
+            )
+
+    async with (
+        openai.AsyncOpenAI(base_url=base_url, api_key="b", max_retries=0) as client,
+        anyio.create_task_group() as tg,
+    ):
+        for _ in range(args.concurrency):
+            tg.start_soon(worker, client)
+    return {"calls": calls, "failed": 0}
+
+
+async def generate(args: argparse.Namespace, base_url: str, folder: Path) -> dict[str, Any]:
+    """The path `ragjury generate` takes: the batch as a job in SQLite, worked by a daemon."""
+    docs = corpus.documents(max(1, args.calls // GENERATE_CALLS_PER_DOCUMENT))
+    settings = bench_settings(base_url, folder / "generate.db", concurrency=args.concurrency)
+    async with Store(settings.db) as store:
+        run_id = await store.start_run("generate", {})
+        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
+        async with llm:
+            job = await submit_documents(store, settings, docs)
+            run = await run_job(job, settings=settings, store=store, llm=llm)
+            counts = await generation_counts(store, job.id)
+    failed = counts.failed + counts.chunks_failed + counts.steps_failed + run.daemon.failed
+    return {
+        "documents": len(docs),
+        "calls": llm.usage.requests,
+        "kept": counts.kept,
+        "failed": failed,
+        "complete": counts.kept == len(docs) and failed == 0,
+    }
+
+
+async def evaluate(args: argparse.Namespace, base_url: str, folder: Path) -> dict[str, Any]:
+    """The path `ragjury evaluate` takes: the samples as a job in SQLite, worked by a daemon."""
+    items = corpus.samples(max(1, args.calls // EVALUATE_CALLS_PER_SAMPLE), 3)
+    settings = bench_settings(base_url, folder / "evaluate.db", concurrency=args.concurrency)
+    outcomes: dict[str, int] = {}
+    async with Store(settings.db) as store:
+        run_id = await store.start_run("evaluate", {})
+        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
+        async with llm:
+            job = await submit_samples(store, settings, items, EVALUATE_METRICS)
+            await run_job(job, settings=settings, store=store, llm=llm)
+            for scored in await scored_samples(store, job.id):
+                for result in scored.metrics.values():
+                    outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+    scored_count = outcomes.get("scored", 0)
+    return {
+        "samples": len(items),
+        "calls": llm.usage.requests,
+        "scored": scored_count,
+        "failed": sum(outcomes.values()) - scored_count,
+        "complete": scored_count == len(items) * len(EVALUATE_METRICS),
+    }
+
+
+async def measure(
+    args: argparse.Namespace, name: str, rate_429: float, body: Callable[..., Awaitable[Any]]
+) -> dict[str, Any]:
+    """Run ``body`` against a fresh fake endpoint; the ratio of its wall time to the limit."""
+    with (
+        FakeEndpoint(
+            latency_ms=args.latency_ms, rate_429=rate_429, retry_after=args.retry_after
+        ) as fake,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        before = fake.stats()
+        cpu, started = time.process_time(), time.perf_counter()
+        outcome = await body(
+            args, fake.base_url, Path(tmp) if body is not bare_openai else args.calls
+        )
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+        served = delta(fake.stats(), before)
+    limit = served["delay_seconds"] / args.concurrency
+    requests = int(served.get("chat_requests", 0))
+    return {
+        "run": name,
+        "rate_429": rate_429,
+        **outcome,
+        "requests_served": requests,
+        "status_429": int(served.get("status_429", 0)),
+        "in_flight_max": int(served["in_flight_max"]),
+        "wall_seconds": round(wall, 3),
+        "limit_seconds": round(limit, 3),
+        "ratio": round(limit / wall, 3) if wall else 0.0,
+        "client_cpu_ms_per_request": round(1000 * cpu / max(requests, 1), 2),
+        "server_cpu_ms_per_request": round(
+            1000 * served.get("cpu_seconds", 0.0) / max(requests, 1), 2
+        ),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [
+        await measure(args, "openai client alone (the fake's ceiling)", 0.0, bare_openai),
+        await measure(args, "generate", 0.0, generate),
+        await measure(args, "evaluate", 0.0, evaluate),
+        await measure(args, f"generate, {args.rate_429:.0%} 429s", args.rate_429, generate),
+        await measure(args, f"evaluate, {args.rate_429:.0%} 429s", args.rate_429, evaluate),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet()
+    runs = anyio.run(main_async, args)
+    result = {
+        "settings": {
+            "concurrency": args.concurrency,
+            "latency_ms": args.latency_ms,
+            "calls": args.calls,
+            "rate_429": args.rate_429,
+            "retry_after": args.retry_after,
+            "quick": args.quick,
+        },
+        "target_ratio": 0.9,
+        "runs": runs,
+    }
+    path = write_result("throughput", result, args.out)
+    columns = [
+        "run", "requests", "429s", "failed", "peak in flight", "wall s", "limit s",
+        "ratio", "client CPU ms/req", "fake CPU ms/req",
+    ]  # fmt: skip
+    rows = [
+        [
+            r["run"], r["requests_served"], r["status_429"], r["failed"], r["in_flight_max"],
+            r["wall_seconds"], r["limit_seconds"], r["ratio"],
+            r["client_cpu_ms_per_request"], r["server_cpu_ms_per_request"],
+        ]
+        for r in runs
+    ]  # fmt: skip
+    title = (
+        f"Throughput at concurrency {args.concurrency}, {args.latency_ms:.0f} ms per call "
+        "(ratio = limit / wall; target >= 0.9)"
+    )
+    show(title, columns, rows, path)
+    return 0 if all(r["failed"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Each benchmark runs, at tiny sizes, and writes a well-formed JSON result.
+
+Only the shape is checked here: speed and memory targets are what the benchmarks measure and
+report, never what a unit test asserts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(name: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / f"{name}.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert f"JSON: {out}" in " ".join(completed.stdout.split())  # the table names its file
+    result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == name
+    assert {"recorded_at", "machine", "settings"} <= result.keys()
+    return result
+
+
+def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -> None:
+    result = run_benchmark("throughput", tmp_path, "--calls=24", "--latency-ms=5")
+    runs = {run["run"].split(",")[0]: run for run in result["runs"]}
+    assert set(runs) == {"openai client alone (the fake's ceiling)", "generate", "evaluate"}
+    assert len(result["runs"]) == 5
+    for run in result["runs"]:
+        assert run["failed"] == 0
+        assert run["requests_served"] >= 24
+        assert run["limit_seconds"] > 0
+        assert run["ratio"] == pytest.approx(run["limit_seconds"] / run["wall_seconds"], abs=0.01)
+    assert runs["generate"]["complete"]
+    assert runs["evaluate"]["complete"]
+
+
+def test_statements_counts_calls_per_sample_for_both_approaches(tmp_path: Path) -> None:
+    result = run_benchmark("statements", tmp_path, "--samples=1")
+    sizes = {row["statements"]: row for row in result["sizes"]}
+    assert set(sizes) == {3, 10, 30}
+    # these are counts, not timings: split once, then ceil(n / 8) batches vs n single calls
+    assert {n: row["ragjury"]["calls"] for n, row in sizes.items()} == {3: 2, 10: 3, 30: 5}
+    assert {n: row["one_call_per_statement"]["calls"] for n, row in sizes.items()} == {
+        3: 4,
+        10: 11,
+        30: 31,
+    }
+    assert all(row["ragjury"]["prompt_tokens"] > 0 for row in sizes.values())
+
+
+def test_memory_reports_peak_rss_per_size(tmp_path: Path) -> None:
+    result = run_benchmark("memory", tmp_path, "--multiples=1,2", "--doc-kb=1", "--latency-ms=0")
+    rows = result["sizes"]
+    assert [row["documents"] for row in rows] == [4, 8]  # --quick: a bus buffer of 4
+    assert all(row["peak_rss_mib"] > 0 and row["failed"] == 0 for row in rows)
+    assert [row["kept"] for row in rows] == [4, 8]
+
+
+def test_bus_reports_a_rate_for_the_runtime_and_the_bare_stream(tmp_path: Path) -> None:
+    result = run_benchmark("bus", tmp_path, "--messages=300", "--repeats=1")
+    paths = result["paths"]
+    assert paths[0]["path"] == "bare anyio memory object stream"
+    assert paths[0]["ratio_to_bare"] == 1.0
+    assert len(paths) == 3
+    assert all(p["messages_per_second"] > 0 for p in paths)

@@ -1,4 +1,4 @@
-"""The endpoint limiter: AIMD concurrency, Retry-After pauses, rpm/tpm buckets. Time is a
+"""The endpoint limiter: AIMD concurrency, rpm/tpm buckets. Time is a
 ManualClock that only moves when the limiter sleeps, so every wait is observed exactly."""
 
 from __future__ import annotations
@@ -61,40 +61,18 @@ async def test_the_limit_never_drops_below_one() -> None:
     assert lim.lowest_limit == 1
 
 
-async def test_retry_after_pauses_new_sends_until_then() -> None:
+async def test_a_throttle_lowers_the_limit_but_does_not_stop_the_other_requests() -> None:
     clock = ManualClock()
     lim = limiter(4, clock)
-    first = await lim.acquire()
-    lim.release(first, "throttled", retry_after=5.0)
+    permits = [await lim.acquire() for _ in range(4)]
+    lim.release(permits[0], "throttled", retry_after=5.0)  # limit 4 -> 2, two still out
 
-    await lim.acquire()
-
-    assert clock.sleeps == [5.0]
-    assert clock.now == 1005.0
-    assert lim.paused_seconds == 5.0
-
-
-async def test_overlapping_pauses_count_once_in_the_paused_time() -> None:
-    clock = ManualClock()
-    lim = limiter(4, clock)
-    first, second = await lim.acquire(), await lim.acquire()
-    lim.release(first, "throttled", retry_after=5.0)
-    lim.release(second, "throttled", retry_after=3.0)  # inside the first pause
-
-    await lim.acquire()
-
-    assert clock.sleeps == [5.0]
-    assert lim.paused_seconds == 5.0
-
-
-async def test_a_throttle_without_retry_after_does_not_pause_the_endpoint() -> None:
-    clock = ManualClock()
-    lim = limiter(4, clock)
-    lim.release(await lim.acquire(), "throttled")
-
-    await lim.acquire()
+    lim.release(permits[1], "ok")
+    await lim.acquire()  # room under the new limit: sent at once, no endpoint-wide pause
 
     assert clock.sleeps == []
+    assert lim.limit == 2
+    assert lim.retry_after_seconds == 5.0
 
 
 async def test_the_limit_climbs_back_by_one_after_limit_successes_up_to_the_cap() -> None:

@@ -296,8 +296,6 @@ class LLM:
                     status_code=_code(failure),
                 )
             delay = retry_after(failure)
-            # A 429's Retry-After pauses the whole endpoint in the limiter, this send included.
-            paused = delay is not None and status == 429
             if delay is None:
                 delay = backoff(
                     attempt,
@@ -313,8 +311,7 @@ class LLM:
                 wait=delay,
                 limit=self.limiter.limit,
             )
-            if not paused:
-                await self._sleep(delay)
+            await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _add_tokens(self, stats: CallStats, prompt: int, completion: int) -> None:

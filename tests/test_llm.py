@@ -8,8 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ragjury.config import Settings
-from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
+from ragjury.errors import LLMOutputError, LLMTransportError
 from ragjury.llm import LLM
 from ragjury.schemas import Critique, DraftedPairs
 
@@ -192,16 +191,6 @@ async def test_requests_in_flight_never_exceed_the_concurrency_limit(
 
         assert len(fake.requests_for("critic")) == 12
         assert fake.in_flight_max == 3
-
-
-def test_no_endpoint_configured_says_how_to_configure_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAGJURY_BASE_URL", "RAGJURY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY") as caught:
-        LLM(Settings())
-    assert "--base-url" in str(caught.value)
 
 
 async def _rate(llm: LLM) -> None:

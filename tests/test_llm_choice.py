@@ -14,6 +14,7 @@ from ragjury.cli import build_parser, main, settings_from_args
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.llm import LLM
+from ragjury.llm.local import llama_request
 from ragjury.schemas import Critique
 
 from fakeopenai import FakeOpenAI, chat_json
@@ -148,3 +149,23 @@ def test_llm_openai_without_a_key_or_url_says_how_to_configure_one(
 
     with pytest.raises(ConfigurationError, match="--llm openai needs a key or a base URL"):
         LLM(Settings(llm="openai"))
+
+
+def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_request() -> None:
+    schema = {"type": "object", "properties": {"rating": {"type": "integer"}}}
+    messages = [{"role": "user", "content": "Rate it."}]
+    request = {
+        "model": "ignored",
+        "messages": messages,
+        "temperature": 0.0,
+        "max_tokens": 4000,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "R", "schema": schema}},
+    }
+
+    assert llama_request(request, max_tokens=64) == {
+        "messages": messages,
+        "temperature": 0.0,
+        "max_tokens": 64,
+        "response_format": {"type": "json_object", "schema": schema},
+    }
+    assert llama_request({"messages": messages}, max_tokens=64)["max_tokens"] == 64

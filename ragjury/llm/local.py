@@ -96,10 +96,14 @@ class LlamaCppBackend:
         llama = self._load()
         try:
             raw = llama.create_chat_completion(**kwargs)
-        except ValueError as exc:  # llama.cpp's way to say the prompt does not fit
+        except ValueError as exc:  # e.g. "Requested tokens (5000) exceed context window"
+            hint = (
+                f"; raise --local-context (now {self._context} tokens) or lower --chunk-size"
+                if "context" in str(exc)
+                else ""
+            )
             raise LLMTransportError(
-                f"{stage}: the local model refused the request: {exc}. Raise --local-context "
-                f"(now {self._context} tokens) or lower --chunk-size"
+                f"{stage}: the local model refused the request: {exc}{hint}"
             ) from exc
         except RuntimeError as exc:
             raise LLMTransportError(f"{stage}: the local model failed: {exc}") from exc

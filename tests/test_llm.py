@@ -195,3 +195,16 @@ async def test_requests_in_flight_never_exceed_the_concurrency_limit(
 
 async def _rate(llm: LLM) -> None:
     await llm.structured(Critique, ASK, stage="critic")
+
+
+async def test_output_cut_off_at_the_token_limit_is_an_output_error_not_a_crash(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.route("critic", chat('{"rationale": "it goes on and on and on', finish_reason="length"))
+    async with LLM(make_settings(fake, tmp_path)) as llm:
+        with pytest.raises(LLMOutputError, match="token limit") as caught:
+            await llm.structured(Critique, ASK, stage="critic")
+
+        assert caught.value.attempts == 1
+        assert caught.value.last_raw_output == '{"rationale": "it goes on and on and on'
+        assert llm.usage.stage("critic").failed_calls == 1

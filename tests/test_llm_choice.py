@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from ragjury.cli import build_parser, main, settings_from_args
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.llm import LLM
-from ragjury.llm.local import llama_request
+from ragjury.llm.local import MAX_STRING_CHARS, bounded_strings, llama_request
 from ragjury.schemas import Critique
 
 from fakeopenai import FakeOpenAI, chat_json
@@ -166,6 +167,27 @@ def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_
         "messages": messages,
         "temperature": 0.0,
         "max_tokens": 64,
-        "response_format": {"type": "json_object", "schema": schema},
+        "response_format": {"type": "json_object", "schema": bounded_strings(schema)},
     }
     assert llama_request({"messages": messages}, max_tokens=64)["max_tokens"] == 64
+    assert MAX_STRING_CHARS >= 200  # room for a real model's rationale
+
+
+def test_a_local_grammar_bounds_every_free_string_value() -> None:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "rationale": {"type": "string"},
+            "quote": {"type": "string", "maxLength": 20},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "items": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+
+    bounded = bounded_strings(schema, limit=100)
+
+    assert bounded["properties"]["rationale"]["maxLength"] == 100
+    assert bounded["properties"]["quote"]["maxLength"] == 20
+    assert "maxLength" not in bounded["properties"]["kind"]
+    assert bounded["properties"]["items"]["items"]["maxLength"] == 100
+    assert "maxLength" not in schema["properties"]["rationale"]  # the original is untouched

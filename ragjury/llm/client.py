@@ -27,7 +27,7 @@ import anyio
 import instructor
 import openai
 import structlog
-from instructor.core import InstructorRetryException
+from instructor.core import IncompleteOutputException, InstructorRetryException
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
@@ -167,6 +167,14 @@ class LLM:
                 f"request(s): {error}",
                 attempts=stats.requests,
                 last_raw_output=stats.last_raw_output,
+            ) from exc
+        except IncompleteOutputException as exc:
+            error = (
+                f"{stage}: the model reached its token limit before finishing its output "
+                f"(request {stats.requests}); a local model's limit is --local-max-tokens"
+            )
+            raise LLMOutputError(
+                error, attempts=stats.requests, last_raw_output=stats.last_raw_output
             ) from exc
         except LLMTransportError as exc:
             error = exc.message

@@ -26,6 +26,22 @@ if TYPE_CHECKING:
 
 # What instructor may send that llama.cpp's create_chat_completion understands too.
 _PASSED = ("messages", "temperature", "top_p", "stop", "seed", "logprobs", "top_logprobs")
+MAX_STRING_CHARS = 600
+"""Longest string value the grammar lets a local model write. Small models often repeat
+themselves inside a string until the token limit cuts the JSON off; a bound closes the
+string so the output stays JSON, and instructor judges what it says."""
+
+
+def bounded_strings(schema: Any, limit: int = MAX_STRING_CHARS) -> Any:
+    """A copy of a JSON schema whose string values are at most ``limit`` characters long."""
+    if isinstance(schema, list):
+        return [bounded_strings(item, limit) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    bounded = {key: bounded_strings(value, limit) for key, value in schema.items()}
+    if bounded.get("type") == "string" and "enum" not in bounded and "const" not in bounded:
+        bounded["maxLength"] = min(int(bounded.get("maxLength", limit)), limit)
+    return bounded
 
 
 def llama_request(request: Mapping[str, Any], *, max_tokens: int) -> dict[str, Any]:
@@ -42,7 +58,7 @@ def llama_request(request: Mapping[str, Any], *, max_tokens: int) -> dict[str, A
     if isinstance(response_format, Mapping):
         if response_format.get("type") == "json_schema":
             schema = response_format.get("json_schema", {}).get("schema")
-            kwargs["response_format"] = {"type": "json_object", "schema": schema}
+            kwargs["response_format"] = {"type": "json_object", "schema": bounded_strings(schema)}
         elif response_format.get("type") == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
     return kwargs

@@ -240,3 +240,15 @@ def test_generate_runs_end_to_end_on_the_bundled_model(bundled: Path, tmp_path: 
         assert record["outcome"] in ("rejected", "failed")
         if record["outcome"] == "failed":
             assert record["error"]["message"]
+
+
+async def test_logprobs_come_back_token_by_token_when_asked_for(
+    bundled: Path, tmp_path: Path
+) -> None:
+    async with LLM(local_settings(tmp_path, logprobs=True)) as llm:
+        rating, stats = await llm.structured_call(Rating, ASK, stage="critic")
+
+    assert stats.logprobs is not None
+    assert "".join(token for token, _ in stats.logprobs) == stats.last_raw_output
+    assert all(logprob <= 0.0 for _, logprob in stats.logprobs)
+    assert str(rating.rating) in [token.strip() for token, _ in stats.logprobs]

@@ -52,6 +52,8 @@ def llama_request(request: Mapping[str, Any], *, max_tokens: int) -> dict[str, A
     ...}`` and turns it into a grammar, so the model can only write JSON of that shape.
     """
     kwargs = {key: request[key] for key in _PASSED if request.get(key) is not None}
+    if kwargs.get("logprobs") and not kwargs.get("top_logprobs"):
+        kwargs["top_logprobs"] = 1  # llama.cpp returns no logprobs without a top_logprobs
     asked = request.get("max_tokens") or request.get("max_completion_tokens")
     kwargs["max_tokens"] = min(int(asked), max_tokens) if asked else max_tokens
     response_format = request.get("response_format")

@@ -9,6 +9,7 @@ from ragjury.errors import (
     LLMError,
     LLMOutputError,
     LLMTransportError,
+    LLMUnavailableError,
     RagjuryError,
 )
 from ragjury.jury import EvaluationResult, Jury
@@ -28,6 +29,7 @@ __all__ = [
     "LLMError",
     "LLMOutputError",
     "LLMTransportError",
+    "LLMUnavailableError",
     "MetricResult",
     "RagjuryError",
     "Sample",

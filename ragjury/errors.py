@@ -9,7 +9,8 @@ and what to do next.
     ├── BusError                  the bus is closed or misused
     ├── LLMError
     │   ├── LLMTransportError     429 / 5xx / timeouts that outlived every retry, or a 4xx
-    │   └── LLMOutputError        output that never parsed or validated
+    │   ├── LLMOutputError        output that never parsed or validated
+    │   └── LLMUnavailableError   the configured model cannot do this (embeddings on --llm local)
     └── HandlerTimeout            an agent step took longer than its limit
 """
 
@@ -65,6 +66,10 @@ class LLMTransportError(LLMError):
 
 class LLMOutputError(LLMError):
     """The model's output never parsed or validated within the allowed retries."""
+
+
+class LLMUnavailableError(LLMError):
+    """The configured backend cannot do what was asked (no request was sent)."""
 
 
 class HandlerTimeout(RagjuryError):

@@ -306,21 +306,6 @@ def test_bad_option_values_name_the_flag_and_the_value(
     assert "--min-score" in capsys.readouterr().err
 
 
-def test_no_endpoint_configured_exits_with_how_to_configure_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAGJURY_BASE_URL", "RAGJURY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-
-    code = main(["generate", str(corpus(tmp_path)), "--out", str(tmp_path / "o.jsonl")])
-
-    assert code == 2
-    err = capsys.readouterr().err
-    assert "no LLM endpoint is configured" in err
-    assert "OPENAI_BASE_URL" in err
-
-
 def test_main_py_runs_generate_as_a_user_would(fake: FakeOpenAI, tmp_path: Path) -> None:
     script_happy_path(fake)
     env = {

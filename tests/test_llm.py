@@ -8,8 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ragjury.config import Settings
-from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
+from ragjury.errors import LLMOutputError, LLMTransportError
 from ragjury.llm import LLM
 from ragjury.schemas import Critique, DraftedPairs
 
@@ -194,15 +193,18 @@ async def test_requests_in_flight_never_exceed_the_concurrency_limit(
         assert fake.in_flight_max == 3
 
 
-def test_no_endpoint_configured_says_how_to_configure_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAGJURY_BASE_URL", "RAGJURY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY") as caught:
-        LLM(Settings())
-    assert "--base-url" in str(caught.value)
-
-
 async def _rate(llm: LLM) -> None:
     await llm.structured(Critique, ASK, stage="critic")
+
+
+async def test_output_cut_off_at_the_token_limit_is_an_output_error_not_a_crash(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.route("critic", chat('{"rationale": "it goes on and on and on', finish_reason="length"))
+    async with LLM(make_settings(fake, tmp_path)) as llm:
+        with pytest.raises(LLMOutputError, match="token limit") as caught:
+            await llm.structured(Critique, ASK, stage="critic")
+
+        assert caught.value.attempts == 1
+        assert caught.value.last_raw_output == '{"rationale": "it goes on and on and on'
+        assert llm.usage.stage("critic").failed_calls == 1

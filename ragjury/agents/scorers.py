@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ragjury.agents.base import failure_from
 from ragjury.config import EvaluationOptions
-from ragjury.errors import LLMError
+from ragjury.errors import LLMError, LLMUnavailableError
 from ragjury.evaluation.keywords import check_keywords
 from ragjury.llm import LLM
 from ragjury.llm.logprobs import perplexity
@@ -82,6 +82,8 @@ class SimilarityScorer:
                     [sample.answer, sample.reference], stage=self.role
                 )
                 score = cosine(answer, reference)
+            except LLMUnavailableError as exc:
+                result = MetricResult.not_applicable(f"unavailable: {exc}")
             except LLMError as exc:
                 result = MetricResult.failed(failure_from(self.role, exc), exc.attempts)
             except ValueError as exc:

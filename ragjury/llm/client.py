@@ -1,4 +1,8 @@
-"""The one LLM client every agent uses: AsyncOpenAI wrapped by instructor.
+"""The one LLM client every agent uses: a chat backend wrapped by instructor.
+
+The backend (:mod:`ragjury.llm.backends`) is an OpenAI-compatible endpoint or a local GGUF
+model (:mod:`ragjury.llm.local`), chosen by :func:`ragjury.llm.resolve.choose_llm`;
+everything below is the same for both.
 
 Two kinds of retry, kept apart:
 
@@ -26,16 +30,23 @@ import anyio
 import instructor
 import openai
 import structlog
-from instructor.core import InstructorRetryException
+from instructor.core import IncompleteOutputException, InstructorRetryException
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError, LLMOutputError, LLMTransportError
+from ragjury.errors import (
+    ConfigurationError,
+    LLMOutputError,
+    LLMTransportError,
+    LLMUnavailableError,
+)
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
+from ragjury.llm.backends import ChatBackend
 from ragjury.llm.budget import Budget
 from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
+from ragjury.llm.resolve import open_backend
 from ragjury.llm.tokens import COMPLETION_RESERVE, estimate_prompt_tokens, estimate_tokens
 from ragjury.llm.usage import CallStats, UsageLedger
 from ragjury.pricing import PriceTable
@@ -66,7 +77,7 @@ _FATAL_HINTS = {
 
 
 class LLM:
-    """Structured calls to an OpenAI-compatible endpoint, with retries and accounting."""
+    """Structured calls to a chat model, with retries and accounting."""
 
     def __init__(
         self,
@@ -77,9 +88,11 @@ class LLM:
         on_call: CallObserver | None = None,
         seed: int | None = None,
         require_endpoint: bool = True,
+        backend: ChatBackend | None = None,
     ) -> None:
-        if require_endpoint:
-            settings.require_endpoint()
+        self._backend: ChatBackend = backend or open_backend(settings, required=require_endpoint)
+        if self._backend.model_name != settings.model:
+            settings = settings.model_copy(update={"model": self._backend.model_name})
         self.settings = settings
         self.usage = UsageLedger()
         self.prices = PriceTable(settings.prices)
@@ -97,22 +110,17 @@ class LLM:
         self.limiter = AdaptiveLimiter(
             settings.concurrency, rpm=settings.rpm, tpm=settings.tpm, clock=clock, sleep=sleep
         )
-        self._client = openai.AsyncOpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key or "not-needed",
-            max_retries=0,  # transport retries are ours, so that every request is counted
-            timeout=settings.timeout,
-        )
+        mode = self._backend.forced_mode or settings.mode
         # instructor's patch() is typed for its own protocol; we call it with keywords only.
         self._create: Callable[..., Awaitable[Any]] = instructor.patch(
-            create=self._send, mode=_MODES[settings.mode]
+            create=self._send, mode=_MODES[mode]
         )
         self.fatal_error: LLMTransportError | None = None
         self.fatal = anyio.Event()
         """Set when the endpoint refuses us outright (401, 403, 404): no call can succeed."""
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self._backend.aclose()
 
     async def __aenter__(self) -> LLM:
         return self
@@ -179,6 +187,14 @@ class LLM:
                 attempts=stats.requests,
                 last_raw_output=stats.last_raw_output,
             ) from exc
+        except IncompleteOutputException as exc:
+            error = (
+                f"{stage}: the model reached its token limit before finishing its output "
+                f"(request {stats.requests}); a local model's limit is --local-max-tokens"
+            )
+            raise LLMOutputError(
+                error, attempts=stats.requests, last_raw_output=stats.last_raw_output
+            ) from exc
         except LLMTransportError as exc:
             error = exc.message
             exc.attempts = stats.requests
@@ -188,18 +204,19 @@ class LLM:
             await self._close_call(stats, error)
 
     async def embed(self, texts: Sequence[str], *, stage: str) -> list[list[float]]:
-        """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books)."""
+        """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books).
+
+        Raises :class:`LLMUnavailableError`, sending nothing, when the backend cannot embed.
+        """
+        if self._backend.embeddings_unavailable is not None:
+            raise LLMUnavailableError(f"{stage}: {self._backend.embeddings_unavailable}")
         stats = CallStats(stage=stage, model=self.settings.embedding_model)
         token = _current_call.set(stats)
         error: str | None = "cancelled"
         try:
             response: CreateEmbeddingResponse = await self._retrying(
                 stats,
-                lambda: self._client.embeddings.create(
-                    model=self.settings.embedding_model,
-                    input=list(texts),
-                    extra_headers={"x-ragjury-agent": stage},
-                ),
+                lambda: self._backend.embed(texts, stage=stage),
                 estimate=sum(estimate_tokens(t) for t in texts),
             )
             error = None
@@ -236,9 +253,7 @@ class LLM:
             raise ConfigurationError("LLM._send was called outside LLM.structured")
         response: ChatCompletion = await self._retrying(
             stats,
-            lambda: self._client.chat.completions.create(
-                **kwargs, extra_headers={"x-ragjury-agent": stats.stage}
-            ),
+            lambda: self._backend.chat(stage=stats.stage, **kwargs),
             estimate=estimate_prompt_tokens(kwargs.get("messages", ())) + COMPLETION_RESERVE,
         )
         self._account(stats, response)

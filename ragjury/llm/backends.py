@@ -1,0 +1,80 @@
+"""Where a chat request goes: the seam between :class:`~ragjury.llm.LLM` and a model.
+
+:class:`LLM` keeps everything that is the same for every model (instructor's validation
+re-asks, transport retries, accounting); a backend only sends one request and returns an
+OpenAI-shaped response. Two backends exist: :class:`OpenAIBackend` for any OpenAI-compatible
+HTTP endpoint and :class:`ragjury.llm.local.LlamaCppBackend` for a GGUF file run in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import openai
+from openai.types import CreateEmbeddingResponse
+from openai.types.chat import ChatCompletion
+
+from ragjury.config import Settings
+
+
+class ChatBackend(Protocol):
+    """One model behind one object: a chat request in, an OpenAI-shaped completion out."""
+
+    @property
+    def model_name(self) -> str:
+        """The name recorded with every call (the endpoint's model, or the GGUF file)."""
+        ...
+
+    @property
+    def forced_mode(self) -> str | None:
+        """The structured-output mode this backend needs, or None to honour ``--mode``."""
+        ...
+
+    @property
+    def embeddings_unavailable(self) -> str | None:
+        """Why this backend cannot embed text, or None when it can."""
+        ...
+
+    async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
+        """Send one chat request (OpenAI keyword arguments) and return the completion."""
+        ...
+
+    async def embed(self, texts: Sequence[str], *, stage: str) -> CreateEmbeddingResponse:
+        """Embeddings of ``texts``, one vector each."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class OpenAIBackend:
+    """Any OpenAI-compatible HTTP endpoint, through the official client (its retries off)."""
+
+    forced_mode: str | None = None
+    embeddings_unavailable: str | None = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.model_name = settings.model
+        self._embedding_model = settings.embedding_model
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key or "not-needed",
+            max_retries=0,  # transport retries are LLM's, so that every request is counted
+            timeout=settings.timeout,
+        )
+
+    async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
+        response: ChatCompletion = await self._client.chat.completions.create(
+            **request, extra_headers={"x-ragjury-agent": stage}
+        )
+        return response
+
+    async def embed(self, texts: Sequence[str], *, stage: str) -> CreateEmbeddingResponse:
+        return await self._client.embeddings.create(
+            model=self._embedding_model,
+            input=list(texts),
+            extra_headers={"x-ragjury-agent": stage},
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

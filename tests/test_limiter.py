@@ -65,9 +65,10 @@ async def test_a_throttle_lowers_the_limit_but_does_not_stop_the_other_requests(
     clock = ManualClock()
     lim = limiter(4, clock)
     permits = [await lim.acquire() for _ in range(4)]
-    lim.release(permits[0], "throttled", retry_after=5.0)  # limit 4 -> 2, two still out
-
+    lim.release(permits[0], "throttled", retry_after=5.0)  # limit 4 -> 2, three still out
     lim.release(permits[1], "ok")
+    lim.release(permits[2], "ok")
+
     await lim.acquire()  # room under the new limit: sent at once, no endpoint-wide pause
 
     assert clock.sleeps == []

@@ -228,7 +228,7 @@ async def test_an_item_is_finished_once_however_many_daemons_worked_on_it(
         assert await queue.finish("b", again, results) is True
         assert await queue.finish("a", item, results) is False  # the slow one is too late
 
-        assert await queue.samples([job_id]) == [record]
+        assert [r async for r in queue.samples([job_id])] == [record]
         assert (await queue.counts())["done"] == 1
     finally:
         await store.__aexit__(None, None, None)

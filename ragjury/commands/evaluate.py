@@ -98,7 +98,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                 await target.aclose()
         results = await scored_samples(run.store, job.id)
         with RecordWriter(args.out, "jsonl") as writer:
-            for record in await Queue(run.store).samples([job.id]):
+            async for record in Queue(run.store).samples([job.id]):
                 writer.write(record)
         summary: dict[str, Any] = summarise(
             results,

@@ -86,7 +86,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
-            for record in await Queue(run.store).pairs([job.id]):
+            async for record in Queue(run.store).pairs([job.id]):
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)

@@ -214,28 +214,31 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
         )
     _existing_db(settings)
     console = _console()
+    written = {"kept": 0, "rejected": 0, "samples": 0}
     async with Store(settings.db) as store:
         queue = Queue(store)
-        pairs = await queue.pairs(args.jobs)
-        samples = await queue.samples(args.jobs) if args.results else []
         counts = await queue.counts(args.jobs)
-    written = {"kept": 0, "rejected": 0, "samples": 0}
-    with contextlib.ExitStack() as stack:
-        kept_writer = stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
-        rejected_writer = (
-            stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
-        )
-        for record in pairs:
-            kept = record["outcome"] == "kept"
-            writer = kept_writer if kept else rejected_writer
-            if writer is not None:
-                writer.write(record)
-                written["kept" if kept else "rejected"] += 1
-    if args.results:
-        with RecordWriter(args.results, "jsonl") as writer:
-            for record in samples:
-                writer.write(record)
-                written["samples"] += 1
+        with contextlib.ExitStack() as stack:
+            kept_writer = (
+                stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
+            )
+            rejected_writer = (
+                stack.enter_context(RecordWriter(args.rejected, args.format))
+                if args.rejected
+                else None
+            )
+            if kept_writer is not None or rejected_writer is not None:
+                async for record in queue.pairs(args.jobs):
+                    kept = record["outcome"] == "kept"
+                    writer = kept_writer if kept else rejected_writer
+                    if writer is not None:
+                        writer.write(record)
+                        written["kept" if kept else "rejected"] += 1
+            if args.results:
+                results = stack.enter_context(RecordWriter(args.results, "jsonl"))
+                async for record in queue.samples(args.jobs):
+                    results.write(record)
+                    written["samples"] += 1
     unfinished = counts["queued"] + counts["processing"]
     console.print(
         f"ragjury export: {written['kept']} kept and {written['rejected']} rejected/failed "

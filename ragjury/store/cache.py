@@ -79,11 +79,10 @@ class StepCache:
         if not self.enabled:
             return
         output = "[" + ",".join(event.model_dump_json() for event in events) + "]"
-        async with self.store.write() as db:
-            await db.execute(
-                "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
-                (key, role, output, time.time()),
-            )
+        await self.store.write_one(
+            "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
+            (key, role, output, time.time()),
+        )
 
     async def count_by_agent(self) -> dict[str, int]:
         rows = await self.store.fetchall("SELECT agent, COUNT(*) FROM steps GROUP BY agent")

@@ -196,6 +196,14 @@ class Store:
                     raise
                 await db.execute("COMMIT")
 
+    async def write_one(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        """One statement, atomic on its own (autocommit): a single step of the cache or one
+        call record. Cheaper than :meth:`write`, which costs two more round trips to the
+        database thread; it still waits for this process's open transaction to end."""
+        async with self._lock:
+            with anyio.CancelScope(shield=True):
+                await self.db.execute(sql, params)
+
     async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         async with self.db.execute(sql, params) as cursor:
             return [tuple(row) for row in await cursor.fetchall()]
@@ -222,25 +230,24 @@ class Store:
             )
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
-        async with self.write() as db:
-            await db.execute(
-                "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
-                "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    stats.stage,
-                    stats.requests,
-                    stats.prompt_tokens,
-                    stats.completion_tokens,
-                    round(stats.latency_seconds * 1000, 1),
-                    json.dumps(stats.statuses),
-                    error,
-                    _now(),
-                    stats.model,
-                    stats.cost_usd,
-                ),
-            )
+        await self.write_one(
+            "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
+            "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                stats.stage,
+                stats.requests,
+                stats.prompt_tokens,
+                stats.completion_tokens,
+                round(stats.latency_seconds * 1000, 1),
+                json.dumps(stats.statuses),
+                error,
+                _now(),
+                stats.model,
+                stats.cost_usd,
+            ),
+        )
 
     async def call_totals(self, run_id: str) -> dict[str, int | float | None]:
         """Requests, tokens and cost of a run's calls; the cost is None if any call's is."""

@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -318,13 +318,13 @@ class Queue:
         )
         return [{"item": key, "error": error} for key, error in rows]
 
-    async def pairs(self, job_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Judged pairs in export form, in submission order."""
-        return await self._records("pairs", job_ids)
+    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Judged pairs in export form, in submission order, read as they are written out."""
+        return self._records("pairs", job_ids)
 
-    async def samples(self, job_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Judged samples in export form, in submission order."""
-        return await self._records("samples", job_ids)
+    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Judged samples in export form, in submission order, read as they are written out."""
+        return self._records("samples", job_ids)
 
     async def pair_questions(self, job_id: str) -> list[tuple[str, str]]:
         """(pair id, question) of a job's stored pairs: what its deduplicator has seen."""
@@ -340,7 +340,9 @@ class Queue:
         )
         return [str(row[0]) for row in rows]
 
-    async def _records(self, table: str, job_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+    async def _records(
+        self, table: str, job_ids: Sequence[str] | None
+    ) -> AsyncIterator[dict[str, Any]]:
         sql = (
             f"SELECT r.record FROM {table} r JOIN items i ON i.id = r.item_id "
             "JOIN jobs j ON j.id = r.job_id"
@@ -350,4 +352,7 @@ class Queue:
             sql += f" WHERE r.job_id IN ({', '.join('?' for _ in job_ids)})"
             params = tuple(job_ids)
         sql += " ORDER BY j.rowid, i.position, r.position"
-        return [json.loads(row[0]) for row in await self.store.fetchall(sql, params)]
+        async with self.store.db.execute(sql, params) as cursor:
+            while rows := await cursor.fetchmany(200):
+                for row in rows:
+                    yield json.loads(row[0])

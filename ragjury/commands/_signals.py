@@ -11,6 +11,14 @@ from typing import Generic, TypeVar
 import anyio
 from rich.console import Console
 
+from ragjury.commands._run import RecordedRun
+from ragjury.config import Settings
+from ragjury.daemon import DaemonCounts
+from ragjury.evaluation.targets import Target
+from ragjury.jobs import EventListener
+from ragjury.runs import JobRun, run_job
+from ragjury.store.queue import Job, Queue
+
 T = TypeVar("T")
 
 
@@ -55,3 +63,34 @@ async def stop_on_signals(
                 console.print(f"ragjury: {name} again: stopping now", markup=False)
                 scope.cancel()
                 return
+
+
+async def run_job_until_signalled(
+    run: RecordedRun,
+    settings: Settings,
+    job: Job,
+    console: Console,
+    on_progress: EventListener,
+    target: Target | None = None,
+) -> JobRun:
+    """Work ``job`` in this process; the first SIGINT/SIGTERM stops intake (grace period),
+    a second stops at once. Either way the unfinished items stay queued."""
+    stop = anyio.Event()
+    outcome: Outcome[JobRun] | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+        outcome = await capture(
+            run_job(
+                job,
+                settings=settings,
+                store=run.store,
+                llm=run.llm,
+                on_progress=on_progress,
+                target=target,
+                stop=stop,
+            )
+        )
+        tg.cancel_scope.cancel()
+    if outcome is None:  # stopped at once by a second signal
+        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
+    return outcome.unwrap()

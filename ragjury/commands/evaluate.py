@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any
 
-import anyio
 import structlog
 from rich.console import Console
 
@@ -19,10 +18,9 @@ from ragjury.commands._run import (
     recorded_run,
     report_estimate,
 )
-from ragjury.commands._signals import Outcome, capture, stop_on_signals
+from ragjury.commands._signals import run_job_until_signalled
 from ragjury.commands.generate import EXIT_INTERRUPTED
 from ragjury.config import Settings
-from ragjury.daemon import DaemonCounts
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
@@ -30,7 +28,7 @@ from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
-from ragjury.runs import JobRun, run_job, scored_samples, submit_samples
+from ragjury.runs import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
 from ragjury.store.queue import Job, Queue
 
@@ -170,8 +168,6 @@ async def _work(
             markup=False,
             highlight=False,
         )
-    stop = anyio.Event()
-    outcome: Outcome[JobRun] | None = None
     with EvaluationProgressBar(console, total) as bar:
         bar.update(done)
 
@@ -181,20 +177,4 @@ async def _work(
                 done += 1
                 bar.update(done)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
-            outcome = await capture(
-                run_job(
-                    job,
-                    settings=settings,
-                    store=run.store,
-                    llm=run.llm,
-                    on_progress=on_event,
-                    target=target,
-                    stop=stop,
-                )
-            )
-            tg.cancel_scope.cancel()
-    if outcome is None:  # stopped at once by a second signal
-        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
-    return outcome.unwrap()
+        return await run_job_until_signalled(run, settings, job, console, on_event, target)

@@ -11,7 +11,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import anyio
 import structlog
 from rich.console import Console
 
@@ -23,15 +22,14 @@ from ragjury.commands._run import (
     recorded_run,
     report_estimate,
 )
-from ragjury.commands._signals import Outcome, capture, stop_on_signals
+from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
-from ragjury.daemon import DaemonCounts
 from ragjury.estimate import estimate_generation
 from ragjury.generation import summarise
 from ragjury.ingest import Skipped, iter_documents
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
-from ragjury.runs import JobRun, generation_counts, run_job, submit_documents
+from ragjury.runs import JobRun, generation_counts, submit_documents
 from ragjury.schemas import Document
 from ragjury.store.queue import Job, Queue
 
@@ -131,8 +129,6 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
             markup=False,
             highlight=False,
         )
-    stop = anyio.Event()
-    outcome: Outcome[JobRun] | None = None
     with GenerationProgress(console) as progress:
         progress.update(counts)
 
@@ -140,22 +136,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
             counts.observe(event)
             progress.update(counts)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
-            outcome = await capture(
-                run_job(
-                    job,
-                    settings=settings,
-                    store=run.store,
-                    llm=run.llm,
-                    on_progress=on_event,
-                    stop=stop,
-                )
-            )
-            tg.cancel_scope.cancel()
-    if outcome is None:  # stopped at once by a second signal
-        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
-    return outcome.unwrap()
+        return await run_job_until_signalled(run, settings, job, console, on_event)
 
 
 def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace) -> None:

@@ -20,7 +20,9 @@ from ragjury.pricing import load_price_file
 
 log = structlog.get_logger("ragjury.cli")
 
-EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_BUDGET = 0, 1, 2, 3
+# Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
+# 3 (a budget stopped the run) and 130 (stopped by a signal; see commands/_run.py).
+EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
 
 # Flags that map one-to-one onto GenerationOptions fields.
 _GENERATION_FLAGS = (
@@ -168,6 +170,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         default=None,
         help="ask the LLM again even for steps the database already holds",
+    )
+    parser.add_argument(
+        "--items-in-flight",
+        type=int,
+        help="documents/samples worked at once (default 2 x --concurrency)",
     )
     parser.add_argument(
         "--grace",
@@ -334,11 +341,6 @@ def _add_queue_commands(commands: Any) -> None:
         type=float,
         help="seconds an item stays this daemon's without renewal (default 30); a crashed "
         "daemon's items are taken up again after this",
-    )
-    serve.add_argument(
-        "--items-in-flight",
-        type=int,
-        help="documents/samples worked at once (default 2 x --concurrency)",
     )
     serve.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_evaluate import evaluate
+from test_generate import corpus
 
 from ragjury import Jury
 from ragjury.cli import main
@@ -24,23 +26,9 @@ from conftest import (
     read_jsonl,
     read_summary,
     script_happy_path,
-    write_qa_document,
 )
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, chat, error
-
-FACTS = {
-    "ports.md": [("What port does uvicorn serve on by default?", "8000")],
-    "cli.md": [("Which command starts the FastAPI development server?", "fastapi dev")],
-    "docs.md": [("At which path are the interactive API docs served?", "/docs")],
-}
-
-
-def corpus(tmp_path: Path, facts: dict[str, list[tuple[str, str]]] = FACTS) -> Path:
-    folder = tmp_path / "docs"
-    for name, pairs in facts.items():
-        write_qa_document(folder, name, pairs)
-    return folder
 
 
 def generate(fake: FakeOpenAI, tmp_path: Path, *extra: str, model: str = "fake-model") -> int:
@@ -310,24 +298,6 @@ def test_max_tokens_stops_an_evaluation_and_writes_what_finished(
 
 
 # -- dry run ----------------------------------------------------------------------------------
-
-
-def evaluate(fake: FakeOpenAI | None, tmp_path: Path, samples: Path, *extra: str) -> int:
-    endpoint = ["--base-url", fake.base_url, "--api-key", "test-key"] if fake else []
-    return main(
-        [
-            "evaluate",
-            str(samples),
-            "--out",
-            str(tmp_path / "results.jsonl"),
-            "--summary",
-            str(tmp_path / "summary.json"),
-            "--db",
-            str(tmp_path / "ragjury.db"),
-            *endpoint,
-            *extra,
-        ]
-    )
 
 
 def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:

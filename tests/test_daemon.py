@@ -75,45 +75,37 @@ def daemons() -> Iterator[list[Daemon]]:
             daemon.process.wait(timeout=10)
 
 
-def serve(started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str) -> Daemon:
-    log = db.parent / f"{name}.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ragjury",
-            "serve",
-            "--db",
-            str(db),
-            "--base-url",
-            fake.base_url,
-            "--api-key",
-            "test-key",
-            "--model",
-            "fake-model",
-            "--lease",
-            "2",
-            "--concurrency",
-            "2",
-            "--items-in-flight",
-            "2",
-            "--log-level",
-            "info",
-            *extra,
-        ],
+def endpoint(fake: FakeOpenAI) -> list[str]:
+    return ["--base-url", fake.base_url, "--api-key", "test-key", "--model", "fake-model"]
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
+    """``python -m ragjury ARGS`` with its stderr in ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ragjury", *args],
         stdout=subprocess.DEVNULL,
         stderr=log.open("w", encoding="utf-8"),
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    daemon = Daemon(process, log)
+
+
+def serve(started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str) -> Daemon:
+    log = db.parent / f"{name}.log"
+    args = ["serve", "--db", str(db), *endpoint(fake), "--lease", "2", "--concurrency", "2"]
+    args += ["--items-in-flight", "2", "--log-level", "info", *extra]
+    daemon = Daemon(spawn(args, log), log)
     started.append(daemon)
     return daemon
 
 
 def states(db: Path) -> Counter[str]:
     with sqlite3.connect(db, timeout=30) as conn:
-        return Counter(dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state")))
+        try:
+            rows = conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state")
+        except sqlite3.OperationalError:  # the process has not created the schema yet
+            return Counter()
+        return Counter(dict(rows))
 
 
 def cached_steps(db: Path) -> int:
@@ -263,3 +255,36 @@ def test_serve_logs_one_json_line_per_handled_message(
         assert field in generator
     assert generator["prompt_tokens"] == 100
     assert {line["agent"] for line in handled} >= {"chunker", "generator", *CRITIC_AGENTS}
+
+
+def test_ctrl_c_on_generate_keeps_what_finished_and_the_same_command_resumes(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_slowly(fake, 0.3)
+    docs = tmp_path / "docs"
+    for i in range(6):
+        write_qa_document(docs, f"doc{i}.md", [(f"What is setting number {i}?", f"value {i}")])
+    db, out = tmp_path / "run.db", tmp_path / "kept.jsonl"
+    command = ["generate", str(docs), "--out", str(out), "--db", str(db), "--whole-documents"]
+    command += [*endpoint(fake), "--concurrency", "1", "--items-in-flight", "1"]
+    log = tmp_path / "generate.log"
+    process = spawn(command, log)
+    try:
+        until(lambda: states(db)["done"] >= 1, "one document done")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=DEADLINE) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    done = states(db)["done"]
+    assert 1 <= done < 6
+    assert len(read_jsonl(out)) == done  # what finished is written
+    assert "Run the same command again to resume" in log.read_text(encoding="utf-8")
+    asked = len(fake.requests)
+
+    assert main(command) == 0  # the same command, again
+
+    assert len(read_jsonl(out)) == 6
+    assert states(db) == Counter({"done": 6})
+    # the finished documents were not asked again: 4 steps for each of the others at most
+    assert len(fake.requests) - asked <= 4 * (6 - done)

@@ -58,7 +58,9 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def evaluate(fake: FakeOpenAI, tmp_path: Path, samples: Path, *extra: str) -> int:
+def evaluate(fake: FakeOpenAI | None, tmp_path: Path, samples: Path, *extra: str) -> int:
+    """``ragjury evaluate`` on ``samples`` against ``fake`` (None: no endpoint at all)."""
+    endpoint = ["--base-url", fake.base_url, "--api-key", "test-key"] if fake else []
     return main(
         [
             "evaluate",
@@ -69,10 +71,7 @@ def evaluate(fake: FakeOpenAI, tmp_path: Path, samples: Path, *extra: str) -> in
             str(tmp_path / "summary.json"),
             "--db",
             str(tmp_path / "ragjury.db"),
-            "--base-url",
-            fake.base_url,
-            "--api-key",
-            "test-key",
+            *endpoint,
             *extra,
         ]
     )

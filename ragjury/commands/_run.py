@@ -23,6 +23,7 @@ from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.store import Store
 
 EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
 """Exit code of a run that stopped taking new work because --max-tokens / --max-cost was hit."""
 
 
@@ -79,6 +80,31 @@ def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | Non
         f"{total}; the work in flight was finished and everything finished is written. "
         f"Raise the budget to do the other {total - submitted}."
     )
+
+
+def stopped_early(
+    console: Console, settings: Settings, budget: str | None, unfinished: int, total: int, what: str
+) -> int | None:
+    """Say why a job run ended before its last item, and the exit code; None if it did not.
+
+    ``budget`` is :func:`budget_stop`'s message; ``what`` names the items ("document")."""
+    if budget is not None:
+        message, code = f"{budget} The rest stays queued in {settings.db}.", EXIT_BUDGET
+    elif unfinished:
+        message, code = (
+            f"ragjury: stopped with {unfinished} of {total} {what}(s) not finished; they stay "
+            f"queued in {settings.db}.",
+            EXIT_INTERRUPTED,
+        )
+    else:
+        return None
+    console.print(
+        message + " Run the same command again to resume: finished work is not redone.",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    return code
 
 
 @asynccontextmanager

@@ -57,10 +57,11 @@ async def stop_on_signals(
                     f"{grace:g}s to finish (send it again to stop at once)",
                     markup=False,
                     highlight=False,
+                    soft_wrap=True,
                 )
                 stop.set()
             else:
-                console.print(f"ragjury: {name} again: stopping now", markup=False)
+                console.print(f"ragjury: {name} again: stopping now", markup=False, soft_wrap=True)
                 scope.cancel()
                 return
 

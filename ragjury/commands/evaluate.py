@@ -12,14 +12,13 @@ from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar, cost_text, evaluation_table
 from ragjury.commands._run import (
-    EXIT_BUDGET,
     RecordedRun,
     budget_stop,
     recorded_run,
     report_estimate,
+    stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
-from ragjury.commands.generate import EXIT_INTERRUPTED
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
@@ -132,22 +131,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
-    if stop is not None:
-        console.print(
-            stop + f" The rest stays queued in {settings.db}: the same command resumes it.",
-            soft_wrap=True,
-            markup=False,
-            highlight=False,
-        )
-        return EXIT_BUDGET
-    if result.unfinished:
-        console.print(
-            f"ragjury: stopped with {result.unfinished} of {len(loaded.samples)} sample(s) not "
-            f"judged; they stay queued in {settings.db}. Run the same command again to resume.",
-            markup=False,
-            highlight=False,
-        )
-        return EXIT_INTERRUPTED
+    code = stopped_early(console, settings, stop, result.unfinished, len(loaded.samples), "sample")
+    if code is not None:
+        return code
     return 1 if invalid else 0
 
 

@@ -16,11 +16,11 @@ from rich.console import Console
 
 from ragjury.commands._display import GenerationProgress, cost_text, summary_table
 from ragjury.commands._run import (
-    EXIT_BUDGET,
     RecordedRun,
     budget_stop,
     recorded_run,
     report_estimate,
+    stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
@@ -36,7 +36,6 @@ from ragjury.store.queue import Job, Queue
 log = structlog.get_logger("ragjury.generate")
 
 _PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
-EXIT_INTERRUPTED = 130
 
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -99,22 +98,9 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             summary["stopped_by_budget"] = stop is not None
             await run.finish(summary, args.summary)
     _report(console, summary, args)
-    if stop is not None:
-        console.print(
-            stop + f" The rest stays queued in {settings.db}: the same command resumes it.",
-            soft_wrap=True,
-            markup=False,
-            highlight=False,
-        )
-        return EXIT_BUDGET
-    if result.unfinished:
-        console.print(
-            f"ragjury: stopped with {result.unfinished} of {counts.documents} document(s) not "
-            f"finished; they stay queued in {settings.db}. Run the same command again to resume.",
-            markup=False,
-            highlight=False,
-        )
-        return EXIT_INTERRUPTED
+    code = stopped_early(console, settings, stop, result.unfinished, counts.documents, "document")
+    if code is not None:
+        return code
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
     return 1 if processed_nothing else 0
 

@@ -24,7 +24,7 @@ import anyio
 import openai
 import openai.resources.chat  # imported lazily on first use: not part of a run
 
-from ragjury.llm import LLM
+from ragjury.commands._run import recorded_run
 from ragjury.runs import (
     generation_counts,
     run_job,
@@ -33,7 +33,6 @@ from ragjury.runs import (
     submit_samples,
 )
 from ragjury.schemas import MetricName
-from ragjury.store import Store
 
 import corpus
 from _harness import FakeEndpoint, base_parser, bench_settings, delta, quiet, show, write_result
@@ -84,45 +83,48 @@ async def bare_openai(args: argparse.Namespace, base_url: str, calls: int) -> di
     return {"calls": calls, "failed": 0}
 
 
-async def generate(args: argparse.Namespace, base_url: str, folder: Path) -> dict[str, Any]:
-    """The path `ragjury generate` takes: the batch as a job in SQLite, worked by a daemon."""
-    docs = corpus.documents(max(1, args.calls // GENERATE_CALLS_PER_DOCUMENT))
+def workload(kind: str, args: argparse.Namespace) -> list[Any]:
+    """The documents or samples of one run, built before its clock starts."""
+    if kind == "generate":
+        return corpus.documents(max(1, args.calls // GENERATE_CALLS_PER_DOCUMENT))
+    return corpus.samples(max(1, args.calls // EVALUATE_CALLS_PER_SAMPLE), 3)
+
+
+async def generate(
+    args: argparse.Namespace, base_url: str, folder: Path, docs: list[Any]
+) -> dict[str, Any]:
+    """What `ragjury generate` runs: its setup, the batch as a job in SQLite, a daemon."""
     settings = bench_settings(base_url, folder / "generate.db", concurrency=args.concurrency)
-    async with Store(settings.db) as store:
-        run_id = await store.start_run("generate", {})
-        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
-        async with llm:
-            job = await submit_documents(store, settings, docs)
-            run = await run_job(job, settings=settings, store=store, llm=llm)
-            counts = await generation_counts(store, job.id)
-    failed = counts.failed + counts.chunks_failed + counts.steps_failed + run.daemon.failed
+    async with recorded_run(settings, "generate") as run:
+        job = await submit_documents(run.store, settings, docs)
+        result = await run_job(job, settings=settings, store=run.store, llm=run.llm)
+        counts = await generation_counts(run.store, job.id)
+    failed = counts.failed + counts.chunks_failed + counts.steps_failed + result.daemon.failed
     return {
         "documents": len(docs),
-        "calls": llm.usage.requests,
+        "calls": run.llm.usage.requests,
         "kept": counts.kept,
         "failed": failed,
         "complete": counts.kept == len(docs) and failed == 0,
     }
 
 
-async def evaluate(args: argparse.Namespace, base_url: str, folder: Path) -> dict[str, Any]:
-    """The path `ragjury evaluate` takes: the samples as a job in SQLite, worked by a daemon."""
-    items = corpus.samples(max(1, args.calls // EVALUATE_CALLS_PER_SAMPLE), 3)
+async def evaluate(
+    args: argparse.Namespace, base_url: str, folder: Path, items: list[Any]
+) -> dict[str, Any]:
+    """What `ragjury evaluate` runs: its setup, the samples as a job in SQLite, a daemon."""
     settings = bench_settings(base_url, folder / "evaluate.db", concurrency=args.concurrency)
     outcomes: dict[str, int] = {}
-    async with Store(settings.db) as store:
-        run_id = await store.start_run("evaluate", {})
-        llm = LLM(settings, on_call=lambda stats, error: store.record_call(run_id, stats, error))
-        async with llm:
-            job = await submit_samples(store, settings, items, EVALUATE_METRICS)
-            await run_job(job, settings=settings, store=store, llm=llm)
-            for scored in await scored_samples(store, job.id):
-                for result in scored.metrics.values():
-                    outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+    async with recorded_run(settings, "evaluate") as run:
+        job = await submit_samples(run.store, settings, items, EVALUATE_METRICS)
+        await run_job(job, settings=settings, store=run.store, llm=run.llm)
+        for scored in await scored_samples(run.store, job.id):
+            for result in scored.metrics.values():
+                outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
     scored_count = outcomes.get("scored", 0)
     return {
         "samples": len(items),
-        "calls": llm.usage.requests,
+        "calls": run.llm.usage.requests,
         "scored": scored_count,
         "failed": sum(outcomes.values()) - scored_count,
         "complete": scored_count == len(items) * len(EVALUATE_METRICS),
@@ -130,7 +132,7 @@ async def evaluate(args: argparse.Namespace, base_url: str, folder: Path) -> dic
 
 
 async def measure(
-    args: argparse.Namespace, name: str, rate_429: float, body: Callable[..., Awaitable[Any]]
+    args: argparse.Namespace, name: str, rate_429: float, body: Runner
 ) -> dict[str, Any]:
     """Run ``body`` against a fresh fake endpoint; the ratio of its wall time to the limit."""
     with (
@@ -141,9 +143,7 @@ async def measure(
     ):
         before = fake.stats()
         cpu, started = time.process_time(), time.perf_counter()
-        outcome = await body(
-            args, fake.base_url, Path(tmp) if body is not bare_openai else args.calls
-        )
+        outcome = await body(fake.base_url, Path(tmp))
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu
         served = delta(fake.stats(), before)
@@ -167,12 +167,24 @@ async def measure(
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    docs, samples = workload("generate", args), workload("evaluate", args)
+
+    async def bare(url: str, _: Path) -> dict[str, Any]:
+        return await bare_openai(args, url, args.calls)
+
+    async def gen(url: str, folder: Path) -> dict[str, Any]:
+        return await generate(args, url, folder, docs)
+
+    async def ev(url: str, folder: Path) -> dict[str, Any]:
+        return await evaluate(args, url, folder, samples)
+
+    faults = f"{args.rate_429:.0%} 429s"
     return [
-        await measure(args, "openai client alone (the fake's ceiling)", 0.0, bare_openai),
-        await measure(args, "generate", 0.0, generate),
-        await measure(args, "evaluate", 0.0, evaluate),
-        await measure(args, f"generate, {args.rate_429:.0%} 429s", args.rate_429, generate),
-        await measure(args, f"evaluate, {args.rate_429:.0%} 429s", args.rate_429, evaluate),
+        await measure(args, "openai client alone (the fake's ceiling)", 0.0, bare),
+        await measure(args, "generate", 0.0, gen),
+        await measure(args, "evaluate", 0.0, ev),
+        await measure(args, f"generate, {faults}", args.rate_429, gen),
+        await measure(args, f"evaluate, {faults}", args.rate_429, ev),
     ]
 
 

@@ -94,6 +94,26 @@ async def test_generator_count_rule_reasks_until_exactly_n_pairs(
         assert "expected exactly 2 pairs, got 1" in fake.requests_for("generator")[1].text()
 
 
+async def test_template_syntax_in_a_document_reaches_the_model_unchanged(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    # Documentation about templates is full of Jinja. instructor renders messages as Jinja
+    # templates whenever it is given a validation context; ragjury must not let it.
+    text = "Render it with {{ url_for('static', path='/app.css') }} inside {% block body %}."
+    one = {"question": "Which function builds static file URLs in templates?", "answer": "url_for"}
+    fake.route("generator", chat_json({"pairs": [one]}))
+    async with LLM(make_settings(fake, tmp_path)) as llm:
+        drafted = await llm.structured(
+            DraftedPairs,
+            [{"role": "user", "content": text}],
+            stage="generator",
+            context={"questions_per_chunk": 1},
+        )
+
+        assert drafted.pairs[0].answer == "url_for"
+        assert text in fake.requests_for("generator")[0].text()
+
+
 async def test_question_pointing_at_the_passage_is_reasked(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 from rich.console import Console
 
+from ragjury import heap
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
 from ragjury.estimate import Estimate
@@ -111,6 +112,9 @@ def stopped_early(
 async def recorded_run(
     settings: Settings, command: str, *, require_endpoint: bool = True
 ) -> AsyncIterator[RecordedRun]:
+    """The store, the run row and the LLM for one command; the heap is settled first
+    (:mod:`ragjury.heap`), since this process is ragjury's own."""
+    heap.settle()
     async with Store(settings.db) as store:
         run_id = await store.start_run(
             command, settings.model_dump(mode="json", exclude={"api_key"})

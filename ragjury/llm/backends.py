@@ -64,8 +64,14 @@ class OpenAIBackend:
         )
 
     async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
-        response: ChatCompletion = await self._client.chat.completions.create(
-            **request, extra_headers={"x-ragjury-agent": stage}
+        # The client's documented raw `post`, not `chat.completions.create`: create() walks
+        # the whole request through its type-driven transform first, about 1 ms of CPU per
+        # request for a body that instructor has already built as plain JSON.
+        response: ChatCompletion = await self._client.post(
+            "/chat/completions",
+            body=request,
+            cast_to=ChatCompletion,
+            options={"headers": {"x-ragjury-agent": stage}},
         )
         return response
 

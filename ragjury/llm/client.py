@@ -50,6 +50,7 @@ from ragjury.llm.resolve import open_backend
 from ragjury.llm.tokens import COMPLETION_RESERVE, estimate_prompt_tokens, estimate_tokens
 from ragjury.llm.usage import CallStats, UsageLedger
 from ragjury.pricing import PriceTable
+from ragjury.schemas.responses import checking
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
@@ -138,6 +139,9 @@ class LLM:
     ) -> T:
         """Ask for ``response_model``; re-ask on invalid output; retry transport failures.
 
+        ``context`` holds what the response model's validators check the output against
+        (the number of pairs asked for, the contexts quotes must come from).
+
         Raises :class:`LLMOutputError` when the output never validated and
         :class:`LLMTransportError` when the endpoint kept failing.
         """
@@ -160,15 +164,15 @@ class LLM:
         error: str | None = None
         extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
         try:
-            result: T = await self._create(
-                model=self.settings.model,
-                messages=list(messages),
-                response_model=_response_schema(response_model),
-                max_retries=self.settings.max_retries,
-                context=context,
-                temperature=self.settings.temperature,
-                **extra,
-            )
+            with checking(context):
+                result: T = await self._create(
+                    model=self.settings.model,
+                    messages=list(messages),
+                    response_model=_response_schema(response_model),
+                    max_retries=self.settings.max_retries,
+                    temperature=self.settings.temperature,
+                    **extra,
+                )
             return result, stats
         except InstructorRetryException as exc:
             cause = exc.__cause__

@@ -163,7 +163,7 @@ def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], path
         table.add_row(*(_cell(value) for value in row))
     console = Console()
     if not console.is_terminal:
-        console = Console(width=160)  # a log file or a pipe: no need to wrap at 80
+        console = Console(width=200)  # a log file or a pipe: no need to wrap at 80
     console.print(table)
     console.print(f"JSON: {path}")
 

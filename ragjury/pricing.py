@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragjury.errors import ConfigurationError
 
-PRICES_AS_OF = "2025-06-01"
-"""When the built-in prices were copied from https://openai.com/api/pricing (standard tier)."""
+PRICES_AS_OF = "2026-03-21"
+"""The date of the OpenAI standard-tier prices below (https://openai.com/api/pricing). They were
+checked against copies of that page published between March and June 2026, which agree."""
 
 
 class ModelPrice(BaseModel):
@@ -44,6 +45,9 @@ class ModelPrice(BaseModel):
 
 
 BUILTIN_PRICES: dict[str, ModelPrice] = {
+    "gpt-5": ModelPrice(input=1.25, output=10.00),
+    "gpt-5-mini": ModelPrice(input=0.25, output=2.00),
+    "gpt-5-nano": ModelPrice(input=0.05, output=0.40),
     "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
     "gpt-4o": ModelPrice(input=2.50, output=10.00),
     "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),

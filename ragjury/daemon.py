@@ -42,6 +42,11 @@ class _Running:
     users: int = 0
 
 
+def intake_capacity(settings: Settings) -> int:
+    """Items a daemon holds at once: ``--items-in-flight``, by default twice the concurrency."""
+    return settings.items_in_flight or max(4, 2 * settings.concurrency)
+
+
 @dataclass
 class DaemonCounts:
     claimed: int = 0
@@ -81,7 +86,7 @@ class Daemon:
         self._on_progress = on_progress
         self._target = target
         self._target_limiter = anyio.CapacityLimiter(settings.concurrency)
-        self._capacity = settings.items_in_flight or max(4, 2 * settings.concurrency)
+        self._capacity = intake_capacity(settings)
         self._in_flight: dict[int, Item] = {}
         self._pipelines: dict[str, _Running] = {}
         self._pipeline_lock = anyio.Lock()

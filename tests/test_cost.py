@@ -265,6 +265,25 @@ def test_max_tokens_stops_intake_finishes_in_flight_work_and_says_so(
     assert len(fake.requests_for("generator")) == submitted
 
 
+def test_a_budget_reached_after_all_work_was_taken_is_a_note_not_a_stop(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    many_documents(tmp_path, 3)  # fewer than the 4 a daemon takes at --concurrency 2
+    script_happy_path(fake)
+
+    code = generate(fake, tmp_path, "--max-tokens", "100", "--concurrency", "2")
+
+    assert code == 0  # everything was done: nothing stays queued
+    err = " ".join(capsys.readouterr().err.split())
+    assert "note: budget reached (--max-tokens 100 reached" in err
+    assert "after every document had been taken" in err
+    assert "Up to 4 documents are worked at once; lower --items-in-flight" in err
+    s = read_summary(tmp_path)
+    assert s["stopped_by_budget"] is False
+    assert s["budget"]["exhausted"] is True
+    assert s["kept"] == 3
+
+
 def test_max_tokens_stops_an_evaluation_and_writes_what_finished(
     fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

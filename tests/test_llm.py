@@ -3,6 +3,7 @@ concurrency limit and token accounting (every attempt counts)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import anyio
@@ -173,6 +174,23 @@ async def test_transport_failures_past_the_limit_raise_a_transport_error(
 
         assert caught.value.status_code == 500
         assert len(fake.requests_for("critic")) == 3
+
+
+async def test_an_endpoint_that_is_not_listening_is_named_with_what_to_check(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    settings = make_settings(fake, tmp_path, base_url=url, max_transport_retries=1)
+    async with LLM(settings, sleep=RecordingSleep()) as llm:
+        with pytest.raises(LLMTransportError) as caught:
+            await llm.structured(Critique, ASK, stage="critic")
+
+    assert "after 2 request(s)" in caught.value.message
+    assert f"check that {url} is up" in caught.value.message
+    assert "--max-transport-retries" not in caught.value.message  # retrying more will not help
 
 
 async def test_a_401_fails_at_once_and_marks_the_endpoint_refused(

@@ -18,6 +18,7 @@ from rich.console import Console
 from ragjury import heap
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
+from ragjury.daemon import intake_capacity
 from ragjury.estimate import Estimate
 from ragjury.llm import LLM
 from ragjury.pricing import PRICES_AS_OF, PriceTable
@@ -84,11 +85,30 @@ def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | Non
 
 
 def stopped_early(
-    console: Console, settings: Settings, budget: str | None, unfinished: int, total: int, what: str
+    console: Console,
+    settings: Settings,
+    budget: str | None,
+    unfinished: int,
+    total: int,
+    what: str,
+    *,
+    budget_reached: str | None = None,
 ) -> int | None:
     """Say why a job run ended before its last item, and the exit code; None if it did not.
 
-    ``budget`` is :func:`budget_stop`'s message; ``what`` names the items ("document")."""
+    ``budget`` is :func:`budget_stop`'s message; ``what`` names the items ("document").
+    ``budget_reached`` is the budget's reason when it was reached at all: reached after every
+    item had been taken, it is only a note, since the run finished everything."""
+    if budget is None and budget_reached is not None and not unfinished:
+        console.print(
+            f"ragjury: note: budget reached ({budget_reached}) after every {what} had been "
+            f"taken, so the run finished them all. Up to {intake_capacity(settings)} {what}s "
+            "are worked at once; lower --items-in-flight to stop closer to the budget.",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+        return None
     if budget is not None:
         message, code = f"{budget} The rest stays queued in {settings.db}.", EXIT_BUDGET
     elif unfinished:

@@ -114,6 +114,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         )
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
+        budget_reason = run.llm.budget.reason
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -131,7 +132,15 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
-    code = stopped_early(console, settings, stop, result.unfinished, len(loaded.samples), "sample")
+    code = stopped_early(
+        console,
+        settings,
+        stop,
+        result.unfinished,
+        len(loaded.samples),
+        "sample",
+        budget_reached=budget_reason,
+    )
     if code is not None:
         return code
     return 1 if invalid else 0

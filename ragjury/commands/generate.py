@@ -96,9 +96,18 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
                 total=counts.documents,
             )
             summary["stopped_by_budget"] = stop is not None
+            budget_reason = run.llm.budget.reason
             await run.finish(summary, args.summary)
     _report(console, summary, args)
-    code = stopped_early(console, settings, stop, result.unfinished, counts.documents, "document")
+    code = stopped_early(
+        console,
+        settings,
+        stop,
+        result.unfinished,
+        counts.documents,
+        "document",
+        budget_reached=budget_reason,
+    )
     if code is not None:
         return code
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks

@@ -310,8 +310,7 @@ class LLM:
             if attempt == retries:
                 raise LLMTransportError(
                     f"{stats.stage}: the endpoint still failed after {attempt + 1} request(s) "
-                    f"(last: {status}: {_short(failure)}); raise --max-transport-retries or "
-                    "lower --concurrency",
+                    f"(last: {status}: {_short(_cause(failure))}); {self._hint(failure)}",
                     status_code=_code(failure),
                 )
             delay = retry_after(failure)
@@ -332,6 +331,14 @@ class LLM:
             )
             await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _hint(self, failure: openai.APIError) -> str:
+        if isinstance(failure, openai.APIConnectionError) and not isinstance(
+            failure, openai.APITimeoutError
+        ):
+            where = self.settings.base_url or "the endpoint"
+            return f"check that {where} is up and that --base-url is right"
+        return "raise --max-transport-retries or lower --concurrency"
 
     def _add_tokens(self, stats: CallStats, prompt: int, completion: int) -> None:
         """Book one response's tokens and cost on the call, its stage and the budget."""
@@ -376,6 +383,14 @@ def _code(exc: openai.APIError) -> int | None:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cause(exc: openai.APIError) -> BaseException:
+    """What to quote for a failure: the HTTP layer's own words for a connection error
+    ("All connection attempts failed"), which say more than openai's "Connection error."."""
+    if isinstance(exc, openai.APIConnectionError) and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
 
 
 def _fatal_message(exc: openai.APIError) -> str:

@@ -151,7 +151,10 @@ class Daemon:
                     self.counts.released += released
                     log.info("items_released", owner=self.owner, count=released)
         if refused and self.llm.fatal_error is not None:
-            raise ConfigurationError(self.llm.fatal_error.message) from self.llm.fatal_error
+            raise ConfigurationError(
+                f"{self.llm.fatal_error.message}. Nothing is lost: unfinished work stays queued "
+                f"in {self.settings.db}, and the same command resumes it."
+            ) from self.llm.fatal_error
         return self.counts
 
     async def _stop_when_set(self, stop: anyio.Event) -> None:

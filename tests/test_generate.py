@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -280,6 +281,28 @@ def test_a_rejected_api_key_stops_the_run_with_a_clear_error(
     assert "401" in err
     assert "OPENAI_API_KEY" in err
     assert len(fake.requests) == 1  # the first refusal stops the run; 19 chunks never asked
+
+
+def test_an_endpoint_never_reached_stops_the_run_and_the_same_command_resumes(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    many = {
+        f"doc{n}.md": [(f"Which limit applies to service number {n}?", str(n))] for n in range(20)
+    }
+    docs = corpus(tmp_path, many)
+    retries = ("--max-transport-retries", "1", "--concurrency", "1")
+
+    assert run(fake, tmp_path, "--base-url", dead, *retries, docs=docs) == 2
+
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"check that {dead} is up and that --base-url is right" in err
+    assert "unfinished work stays queued" in err
+    script_happy_path(fake)
+    assert run(fake, tmp_path, docs=docs) == 0  # the same command, the endpoint now up
+    assert len(read_jsonl(tmp_path / "kept.jsonl")) == 20
 
 
 def test_answer_style_and_audience_reach_the_prompts(fake: FakeOpenAI, tmp_path: Path) -> None:

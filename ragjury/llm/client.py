@@ -118,7 +118,10 @@ class LLM:
         )
         self.fatal_error: LLMTransportError | None = None
         self.fatal = anyio.Event()
-        """Set when the endpoint refuses us outright (401, 403, 404): no call can succeed."""
+        """Set when the endpoint refuses us outright (401, 403, 404), or could never be reached
+        at all (every request of a call failed to connect and none has ever succeeded): no
+        call can succeed, so the run stops and leaves its work queued."""
+        self._reached = False  # has any request ever been answered?
 
     async def aclose(self) -> None:
         await self._backend.aclose()
@@ -292,6 +295,7 @@ class LLM:
                 tokens = getattr(response, "usage", None)
                 used = getattr(tokens, "total_tokens", 0) or 0
                 stats.statuses.append(200)
+                self._reached = True
                 return response
             finally:
                 elapsed = time.monotonic() - started
@@ -308,11 +312,15 @@ class LLM:
                     self.fatal.set()
                 raise error
             if attempt == retries:
-                raise LLMTransportError(
+                error = LLMTransportError(
                     f"{stats.stage}: the endpoint still failed after {attempt + 1} request(s) "
                     f"(last: {status}: {_short(_cause(failure))}); {self._hint(failure)}",
                     status_code=_code(failure),
                 )
+                if _unreachable(failure) and not self._reached:
+                    self.fatal_error = error
+                    self.fatal.set()
+                raise error
             delay = retry_after(failure)
             if delay is None:
                 delay = backoff(
@@ -333,9 +341,7 @@ class LLM:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _hint(self, failure: openai.APIError) -> str:
-        if isinstance(failure, openai.APIConnectionError) and not isinstance(
-            failure, openai.APITimeoutError
-        ):
+        if _unreachable(failure):
             where = self.settings.base_url or "the endpoint"
             return f"check that {where} is up and that --base-url is right"
         return "raise --max-transport-retries or lower --concurrency"
@@ -383,6 +389,14 @@ def _code(exc: openai.APIError) -> int | None:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unreachable(exc: openai.APIError) -> bool:
+    """A connection that could not be made at all (refused, no route, bad host), as opposed
+    to one that was made and timed out."""
+    return isinstance(exc, openai.APIConnectionError) and not isinstance(
+        exc, openai.APITimeoutError
+    )
 
 
 def _cause(exc: openai.APIError) -> BaseException:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -280,3 +282,27 @@ async def test_submitting_the_same_batch_twice_finds_the_same_job(tmp_path: Path
             await queue.submit("generate", {}, [("d1", {}), ("d1", {})])
     finally:
         await store.__aexit__(None, None, None)
+
+
+async def test_submitting_large_documents_holds_a_few_mib_not_the_whole_batch(
+    tmp_path: Path,
+) -> None:
+    def documents() -> Iterator[tuple[str, dict[str, str]]]:
+        for n in range(40):  # 40 documents of 1 MiB, made fresh on each pass
+            yield f"d{n}", {"text": f"{n} " + "x" * (1024 * 1024)}
+
+    async with Store(tmp_path / "q.db") as store:
+        tracemalloc.start()
+        try:
+            job = await Queue(store).submit("generate", {}, documents)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        rows = await store.fetchall(
+            "SELECT key, position, length(payload) FROM items WHERE job_id = ? ORDER BY position",
+            (job.id,),
+        )
+
+    assert [(key, position) for key, position, _ in rows] == [(f"d{n}", n) for n in range(40)]
+    assert all(size > 1024 * 1024 for _, _, size in rows)
+    assert peak < 16 * 1024 * 1024  # about 4 MiB of rows at once, not 40 MiB

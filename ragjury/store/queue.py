@@ -91,12 +91,14 @@ class Queue:
         items: Sequence[tuple[str, dict[str, Any]]] | Callable[[], Iterable[tuple[str, Any]]],
         *,
         batch: int = 500,
+        batch_bytes: int = 4 * 1024 * 1024,
     ) -> Job:
         """Create a job of ``items`` ((key, payload) in order), or find the identical one.
 
         ``items`` may be a function that returns a fresh iterator each time it is called (a
         lazy reader of files): it is read twice, once for the job's key and once to insert,
-        so however many items there are, only ``batch`` of them are held at once."""
+        so however many items there are, only ``batch`` of them, and about ``batch_bytes`` of
+        encoded payload, are held at once (a few large documents make a batch on their own)."""
         make: Callable[[], Iterable[tuple[str, Any]]] = (
             items if callable(items) else (lambda: items)
         )
@@ -126,11 +128,15 @@ class Queue:
                 (job_id, kind, job_key, json.dumps(options, default=str), _iso(now)),
             )
             rows: list[tuple[Any, ...]] = []
+            held = 0
             for position, (key, payload) in enumerate(make()):
-                rows.append((job_id, key, position, _encode(payload), now))
-                if len(rows) >= batch:
+                encoded = _encode(payload)
+                rows.append((job_id, key, position, encoded, now))
+                held += len(encoded)
+                if len(rows) >= batch or held >= batch_bytes:
                     await db.executemany(_INSERT_ITEM, rows)
                     rows.clear()
+                    held = 0
             await db.executemany(_INSERT_ITEM, rows)
         return Job(id=job_id, kind=kind, options=options, created=True, size=len(seen))
 

@@ -58,6 +58,9 @@ BUILTIN_PRICES: dict[str, ModelPrice] = {
     "text-embedding-3-large": ModelPrice(input=0.13),
 }
 
+LOCAL_PREFIX = "local:"
+"""How the in-process backend names its model (``local:SmolLM2-135M-Instruct.Q4_1.gguf``)."""
+_FREE = ModelPrice(input=0.0, output=0.0)
 _SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")  # gpt-4o-mini-2024-07-18 is priced as gpt-4o-mini
 _FILE_ADAPTER = pydantic.TypeAdapter(dict[str, ModelPrice])
 
@@ -69,10 +72,15 @@ class PriceTable:
         self._prices = {**BUILTIN_PRICES, **(overrides or {})}
 
     def price(self, model: str) -> ModelPrice | None:
-        """The price of ``model`` (a dated snapshot falls back to its base name), or None."""
+        """The price of ``model`` (a dated snapshot falls back to its base name), or None.
+
+        A GGUF model run in-process (``local:<file>``) costs nothing per token unless a price
+        is given for it."""
         found = self._prices.get(model)
         if found is None:
             found = self._prices.get(_SNAPSHOT.sub("", model))
+        if found is None and model.startswith(LOCAL_PREFIX):
+            found = _FREE
         return found
 
     def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:

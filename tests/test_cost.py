@@ -173,6 +173,12 @@ def test_builtin_prices_have_a_date_and_cover_dated_snapshots() -> None:
     assert table.cost("my-local-model", 10, 10) is None
 
 
+def test_a_model_run_in_process_costs_nothing_unless_priced() -> None:
+    gguf = "local:SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert PriceTable().cost(gguf, 1_000, 1_000) == 0.0
+    assert PriceTable({gguf: ModelPrice(input=1.0, output=1.0)}).cost(gguf, 1_000_000, 0) == 1.0
+
+
 @pytest.mark.parametrize(
     ("name", "text", "expected"),
     [

@@ -20,6 +20,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
 from ragjury.errors import LLMTransportError, LLMUnavailableError
+from ragjury.pricing import LOCAL_PREFIX
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -82,7 +83,7 @@ class LlamaCppBackend:
         logprobs: bool = False,
     ) -> None:
         self.model_path = model_path
-        self.model_name = f"local:{model_path.name}"
+        self.model_name = f"{LOCAL_PREFIX}{model_path.name}"
         self.embeddings_unavailable: str | None = (
             "the local backend (--llm local) does not serve embeddings; use --base-url with "
             "an endpoint that does for the similarity metric"

@@ -10,13 +10,15 @@ store each item's results the moment they are complete.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
 from anyio.abc import TaskStatus
+from pydantic import BaseModel
 
 from ragjury.agents import Aggregator, Deduplicator, SampleAggregator
 from ragjury.bus import MemoryBus, Subscription
@@ -159,6 +161,10 @@ class JobPipeline:
 
     async def process(self, item: Item) -> ItemResults:
         """Push one item through the pipeline and return its results once all are in."""
+        results = await self._process(item)
+        return dataclasses.replace(results, transient_failures=transient_failures(results.events))
+
+    async def _process(self, item: Item) -> ItemResults:
         correlation = item.key
         tracked = self._tracked[correlation] = _Tracked()
         try:
@@ -285,6 +291,22 @@ class JobPipeline:
 
 def _agent(specs: list[AgentSpec], kind: type[Any]) -> Any:
     return next((spec.agent for spec in specs if isinstance(spec.agent, kind)), None)
+
+
+def transient_failures(events: Iterable[Any]) -> int:
+    """How many :class:`Failure` records with ``transient`` set the events carry."""
+    count, stack = 0, list(events)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Failure):
+            count += value.transient
+        elif isinstance(value, BaseModel):
+            stack.extend(getattr(value, name) for name in type(value).model_fields)
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+    return count
 
 
 def _count(tracked: _Tracked, kind: type[Any]) -> int:

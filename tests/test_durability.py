@@ -16,7 +16,7 @@ from ragjury.store import Store
 from ragjury.store.queue import ItemResults, Queue
 
 from conftest import CRITIC_AGENTS, read_jsonl, read_summary, script_happy_path, write_qa_document
-from fakeopenai import FakeOpenAI
+from fakeopenai import FakeOpenAI, chat_json, error
 
 pytestmark = pytest.mark.anyio
 
@@ -44,6 +44,55 @@ def test_rerunning_generate_on_the_same_database_makes_no_llm_request(
     assert summary["resumed"] is True
     assert summary["llm_calls"] == 0
     assert (summary["kept"], summary["rejected"], summary["failed"]) == (2, 1, 0)
+
+
+def test_rerunning_after_endpoint_failures_asks_again_only_the_steps_that_failed(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_happy_path(fake)
+    fake.route("relevance_critic", error(503, "overloaded"))  # the endpoint, not the model
+    assert run(fake, tmp_path, "--max-transport-retries", "0") == 0
+    assert read_summary(tmp_path)["failed"] == 3  # every pair lost its relevance critique
+    failed = read_jsonl(tmp_path / "rejected.jsonl")
+    assert all(r["outcome"] == "failed" for r in failed)
+    before = {agent: len(fake.requests_for(agent)) for agent in ("generator", *CRITIC_AGENTS)}
+
+    script_happy_path(fake)  # the endpoint is back: the same command again
+    capsys.readouterr()
+    assert run(fake, tmp_path) == 0
+
+    assert "3 document(s) again, because the endpoint failed" in " ".join(
+        capsys.readouterr().err.split()
+    )
+    asked = {agent: len(fake.requests_for(agent)) - before[agent] for agent in before}
+    # the drafts and the two critiques that succeeded come from the step cache
+    assert asked == {
+        "generator": 0,
+        "groundedness_critic": 0,
+        "relevance_critic": 3,
+        "standalone_critic": 0,
+    }
+    kept, rejected = _outputs(tmp_path)
+    assert (len(kept), len(rejected)) == (3, 0)
+    summary = read_summary(tmp_path)
+    assert (summary["kept"], summary["failed"]) == (3, 0)
+
+    assert run(fake, tmp_path) == 0  # finished now: a third run asks nothing
+    assert sum(len(fake.requests_for(agent)) for agent in before) == sum(before.values()) + 3
+
+
+def test_a_step_whose_output_never_validated_is_not_retried_by_a_rerun(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    fake.route("relevance_critic", chat_json({"rationale": "x", "rating": 9}))  # the model
+    assert run(fake, tmp_path, "--max-retries", "0") == 0
+    asked = len(fake.requests)
+
+    assert run(fake, tmp_path, "--max-retries", "0") == 0
+
+    assert len(fake.requests) == asked  # a re-ask would give the same answer: not spent again
+    assert read_summary(tmp_path)["failed"] == 3
 
 
 def test_new_options_reuse_every_step_they_do_not_change(fake: FakeOpenAI, tmp_path: Path) -> None:

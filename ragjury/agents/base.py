@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ragjury.errors import LLMError
+from ragjury.errors import LLMError, LLMTransportError
 from ragjury.schemas import Failure
 
 
@@ -32,4 +32,5 @@ def failure_from(stage: str, exc: LLMError) -> Failure:
         attempts=exc.attempts,
         last_raw_output=exc.last_raw_output,
         message=exc.message,
+        transient=isinstance(exc, LLMTransportError),
     )

@@ -23,6 +23,7 @@ from ragjury.estimate import Estimate
 from ragjury.llm import LLM
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.store import Store
+from ragjury.store.queue import Job
 
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
@@ -126,6 +127,16 @@ def stopped_early(
         highlight=False,
     )
     return code
+
+
+def retried_text(job: Job, what: str) -> str:
+    """The resume message's note on items done again after endpoint failures, or ''."""
+    if not job.retried:
+        return ""
+    return (
+        f" ({job.retried} {what}(s) again, because the endpoint failed on some of their "
+        "steps last time; their other steps come from the cache)"
+    )
 
 
 @asynccontextmanager

@@ -16,6 +16,7 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    retried_text,
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
@@ -159,7 +160,7 @@ async def _work(
     if not job.created:
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done} of {total} sample(s) "
-            "already judged",
+            f"already judged{retried_text(job, 'sample')}",
             markup=False,
             highlight=False,
         )

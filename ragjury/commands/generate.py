@@ -20,6 +20,7 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    retried_text,
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
@@ -120,7 +121,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
         done = await Queue(run.store).counts([job.id])
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done['done']} document(s) "
-            f"done, {done['queued'] + done['processing']} to go",
+            f"done, {done['queued'] + done['processing']} to go{retried_text(job, 'document')}",
             markup=False,
             highlight=False,
         )

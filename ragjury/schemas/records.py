@@ -54,6 +54,11 @@ class Failure(Record):
     attempts: int = Field(ge=0)
     last_raw_output: str | None = None
     message: str
+    transient: bool = Field(
+        default=False,
+        description="The endpoint failed (429s, 5xx, timeouts, no connection), not the model's "
+        "output: running the same command again tries the step again.",
+    )
 
 
 class CritiqueResult(Record):

@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS items (
     lease_owner TEXT,
     lease_expires REAL,
     attempts INTEGER NOT NULL DEFAULT 0,
+    transient_failures INTEGER NOT NULL DEFAULT 0,
     report TEXT,
     error TEXT,
     created_at REAL NOT NULL,
@@ -109,7 +110,10 @@ CREATE TABLE IF NOT EXISTS llm_calls (
 CREATE INDEX IF NOT EXISTS llm_calls_run ON llm_calls(run_id, stage);
 """
 # Columns added after the first release: a database made before them gets them on open.
-_ADDED_COLUMNS = {"llm_calls": (("model", "TEXT"), ("cost_usd", "REAL"))}
+_ADDED_COLUMNS = {
+    "llm_calls": (("model", "TEXT"), ("cost_usd", "REAL")),
+    "items": (("transient_failures", "INTEGER NOT NULL DEFAULT 0"),),
+}
 
 
 def _now() -> str:

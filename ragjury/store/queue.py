@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import aiosqlite
 from pydantic import BaseModel
 
 from ragjury.errors import InputError
@@ -38,6 +39,9 @@ class Job:
     """True when this call created the job; False when an identical job already existed."""
     size: int = 0
     """How many items the job has."""
+    retried: int = 0
+    """Finished items put back in the queue because an LLM step of theirs failed at the
+    endpoint (see :attr:`ItemResults.transient_failures`)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class ItemResults:
     report: dict[str, Any] | None = None
     events: tuple[Any, ...] = ()
     """The item's result events, handed to listeners once the results are stored."""
+    transient_failures: int = 0
+    """Steps that gave up because the endpoint failed, not the model: when the same job is
+    submitted again, the item is done again (its other steps come from the step cache)."""
 
 
 def _iso(timestamp: float) -> str:
@@ -75,6 +82,23 @@ def _encode(payload: Any) -> str:
     if isinstance(payload, BaseModel):
         return payload.model_dump_json()
     return json.dumps(payload, sort_keys=True)
+
+
+async def _requeue_transient(db: aiosqlite.Connection, job_id: str) -> int:
+    """Put the job's items that finished with endpoint failures back in the queue, dropping
+    their stored results; the number put back."""
+    where = "job_id = ? AND state = 'done' AND transient_failures > 0"
+    for table in ("pairs", "samples"):
+        await db.execute(
+            f"DELETE FROM {table} WHERE item_id IN (SELECT id FROM items WHERE {where})",
+            (job_id,),
+        )
+    cursor = await db.execute(
+        "UPDATE items SET state = 'queued', attempts = 0, report = NULL, finished_at = NULL, "
+        f"transient_failures = 0 WHERE {where}",
+        (job_id,),
+    )
+    return cursor.rowcount
 
 
 class Queue:
@@ -121,7 +145,8 @@ class Queue:
             async with db.execute("SELECT id FROM jobs WHERE key = ?", (job_key,)) as cursor:
                 row = await cursor.fetchone()
             if row is not None:
-                return Job(str(row[0]), kind, options, created=False, size=len(seen))
+                retried = await _requeue_transient(db, str(row[0]))
+                return Job(str(row[0]), kind, options, size=len(seen), retried=retried)
             job_id = uuid.uuid4().hex[:12]
             await db.execute(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -261,8 +286,13 @@ class Queue:
             )
             await db.execute(
                 "UPDATE items SET state = 'done', lease_owner = NULL, lease_expires = NULL, "
-                "report = ?, finished_at = ? WHERE id = ?",
-                (json.dumps(results.report or {}), self._clock(), item.id),
+                "report = ?, finished_at = ?, transient_failures = ? WHERE id = ?",
+                (
+                    json.dumps(results.report or {}),
+                    self._clock(),
+                    results.transient_failures,
+                    item.id,
+                ),
             )
         return True
 

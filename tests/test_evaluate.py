@@ -26,7 +26,7 @@ from evalfakes import (
     statements_of,
     verdict_reply,
 )
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat, chat_json
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat, chat_json, error
 
 EIFFEL = {
     "id": "eiffel",
@@ -124,6 +124,27 @@ def test_default_metrics_score_faithfulness_correctness_and_keywords(
     with sqlite3.connect(tmp_path / "ragjury.db") as db:
         stored = [row[0] for row in db.execute("SELECT id FROM samples ORDER BY position")]
     assert stored == ["eiffel", "tokyo", "refusal"]
+
+
+def test_a_metric_lost_to_an_endpoint_outage_is_judged_again_by_the_same_command(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    fake.route("correctness_judge", error(500, "upstream down"))
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL, TOKYO])
+    assert evaluate(fake, tmp_path, samples, "--max-transport-retries", "0") == 0
+    first = results(tmp_path)["tokyo"]["metrics"]["correctness"]
+    assert first["outcome"] == "failed"
+    assert first["error"]["transient"] is True
+    splits = len(fake.requests_for("statement_splitter"))
+
+    script_judges(fake)  # the endpoint is back
+    assert evaluate(fake, tmp_path, samples) == 0
+
+    out = results(tmp_path)
+    assert [out[s]["metrics"]["correctness"]["outcome"] for s in out] == ["scored", "scored"]
+    assert len(fake.requests_for("statement_splitter")) == splits  # faithfulness was cached
+    assert read_summary(tmp_path)["metrics"]["correctness"]["failed"] == 0
 
 
 def test_a_refusal_is_not_applicable_with_the_reason(fake: FakeOpenAI, tmp_path: Path) -> None:

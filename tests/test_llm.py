@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from pydantic.json_schema import model_json_schema as pydantic_schema
 
 from ragjury.errors import LLMOutputError, LLMTransportError
 from ragjury.llm import LLM
@@ -190,6 +191,7 @@ async def test_an_endpoint_that_is_not_listening_is_named_with_what_to_check(
 
     assert "after 2 request(s)" in caught.value.message
     assert f"check that {url} is up" in caught.value.message
+    assert "Connection error." not in caught.value.message  # the HTTP layer's reason instead
     assert "--max-transport-retries" not in caught.value.message  # retrying more will not help
 
 
@@ -246,3 +248,13 @@ async def test_output_cut_off_at_the_token_limit_is_an_output_error_not_a_crash(
         assert caught.value.attempts == 1
         assert caught.value.last_raw_output == '{"rationale": "it goes on and on and on'
         assert llm.usage.stage("critic").failed_calls == 1
+
+
+def test_a_response_schema_is_built_once_and_handed_out_as_a_copy() -> None:
+    fresh = pydantic_schema(Critique)  # what pydantic builds, uncached
+    first = Critique.model_json_schema()
+    assert first == fresh
+    first["properties"]["rating"]["maximum"] = 99  # a caller that edits its copy
+    assert Critique.model_json_schema() == fresh  # does not change what the next one gets
+    serialized = Critique.model_json_schema(mode="serialization")
+    assert serialized == pydantic_schema(Critique, mode="serialization")  # arguments still count

@@ -65,8 +65,9 @@ class ItemResults:
     events: tuple[Any, ...] = ()
     """The item's result events, handed to listeners once the results are stored."""
     transient_failures: int = 0
-    """Steps that gave up because the endpoint failed, not the model: when the same job is
-    submitted again, the item is done again (its other steps come from the step cache)."""
+    """Failure records in the results that say the endpoint failed, not the model (one step's
+    failure may be carried by more than one event: only zero or not matters). When the same
+    job is submitted again, an item with any is done again, its other steps from the cache."""
 
 
 def _iso(timestamp: float) -> str:

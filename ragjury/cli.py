@@ -159,7 +159,7 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The database, logging, the step cache and shutdown: shared by the working commands."""
     parser.add_argument(
-        "--db", type=Path, help="SQLite database: queue, results, step cache (default ragjury.db)"
+        "--db", help="SQLite database file: queue, results, step cache (default ragjury.db)"
     )
     parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
@@ -339,8 +339,14 @@ def _add_queue_commands(commands: Any) -> None:
         "--lease",
         dest="lease_seconds",
         type=float,
-        help="seconds an item stays this daemon's without renewal (default 30); a crashed "
-        "daemon's items are taken up again after this",
+        help="seconds a message stays this worker's without renewal (default 30); a killed "
+        "worker's messages are taken up again after this (at once by a worker started on "
+        "the same machine)",
+    )
+    serve.add_argument(
+        "--agents",
+        help="comma-separated agents this process works, e.g. verdict_judge,statement_splitter "
+        "(default: every agent and the intake of queued items; name 'intake' to include it)",
     )
     serve.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
@@ -350,7 +356,7 @@ def _add_queue_commands(commands: Any) -> None:
     status = commands.add_parser(
         "status", help="what the queue holds: items per state, per stage, tokens, throughput"
     )
-    status.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    status.add_argument("--db", help="SQLite database file (default ragjury.db)")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     export = commands.add_parser(
@@ -359,7 +365,7 @@ def _add_queue_commands(commands: Any) -> None:
         description="Write what the database holds, in the same formats as generate and "
         "evaluate, in submission order.",
     )
-    export.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    export.add_argument("--db", help="SQLite database file (default ragjury.db)")
     export.add_argument("--out", type=Path, help="kept pairs of every generation job")
     export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
     export.add_argument("--results", type=Path, help="judged samples of every evaluation job")

@@ -150,10 +150,21 @@ class Settings(BaseSettings):
         default_factory=dict, description="Workers per agent role, e.g. {'generator': 4}."
     )
     bus_buffer: int = Field(default=16, ge=1)
-    db: Path = Path("ragjury.db")
+    db: str = Field(
+        default="ragjury.db",
+        description="Where the store lives: a SQLite file path (or a postgresql:// URL).",
+    )
     cache: bool = Field(default=True, description="Reuse finished agent steps from the db.")
     lease_seconds: float = Field(
-        default=30.0, gt=0, description="How long a claimed item stays a daemon's without renewal."
+        default=30.0,
+        gt=0,
+        description="How long a claimed message or item stays a worker's without renewal.",
+    )
+    max_deliveries: int = Field(
+        default=5,
+        ge=1,
+        description="Deliveries of one message (its handler raised, or its worker died) "
+        "before it is taken out and its item fails.",
     )
     grace: float = Field(
         default=30.0, ge=0, description="Seconds in-flight items get to finish on shutdown."
@@ -181,6 +192,11 @@ class Settings(BaseSettings):
     def from_environment(cls, **overrides: Any) -> Settings:
         """Defaults < ragjury.toml < RAGJURY_* / OPENAI_* variables < ``overrides`` (CLI flags)."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db_location(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("llm")
     @classmethod

@@ -31,16 +31,16 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ragjury.config import Settings
-from ragjury.daemon import Daemon
 from ragjury.errors import InputError, RagjuryError
-from ragjury.evaluation.pipeline import choose_metrics
 from ragjury.ingest import load_documents
+from ragjury.jobs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
+from ragjury.pipelines.evaluation import choose_metrics
 from ragjury.prompts import Prompt
-from ragjury.runs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.schemas import MetricName, MetricResult, Sample
-from ragjury.store import Store
+from ragjury.service import Service
+from ragjury.store import Store, open_store
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Jury:
         self.llm  # noqa: B018 - raises outside 'async with'
         async with self._store_lock:
             if self._store is None:
-                self._store = await Store(self.settings.db).__aenter__()
+                self._store = await open_store(self.settings.db).__aenter__()
         return self._store
 
     async def evaluate_one(
@@ -235,10 +235,10 @@ class Jury:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work the queue until cancelled (``await task_group.start(jury.serve)``)."""
-        daemon = Daemon(self.settings, await self.store(), self.llm, on_event=self._broadcast)
+        service = Service(self.settings, await self.store(), self.llm, on_event=self._broadcast)
         self._serving += 1
         try:
-            await daemon.run(task_status=task_status)
+            await service.run(task_status=task_status)
         finally:
             self._serving -= 1
 
@@ -246,10 +246,10 @@ class Jury:
         self, jobs: list[str] | None, send: MemoryObjectSendStream[Any]
     ) -> None:
         try:
-            daemon = Daemon(
+            service = Service(
                 self.settings, await self.store(), self.llm, job_ids=jobs, on_event=self._broadcast
             )
-            await daemon.run(until_empty=True)
+            await service.run(until_done=True)
         finally:
             send.close()
 

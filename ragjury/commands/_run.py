@@ -18,12 +18,12 @@ from rich.console import Console
 from ragjury import heap
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
-from ragjury.daemon import intake_capacity
 from ragjury.estimate import Estimate
 from ragjury.llm import LLM
 from ragjury.pricing import PRICES_AS_OF, PriceTable
-from ragjury.store import Store
-from ragjury.store.queue import Job
+from ragjury.service import intake_capacity
+from ragjury.store import Store, open_store, redacted
+from ragjury.store.base import Job
 
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
@@ -53,7 +53,7 @@ class RecordedRun:
             rate_limit=self.llm.limiter.snapshot(),
             budget=self.llm.budget.as_dict(),
             run_id=self.run_id,
-            db=str(self.store.path),
+            db=self.store.location,
         )
         await self.store.finish_run(self.run_id, summary)
         if path is not None:
@@ -146,10 +146,12 @@ async def recorded_run(
     """The store, the run row and the LLM for one command; the heap is settled first
     (:mod:`ragjury.heap`), since this process is ragjury's own."""
     heap.settle()
-    async with Store(settings.db) as store:
-        run_id = await store.start_run(
-            command, settings.model_dump(mode="json", exclude={"api_key"})
-        )
+    async with open_store(settings.db) as store:
+        recorded = settings.model_dump(mode="json", exclude={"api_key"})
+        for name in ("base_url", "db"):  # a password in a URL is never stored
+            if recorded.get(name):
+                recorded[name] = redacted(recorded[name])
+        run_id = await store.start_run(command, recorded)
         llm = LLM(
             settings,
             on_call=lambda stats, error: store.record_call(run_id, stats, error),

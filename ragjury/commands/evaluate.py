@@ -23,17 +23,16 @@ from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
+from ragjury.jobs import JobRun, scored_samples, submit_samples
 from ragjury.output import RecordWriter
+from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
 from ragjury.prompts import load_overrides
-from ragjury.runs import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
-from ragjury.store.queue import Job, Queue
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.evaluate")
-LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
 
 
 def _target(args: argparse.Namespace) -> Target | None:
@@ -74,8 +73,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
-    needs_llm = bool(LLM_METRICS & set(metrics))
-    if needs_llm:
+    llm_needed = needs_llm(metrics)
+    if llm_needed:
         settings.require_endpoint()
     if "confidence" in metrics and not settings.logprobs:
         settings = settings.model_copy(update={"logprobs": True})
@@ -87,7 +86,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             count=unanswered,
             hint="pass --target to have your RAG system answer them",
         )
-    async with recorded_run(settings, "evaluate", require_endpoint=needs_llm) as run:
+    async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
         job = await submit_samples(run.store, settings, loaded.samples, metrics, prompts)
         try:
             result = await _work(run, settings, job, console, target, len(loaded.samples))
@@ -96,7 +95,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                 await target.aclose()
         results = await scored_samples(run.store, job.id)
         with RecordWriter(args.out, "jsonl") as writer:
-            async for record in Queue(run.store).samples([job.id]):
+            async for record in run.store.samples([job.id]):
                 writer.write(record)
         summary: dict[str, Any] = summarise(
             results,
@@ -106,7 +105,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             wall_seconds=run.seconds,
             model=settings.model,
         )
-        reports = await Queue(run.store).reports(job.id)
+        reports = await run.store.reports(job.id)
         summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
         summary.update(result.summary())
         total = len(loaded.samples)
@@ -155,8 +154,7 @@ async def _work(
     target: Target | None,
     total: int,
 ) -> JobRun:
-    queue = Queue(run.store)
-    done = (await queue.counts([job.id]))["done"]
+    done = (await run.store.counts([job.id]))["done"]
     if not job.created:
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done} of {total} sample(s) "

@@ -26,13 +26,13 @@ from ragjury.commands._run import (
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
-from ragjury.generation import summarise
 from ragjury.ingest import Skipped, iter_documents
+from ragjury.jobs import JobRun, submit_documents
 from ragjury.output import RecordWriter
+from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
-from ragjury.runs import JobRun, generation_counts, submit_documents
-from ragjury.schemas import Document
-from ragjury.store.queue import Job, Queue
+from ragjury.schemas import Document, DocumentJudged
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.generate")
 
@@ -84,7 +84,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
-            async for record in Queue(run.store).pairs([job.id]):
+            async for record in run.store.pairs([job.id]):
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
@@ -117,8 +117,9 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console) -> JobRun:
     counts = await generation_counts(run.store, job.id)
+    counts.documents = job.size
     if not job.created:
-        done = await Queue(run.store).counts([job.id])
+        done = await run.store.counts([job.id])
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done['done']} document(s) "
             f"done, {done['queued'] + done['processing']} to go{retried_text(job, 'document')}",
@@ -129,8 +130,9 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
         progress.update(counts)
 
         async def on_event(job_id: str, event: Any) -> None:
-            counts.observe(event)
-            progress.update(counts)
+            if isinstance(event, DocumentJudged):
+                counts.add_report(report_of(event))
+                progress.update(counts)
 
         return await run_job_until_signalled(run, settings, job, console, on_event)
 

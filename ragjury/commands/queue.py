@@ -16,21 +16,20 @@ from rich.table import Table
 from ragjury.commands._run import EXIT_BUDGET, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
-from ragjury.daemon import Daemon, DaemonCounts
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.ingest import load_documents
+from ragjury.jobs import submit_documents, submit_samples
 from ragjury.output import RecordWriter
+from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics
+from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
-from ragjury.runs import submit_documents, submit_samples
-from ragjury.status import queue_status
-from ragjury.store import Store
-from ragjury.store.queue import Job, Queue
+from ragjury.runtime import select_roles
+from ragjury.service import INTAKE, Service, ServiceCounts
+from ragjury.store import Store, open_store, parse_location
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.queue")
-
-_GENERATION_PROMPTS = ("generator", "groundedness", "relevance", "standalone")
 
 
 def _console() -> Console:
@@ -44,7 +43,7 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             "submit takes documents (PATH...) or --samples FILE, one of the two; "
             "e.g. `ragjury submit docs/ --db q.db` or `ragjury submit --samples s.jsonl --db q.db`"
         )
-    async with Store(settings.db) as store:
+    async with open_store(settings.db) as store:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
             options = settings.generate
@@ -87,17 +86,17 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                 store, settings, samples.samples, metrics, prompts, pin_model=False
             )
             what = f"{len(samples.samples)} sample(s) for evaluation ({', '.join(metrics)})"
-        await _say_submitted(console, Queue(store), job, what, settings)
+        await _say_submitted(console, store, job, what, settings)
     return 0
 
 
 async def _say_submitted(
-    console: Console, queue: Queue, job: Job, what: str, settings: Settings
+    console: Console, store: Store, job: Job, what: str, settings: Settings
 ) -> None:
     if job.created:
         console.print(f"ragjury: queued {what} as job {job.id} in {settings.db}", markup=False)
         return
-    counts = await queue.counts([job.id])
+    counts = await store.counts([job.id])
     console.print(
         f"ragjury: the same work is already job {job.id} in {settings.db} "
         f"({counts['done']} done, {counts['queued'] + counts['processing']} to go, "
@@ -107,43 +106,48 @@ async def _say_submitted(
 
 
 async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    settings.require_endpoint()
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None
+    roles = select_roles([a for a in agents if a != INTAKE] if agents is not None else None)
+    intake = agents is None or INTAKE in agents
+    if roles or intake:
+        settings.require_endpoint()
     console = _console()
     stop = anyio.Event()
     async with recorded_run(settings, "serve") as run:
-        daemon = Daemon(settings, run.store, run.llm)
+        service = Service(settings, run.store, run.llm, roles=roles, intake=intake)
         console.print(
-            f"ragjury serve: working the queue in {settings.db} with {settings.model} "
-            f"(concurrency {settings.concurrency}, daemon {daemon.owner}); "
-            "SIGINT/SIGTERM to stop",
+            f"ragjury serve: working the queue in {run.store.location} with {settings.model} "
+            f"(concurrency {settings.concurrency}, worker {service.owner}; agents: "
+            f"{'all' if agents is None else ', '.join(service.agents)}); SIGINT/SIGTERM to stop",
             markup=False,
         )
-        outcome: Outcome[DaemonCounts] = Outcome(value=daemon.counts)
+        outcome: Outcome[ServiceCounts] = Outcome(value=service.counts)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
-            outcome = await capture(daemon.run(stop=stop))
+            outcome = await capture(service.run(stop=stop))
             tg.cancel_scope.cancel()
-        counts = daemon.counts
+        counts = service.counts
         summary: dict[str, Any] = {
-            "daemon": daemon.owner,
+            "daemon": service.owner,
+            "agents": service.agents,
+            "items_started": counts.started,
             "items_done": counts.done,
             "items_failed": counts.failed,
             "items_released": counts.released,
-            "items_done_elsewhere": counts.skipped,
             "llm_calls": run.llm.usage.requests,
             "prompt_tokens": run.llm.usage.prompt_tokens,
             "completion_tokens": run.llm.usage.completion_tokens,
-            "cached_steps_used": daemon.cache.hits,
+            "cached_steps_used": service.cache.hits,
             "wall_seconds": round(run.seconds, 3),
         }
         await run.finish(summary, None)
     outcome.unwrap()
     console.print(
-        f"ragjury serve: stopped; {counts.done} item(s) done, {counts.failed} failed, "
+        f"ragjury serve: stopped; {counts.done} item(s) done here, {counts.failed} failed, "
         f"{counts.released} put back in the queue; {summary['llm_calls']} LLM calls",
         markup=False,
     )
-    if daemon.budget_stopped:
+    if service.budget_stopped:
         console.print(
             f"ragjury serve: budget reached: {run.llm.budget.reason}; took no new item after "
             "that and finished those in flight. The rest stays queued.",
@@ -154,7 +158,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _existing_db(settings: Settings) -> None:
-    if not settings.db.exists():
+    if not parse_location(settings.db).exists:
         raise ConfigurationError(
             f"there is no database at {str(settings.db)!r}; pass the --db that `submit`, "
             "`generate` or `evaluate` used"
@@ -163,8 +167,8 @@ def _existing_db(settings: Settings) -> None:
 
 async def status_command(args: argparse.Namespace, settings: Settings) -> int:
     _existing_db(settings)
-    async with Store(settings.db) as store:
-        status = await queue_status(store)
+    async with open_store(settings.db) as store:
+        status = await store.status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -198,10 +202,22 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
         f"throughput: {throughput['items_done_last_minute']} item(s) in the last minute; "
         f"{throughput['items_per_minute'] or '-'} per minute overall"
     )
-    for daemon in status["daemons"]:
+    for name, agent in status["agents"].items():
         console.print(
-            f"daemon {daemon['owner']}: {daemon['items']} item(s), lease expires in "
-            f"{daemon['lease_expires_in']} s"
+            f"agent {name}: {agent['messages_waiting']} message(s) waiting"
+            + ("" if agent["served"] else " [bold red]- no worker is serving it[/]")
+        )
+    if status["waiting_for_workers"]:
+        console.print(
+            "waiting for workers: "
+            + ", ".join(status["waiting_for_workers"])
+            + " (start `ragjury serve --agents ...` for them)"
+        )
+    for worker in status["daemons"]:
+        state = "live" if worker["live"] else "silent"
+        console.print(
+            f"worker {worker['owner']} ({worker['host']} pid {worker['pid']}, {state}): "
+            f"{', '.join(worker['agents'])}; holds {worker['messages_held']} message(s)"
         )
     return 0
 
@@ -215,9 +231,8 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     _existing_db(settings)
     console = _console()
     written = {"kept": 0, "rejected": 0, "samples": 0}
-    async with Store(settings.db) as store:
-        queue = Queue(store)
-        counts = await queue.counts(args.jobs)
+    async with open_store(settings.db) as store:
+        counts = await store.counts(args.jobs)
         with contextlib.ExitStack() as stack:
             kept_writer = (
                 stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
@@ -228,7 +243,7 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
                 else None
             )
             if kept_writer is not None or rejected_writer is not None:
-                async for record in queue.pairs(args.jobs):
+                async for record in store.pairs(args.jobs):
                     kept = record["outcome"] == "kept"
                     writer = kept_writer if kept else rejected_writer
                     if writer is not None:
@@ -236,7 +251,7 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
                         written["kept" if kept else "rejected"] += 1
             if args.results:
                 results = stack.enter_context(RecordWriter(args.results, "jsonl"))
-                async for record in queue.samples(args.jobs):
+                async for record in store.samples(args.jobs):
                     results.write(record)
                     written["samples"] += 1
     unfinished = counts["queued"] + counts["processing"]

@@ -17,6 +17,8 @@ from ragjury.schemas.messages import (
     ChunkFailed,
     ChunkReady,
     CritiqueIssued,
+    DocumentChunked,
+    DocumentJudged,
     DocumentSubmitted,
     DuplicateDropped,
     Envelope,
@@ -24,7 +26,6 @@ from ragjury.schemas.messages import (
     PairDrafted,
     PairJudged,
     QuestionsDrafted,
-    StepFailed,
     kind_of,
 )
 from ragjury.schemas.records import (
@@ -67,6 +68,8 @@ __all__ = [
     "CritiqueIssued",
     "CritiqueResult",
     "Document",
+    "DocumentChunked",
+    "DocumentJudged",
     "DocumentSubmitted",
     "DraftedPair",
     "DraftedPairs",
@@ -93,7 +96,6 @@ __all__ = [
     "StatementVerdict",
     "Statements",
     "StatementsSplit",
-    "StepFailed",
     "Verdict",
     "Verdicts",
     "kind_of",

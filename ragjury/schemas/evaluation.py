@@ -62,6 +62,7 @@ class SampleSubmitted(_Frozen):
     kind: Literal["sample_submitted"] = "sample_submitted"
     sample: Sample
     metrics: tuple[MetricName, ...]
+    answered_by_target: bool = False
 
 
 class StatementsSplit(_Frozen):
@@ -89,3 +90,4 @@ class SampleScored(_Frozen):
     kind: Literal["sample_scored"] = "sample_scored"
     sample: Sample
     metrics: dict[MetricName, MetricResult]
+    answered_by_target: bool = False

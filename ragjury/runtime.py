@@ -160,6 +160,7 @@ class Runtime:
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
                     reason = f"{role}: {type(exc).__name__}: {exc}"
                     if await self.bus.nack(delivery, reason):
+                        reason += f" (given up after {delivery.attempt} deliveries)"
                         await self.fail(envelope.job_id or "", envelope.correlation_id, reason)
                     return
                 elapsed = time.perf_counter() - started

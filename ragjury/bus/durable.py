@@ -68,13 +68,10 @@ class _DurableSubscription:
             stored = self._buffer.popleft()
             try:
                 envelope = ENVELOPE_ADAPTER.validate_json(stored.body)
-            except ValueError as exc:
-                await bus.store.nack_message(
-                    stored.id,
-                    f"unreadable message: {exc}",
-                    max_attempts=1,
-                    retry_after=0,
-                )
+            except ValueError as exc:  # e.g. written by a newer ragjury: never handleable here
+                reason = f"unreadable {self.group} message: {exc}"
+                await bus.store.nack_message(stored.id, reason, max_attempts=1, retry_after=0)
+                await bus.store.fail_item(stored.job_id, stored.item_key, reason)
                 continue
             bus.held.add(stored.id)
             yield Delivery(envelope, self.group, stored.id, stored.attempts)

@@ -1,10 +1,10 @@
 """The SQLite store: one file, WAL journal, one connection per process.
 
-Several processes may share the file (``ragjury serve`` several times on one machine). Every
-change goes through :meth:`SQLiteStore._write`, which holds this process's lock and an
-immediate SQLite transaction, so a multi-statement change (claim messages; store an item's
-results and mark it done) is atomic across processes too. Leases are measured on the
-database's clock (SQLite's ``julianday('now')``), so processes agree on them.
+Every operation is one function run in a database thread (one at a time per process), so a
+transaction costs one hop from the event loop, not one per statement. Writes are immediate
+transactions, atomic across processes too: several processes may share the file (``ragjury
+serve`` several times on one machine). Leases are measured on the database's clock (SQLite's
+``julianday('now')``), so processes agree on them.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ import hashlib
 import json
 import os
 import socket
+import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import aiosqlite
 import anyio
+import anyio.to_thread
 from pydantic import BaseModel
 
 from ragjury.errors import ConfigurationError, InputError
@@ -44,6 +43,10 @@ from ragjury.store.base import (
     StoredMessage,
 )
 
+T = TypeVar("T")
+Conn = sqlite3.Connection
+Row = tuple[Any, ...]
+
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _INSERT_ITEM = (
     "INSERT INTO items (job_id, key, position, payload, created_at) VALUES (?, ?, ?, ?, ?)"
@@ -54,8 +57,6 @@ _INSERT_MESSAGE = (
 )
 _UNFINISHED = "('queued', 'processing', 'running')"
 _PAGE = 200
-_writing: ContextVar[bool] = ContextVar("ragjury_sqlite_writing", default=False)
-"""True inside this task's write transaction (its reads must not take the lock again)."""
 
 
 def _iso(timestamp: float | None = None) -> str:
@@ -83,14 +84,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _all(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    return [tuple(row) for row in conn.execute(sql, tuple(params)).fetchall()]
+
+
+def _one(conn: Conn, sql: str, params: Sequence[Any] = ()) -> Row:
+    row = conn.execute(sql, tuple(params)).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str]:
+    return (message.group, message.kind, message.job_id, message.item_key, message.body)
+
+
 class SQLiteStore:
     """``async with SQLiteStore(path) as store:`` opens (and creates or upgrades) the file."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.location = str(self.path)
-        self._db: aiosqlite.Connection | None = None
-        self._lock = anyio.Lock()
+        self._conn: Conn | None = None
+        self._limiter = anyio.CapacityLimiter(1)
 
     # opening ------------------------------------------------------------------------
     async def __aenter__(self) -> SQLiteStore:
@@ -101,14 +116,8 @@ class SQLiteStore:
                 f"{str(self.path.parent)!r} does not exist; create it or choose another --db"
             )
         try:
-            # Autocommit: every transaction is explicit (see _write()).
-            self._db = await aiosqlite.connect(self.path, isolation_level=None)
-            await self._db.execute("PRAGMA busy_timeout=30000")
-            if not memory:
-                await self._db.execute("PRAGMA journal_mode=WAL")
-            await self._db.execute("PRAGMA synchronous=NORMAL")
-            await self._migrate()
-        except aiosqlite.DatabaseError as exc:
+            self._conn = await self._call(lambda _: self._open(memory), opening=True)
+        except sqlite3.DatabaseError as exc:
             await self._close()
             raise ConfigurationError(
                 f"cannot use {str(self.path)!r} as a ragjury database: {exc}; "
@@ -119,18 +128,29 @@ class SQLiteStore:
             raise
         return self
 
+    def _open(self, memory: bool) -> Conn:
+        # Autocommit: every transaction is explicit (see _transaction()). Used from the
+        # database threads one call at a time (the limiter), never at once.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn = conn
+        conn.execute("PRAGMA busy_timeout=30000")
+        if not memory:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        self._migrate(conn)
+        return conn
+
     async def __aexit__(self, *exc_info: object) -> None:
         await self._close()
 
     async def _close(self) -> None:
-        if self._db is not None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
             with anyio.CancelScope(shield=True):
-                await self._db.close()
-            self._db = None
+                await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
 
-    async def _migrate(self) -> None:
-        db = self.db
-        version = int((await self._one("PRAGMA user_version"))[0])
+    def _migrate(self, conn: Conn) -> None:
+        version = int(_one(conn, "PRAGMA user_version")[0])
         if version > _schema.VERSION:
             raise ConfigurationError(
                 f"{str(self.path)!r} was made by a newer ragjury (database schema {version}; "
@@ -139,111 +159,100 @@ class SQLiteStore:
             )
         if version == _schema.VERSION:
             return
-        async with self._write():
-            pairs = await self._all("PRAGMA table_info(pairs)")
+
+        def migrate(conn: Conn) -> None:
+            pairs = _all(conn, "PRAGMA table_info(pairs)")
             if pairs and "job_id" not in {row[1] for row in pairs}:
-                raise aiosqlite.DatabaseError(
+                raise sqlite3.DatabaseError(
                     "it was made by an older ragjury (before queued jobs); its results can "
                     "still be read with sqlite3"
                 )
-            existed = bool(pairs)
             for statement in _schema.TABLES.split(";"):
                 if statement.strip():
-                    await db.execute(statement)
+                    conn.execute(statement)
             for table, columns in _schema.ADDED_COLUMNS.items():
-                present = {row[1] for row in await self._all(f"PRAGMA table_info({table})")}
+                present = {row[1] for row in _all(conn, f"PRAGMA table_info({table})")}
                 for name, kind in columns:
                     if name not in present:
-                        await db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
-            if existed:
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            if pairs:
                 for statement in _schema.FROM_VERSION_1:
-                    await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {_schema.VERSION}")
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_schema.VERSION}")
+
+        _transaction(conn, migrate)
 
     # plumbing -----------------------------------------------------------------------
-    @property
-    def db(self) -> aiosqlite.Connection:
-        if self._db is None:
+    async def _call(self, fn: Callable[[Conn], T], *, opening: bool = False) -> T:
+        """Run ``fn`` with the connection in a database thread; shielded, so an operation
+        that began ends (committed or rolled back) even if the caller is cancelled."""
+        if self._conn is None and not opening:
             raise RuntimeError("the store is not open; use 'async with SQLiteStore(path)'")
-        return self._db
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One atomic write transaction, exclusive within this process and across processes;
-        shielded, so a write that began is committed or rolled back, never left half-done."""
-        async with self._lock:
-            with anyio.CancelScope(shield=True):
-                db = self.db
-                token = _writing.set(True)
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                except BaseException:
-                    await db.execute("ROLLBACK")
-                    raise
-                finally:
-                    _writing.reset(token)
-                await db.execute("COMMIT")
+        def run() -> T:
+            return fn(self._conn)  # type: ignore[arg-type]  # set by _open before use
 
-    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Every row of a query. Outside a write it holds this process's lock: a statement
-        left open on the shared connection while another task begins a write would make
-        SQLite refuse that write at once (a stale read snapshot), whatever the timeout."""
-        if _writing.get():
-            return await self._fetch(sql, params)
-        async with self._lock:
-            return await self._fetch(sql, params)
+        with anyio.CancelScope(shield=True):
+            result = await anyio.to_thread.run_sync(run, limiter=self._limiter)
+        return result
 
-    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        async with self.db.execute(sql, tuple(params)) as cursor:
-            return [tuple(row) for row in await cursor.fetchall()]
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return await self._call(lambda conn: _all(conn, sql, params))
 
-    async def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
-        rows = await self._all(sql, params)
-        assert rows, sql
-        return rows[0]
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        """``fn`` in one immediate transaction."""
+        return await self._call(lambda conn: _transaction(conn, fn))
 
     async def now(self) -> float:
-        return float((await self._one(f"SELECT {_NOW}"))[0])
+        return float((await self._read(f"SELECT {_NOW}"))[0][0])
+
+    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Rows of a read-only query (for :mod:`ragjury.store._status` and tests)."""
+        return await self._read(sql, params)
 
     # runs and calls -----------------------------------------------------------------
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
         run_id = uuid.uuid4().hex
-        async with self._write() as db:
-            await db.execute(
+        text = json.dumps(settings, default=str)
+        await self._call(
+            lambda c: c.execute(
                 "INSERT INTO runs (id, command, started_at, settings) VALUES (?, ?, ?, ?)",
-                (run_id, command, _iso(), json.dumps(settings, default=str)),
+                (run_id, command, _iso(), text),
             )
+        )
         return run_id
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
-        async with self._write() as db:
-            await db.execute(
+        text = json.dumps(summary, default=str)
+        await self._call(
+            lambda c: c.execute(
                 "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
-                (_iso(), json.dumps(summary, default=str), run_id),
+                (_iso(), text, run_id),
             )
+        )
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
-        async with self._lock:  # one statement: atomic on its own
-            with anyio.CancelScope(shield=True):
-                await self.db.execute(
-                    "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
-                    "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        stats.stage,
-                        stats.requests,
-                        stats.prompt_tokens,
-                        stats.completion_tokens,
-                        round(stats.latency_seconds * 1000, 1),
-                        json.dumps(stats.statuses),
-                        error,
-                        _iso(),
-                        stats.model,
-                        stats.cost_usd,
-                    ),
-                )
+        row = (
+            run_id,
+            stats.stage,
+            stats.requests,
+            stats.prompt_tokens,
+            stats.completion_tokens,
+            round(stats.latency_seconds * 1000, 1),
+            json.dumps(stats.statuses),
+            error,
+            _iso(),
+            stats.model,
+            stats.cost_usd,
+        )
+        await self._call(
+            lambda c: c.execute(
+                "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
+                "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        )
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
@@ -255,7 +264,7 @@ class SQLiteStore:
         if since is not None:
             where += " AND created_at >= ?"
             params.append(_iso(since))
-        row = await self._one(
+        [row] = await self._read(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
             "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
             f"COUNT(*) - COUNT(cost_usd) FROM llm_calls WHERE {where}",
@@ -292,51 +301,37 @@ class SQLiteStore:
             )
         if not seen:
             return Job(id="", kind=kind, options=dict(options), created=False, size=0)
-        job_key = digest.hexdigest()
-        now = time.time()
-        async with self._write() as db:
-            async with db.execute("SELECT id FROM jobs WHERE key = ?", (job_key,)) as cursor:
-                row = await cursor.fetchone()
-            if row is not None:
-                retried = await self._requeue_transient(db, str(row[0]))
-                return Job(str(row[0]), kind, dict(options), size=len(seen), retried=retried)
-            job_id = uuid.uuid4().hex[:12]
-            await db.execute(
+        job_key, now = digest.hexdigest(), time.time()
+        found = await self._read("SELECT id FROM jobs WHERE key = ?", (job_key,))
+        if found:
+            job_id = str(found[0][0])
+            retried = await self._write(lambda c: _requeue_transient(c, job_id))
+            return Job(job_id, kind, dict(options), size=len(seen), retried=retried)
+        job_id = uuid.uuid4().hex[:12]
+        text = json.dumps(options, default=str)
+
+        def insert(conn: Conn) -> None:
+            conn.execute(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, kind, job_key, json.dumps(options, default=str), _iso(now)[:19]),
+                (job_id, kind, job_key, text, _iso(now)[:19]),
             )
-            rows: list[tuple[Any, ...]] = []
+            rows: list[Row] = []
             held = 0
             for position, (key, payload) in enumerate(items()):
                 encoded = _encode(payload)
                 rows.append((job_id, key, position, encoded, now))
                 held += len(encoded)
                 if len(rows) >= batch or held >= batch_bytes:
-                    await db.executemany(_INSERT_ITEM, rows)
+                    conn.executemany(_INSERT_ITEM, rows)
                     rows.clear()
                     held = 0
-            await db.executemany(_INSERT_ITEM, rows)
+            conn.executemany(_INSERT_ITEM, rows)
+
+        await self._write(insert)
         return Job(id=job_id, kind=kind, options=dict(options), created=True, size=len(seen))
 
-    @staticmethod
-    async def _requeue_transient(db: aiosqlite.Connection, job_id: str) -> int:
-        """Put the job's items that finished with endpoint failures back in the queue,
-        dropping their stored results; the number put back."""
-        where = "job_id = ? AND state = 'done' AND transient_failures > 0"
-        for table in ("pairs", "samples"):
-            await db.execute(
-                f"DELETE FROM {table} WHERE item_id IN (SELECT id FROM items WHERE {where})",
-                (job_id,),
-            )
-        cursor = await db.execute(
-            "UPDATE items SET state = 'queued', attempts = 0, report = NULL, finished_at = NULL, "
-            f"transient_failures = 0, started_by = NULL WHERE {where}",
-            (job_id,),
-        )
-        return cursor.rowcount
-
     async def job(self, job_id: str) -> Job:
-        rows = await self._all("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
+        rows = await self._read("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
         if not rows:
             raise KeyError(job_id)
         return Job(id=job_id, kind=rows[0][0], options=json.loads(rows[0][1]))
@@ -360,26 +355,26 @@ class SQLiteStore:
         if job_ids is not None:
             where += f" AND job_id IN ({_marks(job_ids)})"
             params.extend(job_ids)
-        claimed: list[Item] = []
-        async with self._write() as db:
-            async with db.execute(
+
+        def claim(conn: Conn) -> list[Item]:
+            claimed = []
+            for row in _all(
+                conn,
                 f"SELECT id, job_id, key, position, payload, attempts FROM items WHERE {where} "
                 "ORDER BY id LIMIT ?",
                 (*params, limit),
-            ) as cursor:
-                rows = list(await cursor.fetchall())
-            for row in rows:
+            ):
                 item_id, attempts = int(row[0]), int(row[5])
                 if attempts >= max_attempts:
-                    await self._fail(
-                        db,
+                    _fail(
+                        conn,
                         str(row[1]),
                         str(row[2]),
                         f"abandoned: {attempts} process(es) took this item and never started "
                         "it (killed or crashed while preparing it); see their logs",
                     )
                     continue
-                await db.execute(
+                conn.execute(
                     "UPDATE items SET state = 'processing', lease_owner = ?, "
                     f"lease_expires = {_NOW} + ?, attempts = attempts + 1, started_by = ? "
                     "WHERE id = ?",
@@ -387,57 +382,61 @@ class SQLiteStore:
                 )
                 claimed.append(
                     Item(
-                        id=item_id,
-                        job_id=str(row[1]),
-                        key=str(row[2]),
-                        position=int(row[3]),
-                        payload=json.loads(row[4]),
-                        attempts=attempts + 1,
+                        item_id,
+                        str(row[1]),
+                        str(row[2]),
+                        int(row[3]),
+                        json.loads(row[4]),
+                        attempts + 1,
                     )
                 )
-        return claimed
+            return claimed
+
+        return await self._write(claim)
 
     async def items_started(self, item_ids: Sequence[int]) -> None:
-        if not item_ids:
-            return
-        async with self._write() as db:
-            await db.execute(
-                "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
-                f"WHERE state = 'processing' AND id IN ({_marks(item_ids)})",
-                tuple(item_ids),
+        if item_ids:
+            await self._call(
+                lambda c: c.execute(
+                    "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
+                    f"WHERE state = 'processing' AND id IN ({_marks(item_ids)})",
+                    tuple(item_ids),
+                )
             )
 
     async def release_items(self, owner: str, item_ids: Sequence[int]) -> int:
         if not item_ids:
             return 0
-        async with self._write() as db:
-            cursor = await db.execute(
+        cursor = await self._call(
+            lambda c: c.execute(
                 "UPDATE items SET state = 'queued', lease_owner = NULL, lease_expires = NULL, "
                 "attempts = MAX(attempts - 1, 0), started_by = NULL "
                 f"WHERE lease_owner = ? AND state = 'processing' AND id IN ({_marks(item_ids)})",
                 (owner, *item_ids),
             )
-            return cursor.rowcount
+        )
+        return cursor.rowcount
 
     async def unfinished_items(self, owner: str) -> int:
-        row = await self._one(
+        rows = await self._read(
             "SELECT COUNT(*) FROM items "
             "WHERE started_by = ? AND state IN ('processing', 'running')",
             (owner,),
         )
-        return int(row[0])
+        return int(rows[0][0])
 
     async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
-        async with self._write() as db:
-            rows = await self._all(
+        def finish(conn: Conn) -> bool:
+            rows = _all(
+                conn,
                 "SELECT id, position, state FROM items WHERE job_id = ? AND key = ?",
                 (job_id, key),
             )
             if not rows or rows[0][2] in ("done", "failed"):
                 return False
             item_id, position = int(rows[0][0]), int(rows[0][1])
-            await self._store_results(db, job_id, item_id, position, results)
-            await db.execute(
+            _store_results(conn, job_id, item_id, position, results)
+            conn.execute(
                 "UPDATE items SET state = 'done', lease_owner = NULL, lease_expires = NULL, "
                 "report = ?, finished_at = ?, transient_failures = ? WHERE id = ?",
                 (
@@ -447,89 +446,29 @@ class SQLiteStore:
                     item_id,
                 ),
             )
-            await self._forget(db, job_id, key)
-        return True
+            _forget(conn, job_id, key)
+            return True
+
+        return await self._write(finish)
 
     async def fail_item(
         self, job_id: str, key: str, error: str, results: ItemResults | None = None
     ) -> bool:
-        async with self._write() as db:
-            return await self._fail(db, job_id, key, error, results)
+        return await self._write(lambda c: _fail(c, job_id, key, error, results))
 
-    async def _fail(
-        self,
-        db: aiosqlite.Connection,
-        job_id: str,
-        key: str,
-        error: str,
-        results: ItemResults | None = None,
-    ) -> bool:
-        rows = await self._all(
-            "SELECT id, position, state FROM items WHERE job_id = ? AND key = ?", (job_id, key)
+    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+        rows = await self._read(
+            "SELECT payload FROM items WHERE job_id = ? AND key = ?", (job_id, key)
         )
-        if not rows or rows[0][2] in ("done", "failed"):
-            return False
-        item_id, position = int(rows[0][0]), int(rows[0][1])
-        if results is not None:
-            await self._store_results(db, job_id, item_id, position, results)
-        await db.execute(
-            "UPDATE items SET state = 'failed', lease_owner = NULL, lease_expires = NULL, "
-            "error = ?, finished_at = ?, report = ? WHERE id = ?",
-            (
-                error,
-                time.time(),
-                json.dumps(results.report) if results and results.report else None,
-                item_id,
-            ),
-        )
-        await self._forget(db, job_id, key)
-        return True
-
-    @staticmethod
-    async def _store_results(
-        db: aiosqlite.Connection, job_id: str, item_id: int, position: int, results: ItemResults
-    ) -> None:
-        await db.executemany(
-            "INSERT OR REPLACE INTO pairs "
-            "(job_id, id, item_id, position, outcome, question, source, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    job_id,
-                    record["id"],
-                    item_id,
-                    index,
-                    record["outcome"],
-                    record["question"],
-                    record["source"],
-                    json.dumps(record, ensure_ascii=False),
-                )
-                for index, record in enumerate(results.pairs)
-            ],
-        )
-        await db.executemany(
-            "INSERT OR REPLACE INTO samples (job_id, id, item_id, position, record, scored) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (job_id, record["id"], item_id, position, json.dumps(record, ensure_ascii=False), s)
-                for record, s in results.samples
-            ],
-        )
-
-    @staticmethod
-    async def _forget(db: aiosqlite.Connection, job_id: str, key: str) -> None:
-        """A finished item needs no join state, and its leftover messages no handling."""
-        await db.execute("DELETE FROM joins WHERE job_id = ? AND item_key = ?", (job_id, key))
-        await db.execute("DELETE FROM messages WHERE job_id = ? AND item_key = ?", (job_id, key))
+        return json.loads(rows[0][0]) if rows else None
 
     async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]:
         sql, params = "SELECT state, COUNT(*) FROM items", tuple(job_ids or ())
         if job_ids is not None:
             sql += f" WHERE job_id IN ({_marks(job_ids)})"
         counts: dict[str, int] = dict.fromkeys(STATES, 0)
-        for state, n in await self._all(sql + " GROUP BY state", params):
-            name = "processing" if state == "running" else str(state)
-            counts[name] += int(n)
+        for state, n in await self._read(sql + " GROUP BY state", params):
+            counts["processing" if state == "running" else str(state)] += int(n)
         return counts
 
     async def unfinished(self, job_ids: Sequence[str] | None = None) -> int:
@@ -537,24 +476,24 @@ class SQLiteStore:
         params = tuple(job_ids or ())
         if job_ids is not None:
             sql += f" AND job_id IN ({_marks(job_ids)})"
-        return int((await self._one(sql, params))[0])
+        return int((await self._read(sql, params))[0][0])
 
     async def reports(self, job_id: str) -> list[dict[str, Any]]:
-        rows = await self._all(
+        rows = await self._read(
             "SELECT report FROM items WHERE job_id = ? AND report IS NOT NULL ORDER BY position",
             (job_id,),
         )
         return [json.loads(row[0]) for row in rows]
 
     async def failed_items(self, job_id: str) -> list[dict[str, Any]]:
-        rows = await self._all(
+        rows = await self._read(
             "SELECT key, error FROM items WHERE job_id = ? AND state = 'failed' ORDER BY position",
             (job_id,),
         )
         return [{"item": key, "error": error} for key, error in rows]
 
     async def pair_outcomes(self, job_id: str) -> dict[str, int]:
-        rows = await self._all(
+        rows = await self._read(
             "SELECT outcome, COUNT(*) FROM pairs WHERE job_id = ? GROUP BY outcome", (job_id,)
         )
         return {str(outcome): int(n) for outcome, n in rows}
@@ -595,7 +534,7 @@ class SQLiteStore:
         page += f"ORDER BY k1, k2, k3 LIMIT {_PAGE}"
         after: tuple[Any, ...] = (-1, -1, -1)
         while True:
-            rows = await self._all(page, (*params, *after))
+            rows = await self._read(page, (*params, *after))
             for row in rows:
                 yield row[0]
             if len(rows) < _PAGE:
@@ -604,10 +543,9 @@ class SQLiteStore:
 
     # the durable bus ----------------------------------------------------------------
     async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None:
-        if not messages:
-            return
-        async with self._write() as db:
-            await db.executemany(_INSERT_MESSAGE, [_row(m) for m in messages])
+        if messages:
+            rows = [_row(m) for m in messages]
+            await self._write(lambda c: c.executemany(_INSERT_MESSAGE, rows))
 
     async def claim_messages(
         self,
@@ -619,116 +557,117 @@ class SQLiteStore:
         max_attempts: int,
         job_ids: Sequence[str] | None = None,
     ) -> Claim:
-        claim = Claim()
         if limit <= 0 or not groups:
-            return claim
+            return Claim()
         where = f"grp IN ({_marks(groups)}) AND available_at <= {_NOW}"
         params: list[Any] = list(groups)
         if job_ids is not None:
             where += f" AND job_id IN ({_marks(job_ids)})"
             params.extend(job_ids)
-        async with self._write() as db:
-            rows = await self._all(
-                "SELECT id, grp, body, attempts, job_id, item_key, last_error FROM messages "
-                f"WHERE {where} ORDER BY id LIMIT ?",
-                (*params, limit),
-            )
+        select = (
+            "SELECT id, grp, body, attempts, job_id, item_key, last_error FROM messages "
+            f"WHERE {where} ORDER BY id LIMIT ?"
+        )
+
+        def claim(conn: Conn) -> Claim:
+            found = Claim()
             taken: list[int] = []
-            for message_id, group, body, attempts, job_id, key, last_error in rows:
+            for message_id, group, body, attempts, job_id, key, last_error in _all(
+                conn, select, (*params, limit)
+            ):
                 if attempts >= max_attempts:
-                    claim.dead += 1
-                    await self._dead(db, message_id, group, job_id, key, attempts, last_error)
+                    found.dead += 1
+                    why = last_error or "its worker died each time (killed, or crashed the process)"
+                    conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+                    _fail(
+                        conn,
+                        job_id,
+                        key,
+                        f"poison message: the {group} agent was given this item's message "
+                        f"{attempts} time(s) and never finished it; last error: {why}",
+                    )
                     continue
                 taken.append(int(message_id))
-                claim.messages.append(
+                found.messages.append(
                     StoredMessage(
-                        int(message_id), str(group), str(body), int(attempts) + 1, job_id, key
+                        int(message_id),
+                        str(group),
+                        str(body),
+                        int(attempts) + 1,
+                        str(job_id),
+                        str(key),
                     )
                 )
             if taken:
-                await db.execute(
+                conn.execute(
                     f"UPDATE messages SET lease_owner = ?, available_at = {_NOW} + ?, "
                     f"attempts = attempts + 1 WHERE id IN ({_marks(taken)})",
                     (owner, lease_seconds, *taken),
                 )
-        return claim
+            return found
 
-    async def _dead(
-        self,
-        db: aiosqlite.Connection,
-        message_id: int,
-        group: str,
-        job_id: str,
-        key: str,
-        attempts: int,
-        last_error: str | None,
-    ) -> None:
-        why = last_error or "its worker died each time (killed, or crashed the process)"
-        await db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-        await self._fail(
-            db,
-            job_id,
-            key,
-            f"poison message: the {group} agent was given this item's message {attempts} "
-            f"time(s) and never finished it; last error: {why}",
-        )
+        return await self._write(claim)
 
     async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
-        async with self._write() as db:
-            if replies:
-                first = replies[0]
-                rows = await self._all(
+        rows = [_row(m) for m in replies]
+
+        def ack(conn: Conn) -> None:
+            if rows:
+                state = _all(
+                    conn,
                     "SELECT state FROM items WHERE job_id = ? AND key = ?",
-                    (first.job_id, first.item_key),
+                    (rows[0][2], rows[0][3]),
                 )
-                if not rows or rows[0][0] not in ("done", "failed"):
-                    await db.executemany(_INSERT_MESSAGE, [_row(m) for m in replies])
-            await db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+                if not state or state[0][0] not in ("done", "failed"):
+                    conn.executemany(_INSERT_MESSAGE, rows)
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+        await self._write(ack)
 
     async def nack_message(
         self, message_id: int, error: str, *, max_attempts: int, retry_after: float
     ) -> bool:
-        async with self._write() as db:
-            rows = await self._all(
-                "SELECT grp, job_id, item_key, attempts FROM messages WHERE id = ?", (message_id,)
-            )
+        def nack(conn: Conn) -> bool:
+            rows = _all(conn, "SELECT attempts FROM messages WHERE id = ?", (message_id,))
             if not rows:
                 return False
-            if int(rows[0][3]) >= max_attempts:
-                await db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            if int(rows[0][0]) >= max_attempts:
+                conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
                 return True
-            await db.execute(
+            conn.execute(
                 f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW} + ?, "
                 "last_error = ? WHERE id = ?",
                 (retry_after, error, message_id),
             )
             return False
 
+        return await self._write(nack)
+
     async def renew_messages(
         self, owner: str, message_ids: Sequence[int], lease_seconds: float
     ) -> None:
-        if not message_ids:
-            return
-        async with self._write() as db:
-            await db.execute(
-                f"UPDATE messages SET available_at = {_NOW} + ? WHERE lease_owner = ? "
-                f"AND id IN ({_marks(message_ids)})",
-                (lease_seconds, owner, *message_ids),
+        if message_ids:
+            await self._call(
+                lambda c: c.execute(
+                    f"UPDATE messages SET available_at = {_NOW} + ? WHERE lease_owner = ? "
+                    f"AND id IN ({_marks(message_ids)})",
+                    (lease_seconds, owner, *message_ids),
+                )
             )
 
     async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
-        if not message_ids:
-            return
-        async with self._write() as db:
-            await db.execute(
-                f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}, "
-                "attempts = MAX(attempts - 1, 0) "
-                f"WHERE lease_owner = ? AND id IN ({_marks(message_ids)})",
-                (owner, *message_ids),
+        if message_ids:
+            await self._call(
+                lambda c: c.execute(
+                    f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}, "
+                    "attempts = MAX(attempts - 1, 0) "
+                    f"WHERE lease_owner = ? AND id IN ({_marks(message_ids)})",
+                    (owner, *message_ids),
+                )
             )
 
     async def waiting_messages(self) -> dict[str, int]:
-        rows = await self._all("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
+        rows = await self._read("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
         return {str(group): int(n) for group, n in rows}
 
     # join state ---------------------------------------------------------------------
@@ -737,17 +676,21 @@ class SQLiteStore:
     ) -> dict[str, str]:
         # [prefix, prefix with its last character raised): an index range, unlike LIKE
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        async with self._write() as db:
-            await db.executemany(
+        rows = [(job_id, item_key, name, value) for name, value in parts.items()]
+
+        def join(conn: Conn) -> list[Row]:
+            conn.executemany(
                 "INSERT OR IGNORE INTO joins (job_id, item_key, name, value) VALUES (?, ?, ?, ?)",
-                [(job_id, item_key, name, value) for name, value in parts.items()],
+                rows,
             )
-            rows = await self._all(
+            return _all(
+                conn,
                 "SELECT name, value FROM joins WHERE job_id = ? AND item_key = ? "
                 "AND name >= ? AND name < ?",
                 (job_id, item_key, prefix, upper),
             )
-        return {str(name): str(value) for name, value in rows}
+
+        return {str(name): str(value) for name, value in await self._write(join)}
 
     async def decide_questions(
         self,
@@ -757,10 +700,12 @@ class SQLiteStore:
         decide: DedupDecide,
     ) -> tuple[list[QuestionDecision], int]:
         ids = [pair_id for pair_id, _ in pairs]
-        async with self._write() as db:
+
+        def step(conn: Conn) -> tuple[list[QuestionDecision], int]:
             stored = {
                 str(row[0]): QuestionDecision(str(row[0]), row[1], row[2])
-                for row in await self._all(
+                for row in _all(
+                    conn,
                     "SELECT pair_id, duplicate_of, similarity FROM questions "
                     f"WHERE job_id = ? AND pair_id IN ({_marks(ids)})",
                     (job_id, *ids),
@@ -771,7 +716,8 @@ class SQLiteStore:
                 return [stored[pid] for pid in ids], since
             seen = [
                 (int(row[0]), str(row[1]), str(row[2]))
-                for row in await self._all(
+                for row in _all(
+                    conn,
                     "SELECT id, pair_id, question FROM questions WHERE job_id = ? "
                     "AND duplicate_of IS NULL AND id > ? ORDER BY id",
                     (job_id, since),
@@ -779,7 +725,7 @@ class SQLiteStore:
             ]
             decisions = decide(seen, new)
             questions = dict(new)
-            await db.executemany(
+            conn.executemany(
                 "INSERT INTO questions (job_id, pair_id, question, duplicate_of, similarity) "
                 "VALUES (?, ?, ?, ?, ?)",
                 [
@@ -787,78 +733,156 @@ class SQLiteStore:
                     for d in decisions
                 ],
             )
-            cursor = int((await self._one("SELECT COALESCE(MAX(id), 0) FROM questions"))[0])
-        by_id = {**stored, **{d.pair_id: d for d in decisions}}
-        return [by_id[pid] for pid in ids], cursor
+            cursor = int(_one(conn, "SELECT COALESCE(MAX(id), 0) FROM questions")[0])
+            by_id = {**stored, **{d.pair_id: d for d in decisions}}
+            return [by_id[pid] for pid in ids], cursor
+
+        return await self._write(step)
 
     # the step cache -----------------------------------------------------------------
-    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
-        rows = await self._all(
-            "SELECT payload FROM items WHERE job_id = ? AND key = ?", (job_id, key)
-        )
-        return json.loads(rows[0][0]) if rows else None
-
     async def get_step(self, key: str) -> str | None:
-        rows = await self._all("SELECT output FROM steps WHERE key = ?", (key,))
+        rows = await self._read("SELECT output FROM steps WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
     async def put_step(self, key: str, agent: str, output: str) -> None:
-        async with self._lock:  # one statement: atomic on its own
-            with anyio.CancelScope(shield=True):
-                await self.db.execute(
-                    "INSERT OR REPLACE INTO steps (key, agent, output, created_at) "
-                    "VALUES (?, ?, ?, ?)",
-                    (key, agent, output, time.time()),
-                )
+        await self._call(
+            lambda c: c.execute(
+                "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
+                (key, agent, output, time.time()),
+            )
+        )
 
     # workers ------------------------------------------------------------------------
     async def register_worker(self, owner: str, agents: Sequence[str]) -> int:
-        host, released = socket.gethostname(), 0
-        async with self._write() as db:
-            for other, pid in await self._all(
-                "SELECT owner, pid FROM workers WHERE host = ? AND owner != ?", (host, owner)
+        host, pid = socket.gethostname(), os.getpid()
+
+        def register(conn: Conn) -> int:
+            released = 0
+            for other, other_pid in _all(
+                conn, "SELECT owner, pid FROM workers WHERE host = ? AND owner != ?", (host, owner)
             ):
-                if _alive(int(pid)) and int(pid) != os.getpid():
+                if _alive(int(other_pid)) and int(other_pid) != pid:
                     continue
                 # A process of this host that is gone: what it held is free now, not when
                 # its leases run out. Its deliveries still count as attempts.
-                cursor = await db.execute(
+                released += conn.execute(
                     f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW} "
                     "WHERE lease_owner = ?",
                     (other,),
-                )
-                released += cursor.rowcount
-                cursor = await db.execute(
+                ).rowcount
+                released += conn.execute(
                     "UPDATE items SET state = 'queued', lease_owner = NULL, lease_expires = NULL "
                     "WHERE lease_owner = ? AND state = 'processing'",
                     (other,),
-                )
-                released += cursor.rowcount
-                await db.execute("DELETE FROM workers WHERE owner = ?", (other,))
-            await db.execute(
+                ).rowcount
+                conn.execute("DELETE FROM workers WHERE owner = ?", (other,))
+            conn.execute(
                 "INSERT OR REPLACE INTO workers (owner, host, pid, agents, started_at, heartbeat) "
                 f"VALUES (?, ?, ?, ?, {_NOW}, {_NOW})",
-                (owner, host, os.getpid(), ",".join(agents)),
+                (owner, host, pid, ",".join(agents)),
             )
-        return released
+            return released
+
+        return await self._write(register)
 
     async def heartbeat(self, owner: str) -> None:
-        async with self._write() as db:
-            await db.execute(f"UPDATE workers SET heartbeat = {_NOW} WHERE owner = ?", (owner,))
+        await self._call(
+            lambda c: c.execute(f"UPDATE workers SET heartbeat = {_NOW} WHERE owner = ?", (owner,))
+        )
 
     async def unregister_worker(self, owner: str) -> None:
-        async with self._write() as db:
-            await db.execute("DELETE FROM workers WHERE owner = ?", (owner,))
+        await self._call(lambda c: c.execute("DELETE FROM workers WHERE owner = ?", (owner,)))
 
     async def status(self) -> dict[str, Any]:
         from ragjury.store._status import status  # the read-only report lives on its own
 
         return await status(self)
 
-    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of a read-only query (for :mod:`ragjury.store._status` and tests)."""
-        return await self._all(sql, params)
+
+def _transaction(conn: Conn, fn: Callable[[Conn], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
-def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str]:
-    return (message.group, message.kind, message.job_id, message.item_key, message.body)
+def _requeue_transient(conn: Conn, job_id: str) -> int:
+    """Put the job's items that finished with endpoint failures back in the queue, dropping
+    their stored results; the number put back."""
+    where = "job_id = ? AND state = 'done' AND transient_failures > 0"
+    for table in ("pairs", "samples"):
+        conn.execute(
+            f"DELETE FROM {table} WHERE item_id IN (SELECT id FROM items WHERE {where})",
+            (job_id,),
+        )
+    return conn.execute(
+        "UPDATE items SET state = 'queued', attempts = 0, report = NULL, finished_at = NULL, "
+        f"transient_failures = 0, started_by = NULL WHERE {where}",
+        (job_id,),
+    ).rowcount
+
+
+def _fail(
+    conn: Conn, job_id: str, key: str, error: str, results: ItemResults | None = None
+) -> bool:
+    rows = _all(
+        conn, "SELECT id, position, state FROM items WHERE job_id = ? AND key = ?", (job_id, key)
+    )
+    if not rows or rows[0][2] in ("done", "failed"):
+        return False
+    item_id, position = int(rows[0][0]), int(rows[0][1])
+    if results is not None:
+        _store_results(conn, job_id, item_id, position, results)
+    conn.execute(
+        "UPDATE items SET state = 'failed', lease_owner = NULL, lease_expires = NULL, "
+        "error = ?, finished_at = ?, report = ? WHERE id = ?",
+        (
+            error,
+            time.time(),
+            json.dumps(results.report) if results and results.report else None,
+            item_id,
+        ),
+    )
+    _forget(conn, job_id, key)
+    return True
+
+
+def _store_results(
+    conn: Conn, job_id: str, item_id: int, position: int, results: ItemResults
+) -> None:
+    conn.executemany(
+        "INSERT OR REPLACE INTO pairs "
+        "(job_id, id, item_id, position, outcome, question, source, record) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                job_id,
+                record["id"],
+                item_id,
+                index,
+                record["outcome"],
+                record["question"],
+                record["source"],
+                json.dumps(record, ensure_ascii=False),
+            )
+            for index, record in enumerate(results.pairs)
+        ],
+    )
+    conn.executemany(
+        "INSERT OR REPLACE INTO samples (job_id, id, item_id, position, record, scored) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (job_id, record["id"], item_id, position, json.dumps(record, ensure_ascii=False), s)
+            for record, s in results.samples
+        ],
+    )
+
+
+def _forget(conn: Conn, job_id: str, key: str) -> None:
+    """A finished item needs no join state, and its leftover messages no handling."""
+    conn.execute("DELETE FROM joins WHERE job_id = ? AND item_key = ?", (job_id, key))
+    conn.execute("DELETE FROM messages WHERE job_id = ? AND item_key = ?", (job_id, key))

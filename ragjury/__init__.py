@@ -12,7 +12,8 @@ from ragjury.errors import (
     LLMUnavailableError,
     RagjuryError,
 )
-from ragjury.jury import EvaluationResult, Jury
+from ragjury.jury import Jury
+from ragjury.results import EvaluationResult
 from ragjury.schemas import MetricResult, Sample
 
 __version__ = "0.1.0"

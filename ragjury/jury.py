@@ -4,7 +4,8 @@
 
     async with Jury(settings) as jury:
         result = await jury.evaluate_one(question=..., answer=..., contexts=[...])
-        result.passing, result.score, result.feedback          # over every scored metric
+        result.passing, result.reason, result.feedback  # True only if every metric passed
+        result.faithfulness.statements                 # typed, per metric
 
         await jury.submit_documents(paths)           # or jury.submit_samples(samples)
         async for event in jury.events():            # PairJudged, SampleScored, ... as they happen
@@ -20,8 +21,7 @@ database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,46 +38,10 @@ from ragjury.ingest import load_documents
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
 from ragjury.prompts import Prompt
+from ragjury.results import EvaluationResult
 from ragjury.runs import evaluate_in_memory, submit_documents, submit_samples
-from ragjury.schemas import MetricName, MetricResult, Sample
+from ragjury.schemas import MetricName, Sample
 from ragjury.store import Store
-
-
-@dataclass(frozen=True)
-class EvaluationResult(Mapping[str, MetricResult]):
-    """One sample's judgement: a mapping of metric name to result, plus overall figures."""
-
-    sample: Sample
-    metrics: Mapping[str, MetricResult]
-
-    def __getitem__(self, name: str) -> MetricResult:
-        return self.metrics[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.metrics)
-
-    def __len__(self) -> int:
-        return len(self.metrics)
-
-    @property
-    def passing(self) -> bool | None:
-        """True if every scored metric passed; None if no metric could be scored."""
-        verdicts = [m.passing for m in self.metrics.values() if m.passing is not None]
-        return all(verdicts) if verdicts else None
-
-    @property
-    def score(self) -> float | None:
-        """The faithfulness score if scored, else the first scored metric's score."""
-        ordered = sorted(self.metrics.items(), key=lambda item: item[0] != "faithfulness")
-        return next((m.score for _, m in ordered if m.outcome == "scored"), None)
-
-    @property
-    def feedback(self) -> str:
-        """One line per metric: its outcome and the reason."""
-        return "\n".join(
-            f"{name}: {m.outcome}" + (f" ({m.reason})" if m.reason else "")
-            for name, m in self.metrics.items()
-        )
 
 
 class Jury:
@@ -176,10 +140,7 @@ class Jury:
                 f"{len(samples)} samples were not judged. Raise Settings.max_tokens / max_cost "
                 "or use a new Jury"
             )
-        return [
-            EvaluationResult(sample=r.sample, metrics={str(k): v for k, v in r.metrics.items()})
-            for r in results
-        ]
+        return [EvaluationResult.from_scored(r) for r in results]
 
     async def submit_documents(self, paths: Sequence[str | Path]) -> str:
         """Queue the documents under ``paths`` for dataset generation; the job id.

@@ -10,6 +10,7 @@ from ragjury.schemas.evaluation import (
     SampleSubmitted,
     StatementsSplit,
     StatementVerdict,
+    sample_verdict,
 )
 from ragjury.schemas.messages import (
     ENVELOPE_ADAPTER,
@@ -98,4 +99,5 @@ __all__ = [
     "Verdicts",
     "kind_of",
     "normalise_text",
+    "sample_verdict",
 ]

@@ -20,7 +20,6 @@ database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +29,8 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ragjury._groups import only_the_callers
+from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
 from ragjury.daemon import Daemon
 from ragjury.errors import InputError, RagjuryError
@@ -38,7 +39,7 @@ from ragjury.ingest import load_documents
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
 from ragjury.prompts import Prompt
-from ragjury.results import EvaluationResult
+from ragjury.results import EvaluationResult, is_result_event
 from ragjury.runs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.schemas import MetricName, Sample
 from ragjury.store import Store
@@ -76,7 +77,11 @@ class Jury:
                 for send in list(self._listeners):
                     send.close()
                 self._tasks.cancel_scope.cancel()
-                await self._tasks.__aexit__(exc_type, exc, tb)
+                try:
+                    await self._tasks.__aexit__(exc_type, exc, tb)
+                except BaseExceptionGroup as group:
+                    if not only_the_callers(group, exc):
+                        raise
         finally:
             self._tasks = None
             with anyio.CancelScope(shield=True):
@@ -113,7 +118,6 @@ class Jury:
     ) -> EvaluationResult:
         """Judge one answer. ``expectations`` takes must_contain, must_not_contain, ..."""
         sample = Sample(
-            id=uuid.uuid4().hex,
             question=question,
             answer=answer,
             contexts=tuple(contexts),
@@ -123,13 +127,11 @@ class Jury:
         return (await self.evaluate([sample], metrics=metrics))[0]
 
     async def evaluate(
-        self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
     ) -> list[EvaluationResult]:
-        """Judge many samples concurrently, in memory (no queue); results in input order."""
-        ids = [s.id for s in samples]
-        if len(set(ids)) != len(ids):
-            repeated = sorted({i for i in ids if ids.count(i) > 1})
-            raise InputError(f"sample ids must be unique; repeated: {', '.join(repeated[:5])}")
+        """Judge many samples (``Sample`` objects or dicts, ids optional) concurrently, in
+        memory (no queue); results in input order."""
+        samples = as_samples(samples)
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
         results = await evaluate_in_memory(
             samples, settings=self.settings, llm=self.llm, metrics=chosen, prompts=self._prompts
@@ -163,9 +165,11 @@ class Jury:
         return job.id
 
     async def submit_samples(
-        self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
     ) -> str:
-        """Queue ``samples`` for evaluation; the job id."""
+        """Queue ``samples`` (``Sample`` objects or dicts, ids optional) for evaluation; the
+        job id."""
+        samples = as_samples(samples)
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
         job = await submit_samples(
             await self.store(), self.settings, samples, chosen, self._prompts
@@ -173,8 +177,10 @@ class Jury:
         self._submitted.append(job.id)
         return job.id
 
-    async def events(self) -> AsyncGenerator[Any, None]:
-        """Result events (PairJudged, SampleScored, ChunkFailed, ...) as they happen.
+    async def events(self, *, internal: bool = False) -> AsyncGenerator[Any, None]:
+        """Result events as they happen: PairJudged, SampleScored and the failures
+        ChunkFailed and StepFailed (``internal=True``: every pipeline event, ChunkReady,
+        PairDrafted, ... too).
 
         While :meth:`serve` runs, this follows the daemon until the jury closes. Otherwise it
         works the jobs this jury submitted (every queued job if none) and ends when they are
@@ -189,7 +195,8 @@ class Jury:
         try:
             async with receive:
                 async for event in receive:
-                    yield event
+                    if internal or is_result_event(event):
+                        yield event
         finally:
             self._listeners.discard(send)
             send.close()

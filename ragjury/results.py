@@ -17,11 +17,14 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from ragjury.schemas import (
+    ChunkFailed,
     KeywordCheck,
     MetricResult,
+    PairJudged,
     Sample,
     SampleScored,
     StatementVerdict,
+    StepFailed,
     sample_verdict,
 )
 
@@ -34,8 +37,17 @@ __all__ = [
     "RubricGrade",
     "RubricResult",
     "SimilarityResult",
+    "is_result_event",
     "typed_result",
 ]
+
+RESULT_EVENTS = (PairJudged, SampleScored, ChunkFailed, StepFailed)
+
+
+def is_result_event(event: object) -> bool:
+    """Whether ``Jury.events()`` yields ``event`` by default: a pair's or a sample's result,
+    or a failure; not the pipeline's internal steps (ChunkReady, PairDrafted, ...)."""
+    return isinstance(event, RESULT_EVENTS)
 
 
 class FaithfulnessResult(MetricResult):

@@ -29,7 +29,7 @@ import codecs
 import csv
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from ragjury.errors import InputError
 from ragjury.schemas.records import Sample
 
-__all__ = ["InvalidRecord", "SampleSet", "load_samples"]
+__all__ = ["InvalidRecord", "SampleSet", "load_samples", "samples_from_records"]
 
 _FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
 
@@ -106,6 +106,15 @@ def load_samples(path: str | Path) -> SampleSet:
     for line, record in rows:
         builder.add(line, record)
     return SampleSet(samples=builder.samples, invalid=builder.invalid, path=str(path))
+
+
+def samples_from_records(records: Iterable[Any], *, stem: str) -> SampleSet:
+    """Samples from records already in memory (dicts), read as the lines of a JSONL file:
+    the same field names, and ``{stem}-{n}`` for a record without an ``id`` (n from 1)."""
+    builder = _SampleBuilder(stem=stem, from_csv=False)
+    for line, record in enumerate(records, start=1):
+        builder.add(line, record)
+    return SampleSet(samples=builder.samples, invalid=builder.invalid, path="<records>")
 
 
 class _Invalid(Exception):
@@ -347,6 +356,8 @@ def _texts(
             value = _split_cell(value)
         else:
             return (value,) if value.strip() else ()
+    if isinstance(value, tuple):
+        value = list(value)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _Invalid(
             f"field {name!r} is {_type_name(value)}; give a list of strings (or one string)"

@@ -280,7 +280,20 @@ def _add_evaluate(commands: Any) -> None:
         description="Judge the answers of a RAG system, sample by sample. The work is kept in "
         "--db: running the same command again resumes it.",
     )
-    ev.add_argument("samples", type=Path, help="JSONL, JSON or CSV of samples")
+    ev.add_argument(
+        "samples",
+        type=Path,
+        help="JSONL, JSON, CSV or Parquet of samples, or a Hugging Face dataset folder",
+    )
+    ev.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
     ev.add_argument("--out", type=Path, required=True, help="per-sample results (JSONL)")
     ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
     _add_run_options(ev)
@@ -311,7 +324,18 @@ def _add_queue_commands(commands: Any) -> None:
         "their options. `ragjury serve` works the queue; `ragjury export` writes the results.",
     )
     submit.add_argument("paths", nargs="*", type=Path, help="files or folders of documents")
-    submit.add_argument("--samples", type=Path, help="JSONL, JSON or CSV of samples to judge")
+    submit.add_argument(
+        "--samples", type=Path, help="JSONL, JSON, CSV or Parquet of samples to judge"
+    )
+    submit.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
     submit.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
     submit.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"

@@ -22,7 +22,7 @@ from ragjury.commands._run import (
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
-from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
@@ -56,7 +56,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
-    loaded = load_samples(args.samples)
+    loaded = load_samples(args.samples, parse_fields(args.fields))
     invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
     for item in invalid:
         console.print(

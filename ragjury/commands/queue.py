@@ -18,7 +18,7 @@ from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
 from ragjury.daemon import Daemon, DaemonCounts
 from ragjury.errors import ConfigurationError
-from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.ingest import load_documents
 from ragjury.output import RecordWriter
@@ -65,7 +65,7 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             what = f"{len(loaded.documents)} document(s) for generation"
         else:
             prompts = load_overrides(args.prompt, PROMPT_NAMES)
-            samples = load_samples(args.samples)
+            samples = load_samples(args.samples, parse_fields(args.fields))
             for invalid in samples.invalid:
                 console.print(
                     f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",

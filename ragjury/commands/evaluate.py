@@ -26,7 +26,7 @@ from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
-from ragjury.output import RecordWriter
+from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.prompts import load_overrides
 from ragjury.runs import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
@@ -74,6 +74,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
+    out_format = output_format(args.out, args.format)
     needs_llm = bool(LLM_METRICS & set(metrics))
     if needs_llm:
         settings.require_endpoint()
@@ -95,7 +96,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             if target is not None:
                 await target.aclose()
         results = await scored_samples(run.store, job.id)
-        with RecordWriter(args.out, "jsonl") as writer:
+        with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
             async for record in Queue(run.store).samples([job.id]):
                 writer.write(record)
         summary: dict[str, Any] = summarise(

@@ -21,7 +21,7 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
 from ragjury.ingest import load_documents
-from ragjury.output import RecordWriter
+from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.prompts import load_overrides
 from ragjury.runs import submit_documents, submit_samples
 from ragjury.status import queue_status
@@ -213,6 +213,15 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
             "(judged samples)"
         )
     _existing_db(settings)
+    formats = {
+        option: output_format(path, args.format, option)
+        for option, path in (
+            ("--out", args.out),
+            ("--rejected", args.rejected),
+            ("--results", args.results),
+        )
+        if path is not None
+    }
     console = _console()
     written = {"kept": 0, "rejected": 0, "samples": 0}
     async with Store(settings.db) as store:
@@ -220,10 +229,10 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
         counts = await queue.counts(args.jobs)
         with contextlib.ExitStack() as stack:
             kept_writer = (
-                stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
+                stack.enter_context(RecordWriter(args.out, formats["--out"])) if args.out else None
             )
             rejected_writer = (
-                stack.enter_context(RecordWriter(args.rejected, args.format))
+                stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
                 if args.rejected
                 else None
             )
@@ -235,7 +244,11 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
                         writer.write(record)
                         written["kept" if kept else "rejected"] += 1
             if args.results:
-                results = stack.enter_context(RecordWriter(args.results, "jsonl"))
+                fmt = formats["--results"]
+                metrics = await _metrics_of(queue, args.jobs) if fmt != "jsonl" else []
+                results = stack.enter_context(
+                    RecordWriter(args.results, fmt, sample_table(metrics))
+                )
                 async for record in queue.samples(args.jobs):
                     results.write(record)
                     written["samples"] += 1
@@ -247,6 +260,14 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
         markup=False,
     )
     return 0
+
+
+async def _metrics_of(queue: Queue, jobs: list[str] | None) -> list[str]:
+    """Every metric the judged samples have, in first-seen order: the flat columns."""
+    seen: dict[str, None] = {}
+    async for record in queue.samples(jobs):
+        seen |= dict.fromkeys(record["metrics"])
+    return list(seen)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Awaitable[int]]] = {

@@ -14,19 +14,21 @@ from typing import Any
 
 from ragjury.errors import InputError
 
-__all__ = ["arrow_rows", "is_hf_dataset", "parquet_rows"]
+__all__ = ["arrow_rows", "is_hf_dataset", "parquet_rows", "pyarrow_module"]
 
 _BATCH = 500
 
 
-def _pyarrow(what: str) -> Any:
+def pyarrow_module(what: str) -> Any:
+    """pyarrow, with its ipc and parquet modules; or InputError saying ``what`` needs the
+    parquet extra."""
     try:
         import pyarrow
         import pyarrow.ipc
         import pyarrow.parquet
     except ImportError as exc:
         raise InputError(
-            f"reading {what} needs pyarrow, which is not installed; install the parquet extra: "
+            f"{what} needs pyarrow, which is not installed; install the parquet extra: "
             "pip install 'ragjury[parquet]'"
         ) from exc
     return pyarrow
@@ -42,7 +44,7 @@ def _rows(batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
 
 def parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """Each row of a Parquet file as a dict, with its 1-based row number."""
-    pa = _pyarrow("Parquet")
+    pa = pyarrow_module("reading Parquet")
     try:
         file = pa.parquet.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
@@ -63,7 +65,7 @@ def arrow_rows(folder: Path) -> Iterator[tuple[int, Any]]:
             f"{str(folder)!r} holds several splits ({', '.join(splits)}); pass the folder of "
             f"the one to judge, e.g. {str(folder / (splits[0] if splits else 'test'))!r}"
         )
-    pa = _pyarrow("a Hugging Face dataset")
+    pa = pyarrow_module("reading a Hugging Face dataset")
     try:
         state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
         names = [entry["filename"] for entry in state["_data_files"]]

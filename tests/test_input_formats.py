@@ -177,3 +177,16 @@ def test_submit_and_evaluate_take_field(tmp_path: Path) -> None:
     assert code == 0
     [record] = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert (record["id"], record["question"]) == ("Capital of Japan?", "Capital of Japan?")
+
+
+def test_field_with_documents_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nAlpha.\n", encoding="utf-8")
+
+    code = main(["submit", str(docs), "--db", str(tmp_path / "q.db"), "--field", "question=q"])
+
+    assert code == 2
+    assert "--field maps the fields of --samples records" in capsys.readouterr().err

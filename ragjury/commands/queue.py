@@ -44,6 +44,11 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             "submit takes documents (PATH...) or --samples FILE, one of the two; "
             "e.g. `ragjury submit docs/ --db q.db` or `ragjury submit --samples s.jsonl --db q.db`"
         )
+    if args.paths and args.fields:
+        raise ConfigurationError(
+            "--field maps the fields of --samples records; documents take --text-field and "
+            "--id-field instead"
+        )
     async with Store(settings.db) as store:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)

@@ -261,9 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
         "The work is kept in --db: running the same command again resumes it.",
     )
     gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
-    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL or CSV)")
+    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL, CSV or Parquet)")
     gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
-    gen.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format")
+    gen.add_argument(
+        "--failed", type=Path, help="chunks the generator gave up on, with their errors"
+    )
+    gen.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
     _add_run_options(gen)
     _add_generation_options(gen)
@@ -280,8 +287,28 @@ def _add_evaluate(commands: Any) -> None:
         description="Judge the answers of a RAG system, sample by sample. The work is kept in "
         "--db: running the same command again resumes it.",
     )
-    ev.add_argument("samples", type=Path, help="JSONL, JSON or CSV of samples")
-    ev.add_argument("--out", type=Path, required=True, help="per-sample results (JSONL)")
+    ev.add_argument(
+        "samples",
+        type=Path,
+        help="JSONL, JSON, CSV or Parquet of samples, or a Hugging Face dataset folder",
+    )
+    ev.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
+    ev.add_argument(
+        "--out", type=Path, required=True, help="per-sample results (JSONL, CSV or Parquet)"
+    )
+    ev.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
     _add_run_options(ev)
     _add_evaluation_options(ev)
@@ -311,7 +338,18 @@ def _add_queue_commands(commands: Any) -> None:
         "their options. `ragjury serve` works the queue; `ragjury export` writes the results.",
     )
     submit.add_argument("paths", nargs="*", type=Path, help="files or folders of documents")
-    submit.add_argument("--samples", type=Path, help="JSONL, JSON or CSV of samples to judge")
+    submit.add_argument(
+        "--samples", type=Path, help="JSONL, JSON, CSV or Parquet of samples to judge"
+    )
+    submit.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
     submit.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
     submit.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
@@ -369,7 +407,11 @@ def _add_queue_commands(commands: Any) -> None:
     export.add_argument("--out", type=Path, help="kept pairs of every generation job")
     export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
     export.add_argument("--results", type=Path, help="judged samples of every evaluation job")
-    export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="pairs format")
+    export.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     export.add_argument(
         "--job", action="append", dest="jobs", metavar="ID", help="only this job (repeatable)"
     )

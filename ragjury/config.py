@@ -21,7 +21,7 @@ from ragjury.pricing import ModelPrice
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
-OutputFormat = Literal["jsonl", "csv"]
+OutputFormat = Literal["jsonl", "csv", "parquet"]
 
 NO_ENDPOINT_HELP = (
     "no LLM is configured. Configure one of:\n"

@@ -39,15 +39,16 @@ from ragjury.evaluation.targets import Target
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import LLM_ROLES, ROLES, Pipeline, build_pipeline, check_workers
-from ragjury.schemas import Envelope
+from ragjury.schemas import Envelope, ItemFailed
 from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
 
 log = structlog.get_logger("ragjury.runtime")
 
 EventListener = Callable[[str, BaseModel], Awaitable[None]]
-"""Called with (job id, event) for each public event of an item, once the item's results
-are stored (``PairJudged``/``DocumentJudged``, ``SampleScored``)."""
+"""Called with (job id, event). ``on_event``: each public event of an item once its results
+are stored (``PairJudged``/``DocumentJudged``, ``SampleScored``, ``ItemFailed``);
+``on_output``: every event this process's workers produce, as they produce it."""
 
 _PIPELINES_KEPT = 64
 
@@ -84,6 +85,7 @@ class Runtime:
         roles: Sequence[str] = ROLES,
         cache: StepCache | None = None,
         on_event: EventListener | None = None,
+        on_output: EventListener | None = None,
         target: Target | None = None,
     ) -> None:
         check_workers(settings.workers, ROLES)
@@ -95,6 +97,7 @@ class Runtime:
         self.changed = anyio.Event()
         """Set (and replaced) whenever an item ends in this process."""
         self._on_event = on_event
+        self._on_output = on_output
         self._target = target
         self._target_limiter = anyio.CapacityLimiter(settings.concurrency)
         self._pipelines: OrderedDict[str, Pipeline] = OrderedDict()
@@ -216,6 +219,8 @@ class Runtime:
         pipeline routes them to, as replies to ``cause`` (None: an item's first events)."""
         messages: list[Message] = []
         for event in events:
+            if self._on_output is not None:
+                await self._on_output(job_id, event)
             if isinstance(event, pipeline.terminal):
                 await self.finish(pipeline, job_id, item_key, event)
                 continue
@@ -255,6 +260,8 @@ class Runtime:
         if await self.store.fail_item(job_id, key, reason, results):
             self.failed += 1
             log.warning("item_failed", job=job_id, item=key, reason=reason)
+            if self._on_event is not None:
+                await self._on_event(job_id, ItemFailed(item=key, reason=reason))
         self._changed()
 
     def _changed(self) -> None:

@@ -74,6 +74,7 @@ class Service:
         intake: bool = True,
         job_ids: Sequence[str] | None = None,
         on_event: EventListener | None = None,
+        on_output: EventListener | None = None,
         target: Target | None = None,
         bus: Bus | None = None,
     ) -> None:
@@ -98,6 +99,7 @@ class Service:
             roles=roles,
             cache=self.cache,
             on_event=on_event,
+            on_output=on_output,
             target=target,
         )
         self.counts = ServiceCounts()

@@ -125,4 +125,4 @@ async def test_jury_evaluate_still_works_without_a_database(
             contexts=["Tokyo is the capital of Japan."],
         )
     assert result["faithfulness"].outcome == "scored"
-    assert not Path(settings.db).exists()
+    assert not await anyio.Path(settings.db).exists()

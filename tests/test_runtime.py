@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ragjury import Jury
+from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.pipelines import ROLES
 from ragjury.prompts import Prompt
@@ -22,22 +23,15 @@ pytestmark = pytest.mark.anyio
 
 # A user's splitter template with a bug that only one record triggers.
 FRAGILE_SPLITTER = (
-    "{{ '' if 1 / (0 if 'poison' in answer else 1) else '' }}"
-    + Prompt.builtin("splitter").source
+    "{{ '' if 1 / (0 if 'poison' in answer else 1) else '' }}" + Prompt.builtin("splitter").source
 )
 
 
 def test_each_role_gets_its_workers() -> None:
-    settings = make_settings_like(concurrency=6, workers={"generator": 3})
+    settings = Settings(concurrency=6, workers={"generator": 3})
     assert workers_for("generator", settings) == 3  # --workers
     assert workers_for("verdict_judge", settings) == 6  # an LLM agent: --concurrency
     assert workers_for("collector", settings) == 2  # the others
-
-
-def make_settings_like(**values: object) -> object:
-    from ragjury.config import Settings
-
-    return Settings(**values)  # type: ignore[arg-type]  # test values
 
 
 def test_unknown_agents_are_refused_naming_the_known_ones() -> None:
@@ -49,7 +43,6 @@ def test_unknown_agents_are_refused_naming_the_known_ones() -> None:
 
 async def test_workers_for_an_unknown_agent_are_refused(tmp_path: Path) -> None:
     from ragjury.bus import MemoryBus
-    from ragjury.config import Settings
     from ragjury.llm import LLM
 
     settings = Settings(workers={"genrator": 2}, base_url="http://127.0.0.1:9/v1")

@@ -22,11 +22,11 @@ from ragjury.commands._run import (
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
-from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.jobs import JobRun, scored_samples, submit_samples
-from ragjury.output import RecordWriter
+from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
 from ragjury.prompts import load_overrides
 from ragjury.schemas import SampleScored
@@ -55,7 +55,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
-    loaded = load_samples(args.samples)
+    loaded = load_samples(args.samples, parse_fields(args.fields))
     invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
     for item in invalid:
         console.print(
@@ -73,6 +73,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
+    out_format = output_format(args.out, args.format)
     llm_needed = needs_llm(metrics)
     if llm_needed:
         settings.require_endpoint()
@@ -94,7 +95,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             if target is not None:
                 await target.aclose()
         results = await scored_samples(run.store, job.id)
-        with RecordWriter(args.out, "jsonl") as writer:
+        with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
         summary: dict[str, Any] = summarise(

@@ -28,7 +28,7 @@ from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import Skipped, iter_documents
 from ragjury.jobs import JobRun, submit_documents
-from ragjury.output import RecordWriter
+from ragjury.output import FAILED_CHUNK_TABLE, RecordWriter, failed_chunk_record, output_format
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
 from ragjury.schemas import Document, DocumentJudged
@@ -69,11 +69,27 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
         estimate = estimate_generation(list(documents()), settings, prompts)
         return await report_estimate(estimate, settings, args, console)
     settings.require_endpoint()
+    formats = {
+        option: output_format(path, args.format, option)
+        for option, path in (
+            ("--out", args.out),
+            ("--rejected", args.rejected),
+            ("--failed", args.failed),
+        )
+        if path is not None
+    }
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
-        kept = stack.enter_context(RecordWriter(args.out, args.format))
+        kept = stack.enter_context(RecordWriter(args.out, formats["--out"]))
         rejected = (
-            stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
+            stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
+            if args.rejected
+            else None
+        )
+        failed = (
+            stack.enter_context(RecordWriter(args.failed, formats["--failed"], FAILED_CHUNK_TABLE))
+            if args.failed
+            else None
         )
         async with recorded_run(settings, "generate") as run:
             job = await submit_documents(run.store, settings, documents, prompts)
@@ -88,6 +104,9 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
+            if failed is not None:
+                for report in counts.failed_chunks:
+                    failed.write(failed_chunk_record(report))
             summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
             summary.update(result.summary())
             stop = budget_stop(

@@ -17,10 +17,10 @@ from ragjury.commands._run import EXIT_BUDGET, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
-from ragjury.evaluation.inputs import load_samples
+from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import load_documents
 from ragjury.jobs import submit_documents, submit_samples
-from ragjury.output import RecordWriter
+from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
@@ -43,6 +43,11 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             "submit takes documents (PATH...) or --samples FILE, one of the two; "
             "e.g. `ragjury submit docs/ --db q.db` or `ragjury submit --samples s.jsonl --db q.db`"
         )
+    if args.paths and args.fields:
+        raise ConfigurationError(
+            "--field maps the fields of --samples records; documents take --text-field and "
+            "--id-field instead"
+        )
     async with open_store(settings.db) as store:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
@@ -64,7 +69,7 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             what = f"{len(loaded.documents)} document(s) for generation"
         else:
             prompts = load_overrides(args.prompt, PROMPT_NAMES)
-            samples = load_samples(args.samples)
+            samples = load_samples(args.samples, parse_fields(args.fields))
             for invalid in samples.invalid:
                 console.print(
                     f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",
@@ -229,16 +234,25 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
             "(judged samples)"
         )
     _existing_db(settings)
+    formats = {
+        option: output_format(path, args.format, option)
+        for option, path in (
+            ("--out", args.out),
+            ("--rejected", args.rejected),
+            ("--results", args.results),
+        )
+        if path is not None
+    }
     console = _console()
     written = {"kept": 0, "rejected": 0, "samples": 0}
     async with open_store(settings.db) as store:
         counts = await store.counts(args.jobs)
         with contextlib.ExitStack() as stack:
             kept_writer = (
-                stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
+                stack.enter_context(RecordWriter(args.out, formats["--out"])) if args.out else None
             )
             rejected_writer = (
-                stack.enter_context(RecordWriter(args.rejected, args.format))
+                stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
                 if args.rejected
                 else None
             )
@@ -250,7 +264,11 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
                         writer.write(record)
                         written["kept" if kept else "rejected"] += 1
             if args.results:
-                results = stack.enter_context(RecordWriter(args.results, "jsonl"))
+                fmt = formats["--results"]
+                metrics = await _metrics_of(store, args.jobs) if fmt != "jsonl" else []
+                results = stack.enter_context(
+                    RecordWriter(args.results, fmt, sample_table(metrics))
+                )
                 async for record in store.samples(args.jobs):
                     results.write(record)
                     written["samples"] += 1
@@ -262,6 +280,14 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
         markup=False,
     )
     return 0
+
+
+async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:
+    """Every metric the judged samples have, in first-seen order: the flat columns."""
+    seen: dict[str, None] = {}
+    async for record in store.samples(jobs):
+        seen |= dict.fromkeys(record["metrics"])
+    return list(seen)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Awaitable[int]]] = {

@@ -166,6 +166,10 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
         "id": sample.id,
         "question": sample.question,
         "answer": sample.answer,
+        "contexts": list(sample.contexts),
+        "reference": sample.reference,
+        "passing": scored.passing,
+        "reason": scored.reason,
         "metrics": metrics,
     }
 

@@ -10,6 +10,7 @@ from ragjury.schemas.evaluation import (
     SampleSubmitted,
     StatementsSplit,
     StatementVerdict,
+    sample_verdict,
 )
 from ragjury.schemas.messages import (
     ENVELOPE_ADAPTER,
@@ -23,6 +24,7 @@ from ragjury.schemas.messages import (
     DuplicateDropped,
     Envelope,
     Event,
+    ItemFailed,
     PairDrafted,
     PairJudged,
     QuestionsDrafted,
@@ -78,6 +80,7 @@ __all__ = [
     "Event",
     "Failure",
     "Grade",
+    "ItemFailed",
     "KeywordCheck",
     "KeywordRule",
     "MetricName",
@@ -100,4 +103,5 @@ __all__ = [
     "Verdicts",
     "kind_of",
     "normalise_text",
+    "sample_verdict",
 ]

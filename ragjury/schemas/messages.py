@@ -122,6 +122,15 @@ class DocumentJudged(_Event):
     failed_chunks: tuple[dict[str, Any], ...] = ()
 
 
+class ItemFailed(_Event):
+    """A document or sample that failed as a whole (its message kept failing or killing its
+    worker, or it could not start): told to ``Jury.events()`` listeners, not a bus event."""
+
+    kind: Literal["item_failed"] = "item_failed"
+    item: str
+    reason: str
+
+
 Event = Annotated[
     DocumentSubmitted
     | ChunkReady

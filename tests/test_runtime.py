@@ -72,3 +72,37 @@ async def test_a_record_that_makes_an_agent_raise_fails_alone_after_bounded_deli
     assert "statement_splitter: ZeroDivisionError" in poisoned.reason
     assert "given up after 3 deliveries" in poisoned.reason
     assert by_id["s1"]["keywords"].outcome == "failed"  # the whole sample ended failed
+
+
+async def test_a_budget_counts_the_calls_other_processes_record_in_the_database(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from ragjury.jobs import submit_samples
+    from ragjury.llm import LLM
+    from ragjury.llm.usage import CallStats
+    from ragjury.service import Service
+
+    script_judges(fake)
+    settings = make_settings(fake, tmp_path, max_tokens=1000)
+    samples = [Sample(id=f"s{i}", question="Q?", answer="A.", contexts=("A.",)) for i in range(3)]
+    async with SQLiteStore(tmp_path / "shared.db") as store, LLM(settings) as llm:
+        job = await submit_samples(store, settings, samples, ["faithfulness"])
+        service = Service(settings, store, llm, job_ids=[job.id])
+        # another daemon on the same database spends 1,200 tokens after this one started
+        other = await store.start_run("serve", {})
+        await store.record_call(other, CallStats(stage="x", requests=1, prompt_tokens=1000), None)
+        await store.record_call(
+            other, CallStats(stage="x", requests=1, completion_tokens=200), None
+        )
+        await service.run(until_done=True)
+
+        assert service.budget_stopped
+        assert llm.budget.reason is not None
+        assert "--max-tokens 1000 reached (1200 tokens used)" in llm.budget.reason
+        assert await store.counts([job.id]) == {
+            "queued": 3,
+            "processing": 0,
+            "done": 0,
+            "failed": 0,
+        }
+        assert fake.requests == []  # this process asked nothing: the shared budget was spent

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -106,6 +106,8 @@ class SQLiteStore:
         self.location = str(self.path)
         self._conn: Conn | None = None
         self._limiter = anyio.CapacityLimiter(1)
+        self._pending: list[_Pending[Any]] = []
+        self._committing = anyio.Lock()
 
     # opening ------------------------------------------------------------------------
     async def __aenter__(self) -> SQLiteStore:
@@ -200,8 +202,21 @@ class SQLiteStore:
         return await self._call(lambda conn: _all(conn, sql, params))
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
-        """``fn`` in one immediate transaction."""
-        return await self._call(lambda conn: _transaction(conn, fn))
+        """``fn`` in an immediate transaction, committed before this returns.
+
+        Group commit: writes that arrive while one is being committed wait and go in the
+        next transaction together, each in its own savepoint (one that raises is rolled back
+        alone and raises to its caller). Under load, many acknowledgements, joins and claims
+        cost one commit and one trip to the database thread instead of one each. Shielded:
+        a write that was asked for is done, even if its caller is cancelled meanwhile."""
+        entry: _Pending[T] = _Pending(fn)
+        with anyio.CancelScope(shield=True):
+            self._pending.append(entry)
+            async with self._committing:
+                if not entry.finished:
+                    batch, self._pending = self._pending, []
+                    await self._call(lambda conn: _commit_batch(conn, batch))
+        return entry.outcome()
 
     async def now(self) -> float:
         return float((await self._read(f"SELECT {_NOW}"))[0][0])
@@ -214,7 +229,7 @@ class SQLiteStore:
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
         run_id = uuid.uuid4().hex
         text = json.dumps(settings, default=str)
-        await self._call(
+        await self._write(
             lambda c: c.execute(
                 "INSERT INTO runs (id, command, started_at, settings) VALUES (?, ?, ?, ?)",
                 (run_id, command, _iso(), text),
@@ -224,7 +239,7 @@ class SQLiteStore:
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
         text = json.dumps(summary, default=str)
-        await self._call(
+        await self._write(
             lambda c: c.execute(
                 "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
                 (_iso(), text, run_id),
@@ -245,7 +260,7 @@ class SQLiteStore:
             stats.model,
             stats.cost_usd,
         )
-        await self._call(
+        await self._write(
             lambda c: c.execute(
                 "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
                 "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
@@ -396,7 +411,7 @@ class SQLiteStore:
 
     async def items_started(self, item_ids: Sequence[int]) -> None:
         if item_ids:
-            await self._call(
+            await self._write(
                 lambda c: c.execute(
                     "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
                     f"WHERE state = 'processing' AND id IN ({_marks(item_ids)})",
@@ -407,7 +422,7 @@ class SQLiteStore:
     async def release_items(self, owner: str, item_ids: Sequence[int]) -> int:
         if not item_ids:
             return 0
-        cursor = await self._call(
+        cursor = await self._write(
             lambda c: c.execute(
                 "UPDATE items SET state = 'queued', lease_owner = NULL, lease_expires = NULL, "
                 "attempts = MAX(attempts - 1, 0), started_by = NULL "
@@ -647,7 +662,7 @@ class SQLiteStore:
         self, owner: str, message_ids: Sequence[int], lease_seconds: float
     ) -> None:
         if message_ids:
-            await self._call(
+            await self._write(
                 lambda c: c.execute(
                     f"UPDATE messages SET available_at = {_NOW} + ? WHERE lease_owner = ? "
                     f"AND id IN ({_marks(message_ids)})",
@@ -657,7 +672,7 @@ class SQLiteStore:
 
     async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
         if message_ids:
-            await self._call(
+            await self._write(
                 lambda c: c.execute(
                     f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}, "
                     "attempts = MAX(attempts - 1, 0) "
@@ -745,7 +760,7 @@ class SQLiteStore:
         return str(rows[0][0]) if rows else None
 
     async def put_step(self, key: str, agent: str, output: str) -> None:
-        await self._call(
+        await self._write(
             lambda c: c.execute(
                 "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
                 (key, agent, output, time.time()),
@@ -786,17 +801,57 @@ class SQLiteStore:
         return await self._write(register)
 
     async def heartbeat(self, owner: str) -> None:
-        await self._call(
+        await self._write(
             lambda c: c.execute(f"UPDATE workers SET heartbeat = {_NOW} WHERE owner = ?", (owner,))
         )
 
     async def unregister_worker(self, owner: str) -> None:
-        await self._call(lambda c: c.execute("DELETE FROM workers WHERE owner = ?", (owner,)))
+        await self._write(lambda c: c.execute("DELETE FROM workers WHERE owner = ?", (owner,)))
 
     async def status(self) -> dict[str, Any]:
         from ragjury.store._status import status  # the read-only report lives on its own
 
         return await status(self)
+
+
+class _Pending(Generic[T]):
+    """A write waiting for the next group commit, then its result or its error."""
+
+    def __init__(self, fn: Callable[[Conn], T]) -> None:
+        self.fn = fn
+        self.finished = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]  # set when finished without error
+
+
+def _commit_batch(conn: Conn, batch: Sequence[_Pending[Any]]) -> None:
+    """Every write of ``batch`` in one transaction, each in its own savepoint."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for entry in batch:
+            conn.execute("SAVEPOINT one")
+            try:
+                entry.result = entry.fn(conn)
+            except Exception as exc:  # this write's own failure, raised to its caller
+                conn.execute("ROLLBACK TO one")
+                entry.error = exc
+            conn.execute("RELEASE one")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        for entry in batch:
+            entry.error = entry.error or exc
+            entry.result = None
+        raise
+    finally:
+        for entry in batch:
+            entry.finished = True
 
 
 def _transaction(conn: Conn, fn: Callable[[Conn], T]) -> T:

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 
 from ragjury.agents.base import Agent
 from ragjury.errors import ConfigurationError
+from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, kind_of
-from ragjury.store.base import Item, ItemResults, JobKind
+from ragjury.store.base import Item, ItemResults, Job, JobKind
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,30 @@ class Pipeline(Protocol):
     def public(self, terminal: Any) -> list[BaseModel]:
         """The events an application sees for an ended item (``Jury.events``)."""
         ...
+
+
+class Steps:
+    """A pipeline's agents and the routes between them (what each agent consumes)."""
+
+    def __init__(self, steps: Mapping[str, Step]) -> None:
+        self._steps = dict(steps)
+        self._routes = routes_of(self._steps)
+
+    @property
+    def steps(self) -> Mapping[str, Step]:
+        return self._steps
+
+    @property
+    def routes(self) -> Mapping[str, tuple[str, ...]]:
+        return self._routes
+
+
+def job_prompts(job: Job) -> dict[str, Prompt]:
+    """The custom prompts a job was submitted with (``--prompt NAME=PATH``)."""
+    return {
+        name: Prompt(name=name, source=source, origin=f"job {job.id}")
+        for name, source in job.options.get("prompts", {}).items()
+    }
 
 
 def routes_of(steps: Mapping[str, Step]) -> dict[str, tuple[str, ...]]:

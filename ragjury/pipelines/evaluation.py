@@ -31,7 +31,7 @@ from ragjury.agents.joins import JoinState
 from ragjury.config import EvaluationOptions, Settings
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
-from ragjury.pipelines.base import Step, routes_of, transient_failures
+from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
     Failure,
@@ -178,7 +178,7 @@ def all_failed(sample: Sample, metrics: Sequence[MetricName], error: Failure) ->
     return SampleScored(sample=sample, metrics={m: MetricResult.failed(error) for m in metrics})
 
 
-class EvaluationPipeline:
+class EvaluationPipeline(Steps):
     kind: ClassVar[JobKind] = "evaluate"
     roles: ClassVar[tuple[str, ...]] = (
         *(role for metric in METRICS.values() for role in metric.agents),
@@ -200,27 +200,16 @@ class EvaluationPipeline:
         target_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         options = EvaluationOptions.model_validate(job.options["evaluate"])
-        prompts = {
-            name: Prompt(name=name, source=source, origin=f"job {job.id}")
-            for name, source in job.options.get("prompts", {}).items()
-        }
+        prompts = job_prompts(job)
         self.metrics: tuple[MetricName, ...] = tuple(job.options.get("metrics", ()))
         context = _Context(llm, settings, options, prompts)
-        self._steps: dict[str, Step] = {
+        steps = {
             role: build(context) for m in self.metrics for role, build in METRICS[m].agents.items()
         }
-        self._steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
-        self._routes = routes_of(self._steps)
+        steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
+        super().__init__(steps)
         self._target = target
         self._target_limiter = target_limiter or anyio.CapacityLimiter(settings.concurrency)
-
-    @property
-    def steps(self) -> Mapping[str, Step]:
-        return self._steps
-
-    @property
-    def routes(self) -> Mapping[str, tuple[str, ...]]:
-        return self._routes
 
     @staticmethod
     def options(

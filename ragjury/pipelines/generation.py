@@ -28,7 +28,7 @@ from ragjury.agents.joins import JoinState
 from ragjury.config import GenerationOptions, Settings
 from ragjury.llm import LLM
 from ragjury.output import pair_record
-from ragjury.pipelines.base import Step, routes_of, transient_failures
+from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
 from ragjury.prompts import Prompt
 from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
@@ -81,7 +81,7 @@ def report_of(judged: DocumentJudged) -> dict[str, Any]:
     }
 
 
-class GenerationPipeline:
+class GenerationPipeline(Steps):
     kind: ClassVar[JobKind] = "generate"
     roles: ClassVar[tuple[str, ...]] = (
         "chunker",
@@ -100,52 +100,42 @@ class GenerationPipeline:
 
     def __init__(self, job: Job, settings: Settings, llm: LLM, store: Store) -> None:
         options = GenerationOptions.model_validate(job.options["generate"])
-        prompts = {
-            name: Prompt(name=name, source=source, origin=f"job {job.id}")
-            for name, source in job.options.get("prompts", {}).items()
-        }
+        prompts = job_prompts(job)
 
         def prompt(name: str) -> Prompt:
             return prompts.get(name) or Prompt.builtin(name)
 
         joins = JoinState(store, job.id)
         model = llm_fingerprint(settings)
-        self._steps: dict[str, Step] = {
-            "chunker": Step(Chunker(options)),
-            "generator": Step(
-                Generator(llm, prompt("generator"), options),
-                fingerprint(
-                    model,
-                    prompt("generator").version,
-                    options.questions_per_chunk,
-                    options.answer_style,
+        super().__init__(
+            {
+                "chunker": Step(Chunker(options)),
+                "generator": Step(
+                    Generator(llm, prompt("generator"), options),
+                    fingerprint(
+                        model,
+                        prompt("generator").version,
+                        options.questions_per_chunk,
+                        options.answer_style,
+                    ),
                 ),
-            ),
-            "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
-            "groundedness_critic": Step(
-                GroundednessCritic(llm, prompt("groundedness")),
-                fingerprint(model, prompt("groundedness").version),
-            ),
-            "relevance_critic": Step(
-                RelevanceCritic(llm, prompt("relevance"), audience=options.audience),
-                fingerprint(model, prompt("relevance").version, options.audience),
-            ),
-            "standalone_critic": Step(
-                StandaloneCritic(llm, prompt("standalone")),
-                fingerprint(model, prompt("standalone").version),
-            ),
-            "aggregator": Step(Aggregator(options.min_score, joins)),
-            "collector": Step(Collector(joins)),
-        }
-        self._routes = routes_of(self._steps)
-
-    @property
-    def steps(self) -> Mapping[str, Step]:
-        return self._steps
-
-    @property
-    def routes(self) -> Mapping[str, tuple[str, ...]]:
-        return self._routes
+                "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
+                "groundedness_critic": Step(
+                    GroundednessCritic(llm, prompt("groundedness")),
+                    fingerprint(model, prompt("groundedness").version),
+                ),
+                "relevance_critic": Step(
+                    RelevanceCritic(llm, prompt("relevance"), audience=options.audience),
+                    fingerprint(model, prompt("relevance").version, options.audience),
+                ),
+                "standalone_critic": Step(
+                    StandaloneCritic(llm, prompt("standalone")),
+                    fingerprint(model, prompt("standalone").version),
+                ),
+                "aggregator": Step(Aggregator(options.min_score, joins)),
+                "collector": Step(Collector(joins)),
+            }
+        )
 
     @staticmethod
     def options(settings: Settings, prompts: Mapping[str, Prompt]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS items (
     UNIQUE (job_id, key)
 );
 CREATE INDEX IF NOT EXISTS items_state ON items(state, id);
+CREATE INDEX IF NOT EXISTS items_job ON items(job_id, state, id);
 CREATE TABLE IF NOT EXISTS pairs (
     job_id TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -134,6 +135,9 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "llm_calls": (("model", "TEXT"), ("cost_usd", "REAL")),
     "items": (("transient_failures", "INTEGER NOT NULL DEFAULT 0"), ("started_by", "TEXT")),
 }
+
+# Indexes on the added columns: made once the columns are there.
+AFTER_COLUMNS = ("CREATE INDEX IF NOT EXISTS items_started ON items(started_by, state)",)
 
 # Run once when a version-0/1 database is opened by this ragjury.
 FROM_VERSION_1 = (

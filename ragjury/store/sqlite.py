@@ -177,6 +177,8 @@ class SQLiteStore:
                 for name, kind in columns:
                     if name not in present:
                         conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            for statement in _schema.AFTER_COLUMNS:
+                conn.execute(statement)
             if pairs:
                 for statement in _schema.FROM_VERSION_1:
                     conn.execute(statement)
@@ -362,23 +364,25 @@ class SQLiteStore:
     ) -> list[Item]:
         if limit <= 0:
             return []
-        where = (
-            f"(state = 'queued' OR (state = 'processing' AND lease_expires <= {_NOW} "
-            "AND lease_owner != ?))"
-        )
-        params: list[Any] = [owner]
+        jobs, params = "", list[Any]()
         if job_ids is not None:
-            where += f" AND job_id IN ({_marks(job_ids)})"
-            params.extend(job_ids)
+            jobs, params = f" AND job_id IN ({_marks(job_ids)})", list(job_ids)
+        # two indexed queries, not one with OR (which would scan the items)
+        queued = (
+            "SELECT id, job_id, key, position, payload, attempts FROM items "
+            f"WHERE state = 'queued'{jobs} ORDER BY id LIMIT ?"
+        )
+        expired = (
+            "SELECT id, job_id, key, position, payload, attempts FROM items "
+            f"WHERE state = 'processing' AND lease_expires <= {_NOW} AND lease_owner != ?{jobs} "
+            "ORDER BY id LIMIT ?"
+        )
 
         def claim(conn: Conn) -> list[Item]:
             claimed = []
-            for row in _all(
-                conn,
-                f"SELECT id, job_id, key, position, payload, attempts FROM items WHERE {where} "
-                "ORDER BY id LIMIT ?",
-                (*params, limit),
-            ):
+            rows = _all(conn, expired, (owner, *params, limit))
+            rows += _all(conn, queued, (*params, limit - len(rows))) if len(rows) < limit else []
+            for row in rows:
                 item_id, attempts = int(row[0]), int(row[5])
                 if attempts >= max_attempts:
                     _fail(

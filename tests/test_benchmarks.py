@@ -85,3 +85,19 @@ def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> 
         "DurableBus on SQLite",
     ]
     assert all(p["messages_per_second"] > 0 for p in paths)
+
+
+def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Path) -> None:
+    result = run_benchmark("scale", tmp_path, "--keywords=40,80", "--faithfulness=20")
+    rows = result["sizes"]
+    assert [(r["metric"], r["samples"]) for r in rows] == [
+        ("keywords", 40),
+        ("keywords", 80),
+        ("faithfulness", 20),
+    ]
+    for row in rows:
+        assert row["failed"] == 0
+        assert row["scored"] == row["samples"]  # every sample really judged
+        assert row["peak_rss_mib"] > 0
+        assert row["db_bytes_per_item"] > 0
+    assert rows[0]["time_per_item_ratio"] == 1.0

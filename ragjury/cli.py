@@ -397,6 +397,23 @@ def _add_queue_commands(commands: Any) -> None:
     status.add_argument("--db", help="SQLite database file (default ragjury.db)")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
+    prune = commands.add_parser(
+        "prune",
+        help="delete finished jobs, cached steps and call records older than an age",
+        description="Keep a long-running database from growing forever: delete the jobs whose "
+        "every item finished more than --older-than ago (with their results), the cached steps "
+        "and the run and LLM call records made before then, and give the space back (VACUUM). "
+        "Unfinished jobs are kept whole; export what you want to keep first.",
+    )
+    prune.add_argument("--db", help="SQLite database file (default ragjury.db)")
+    prune.add_argument("--older-than", required=True, help="an age: 30d, 12h, 90m or 3600s")
+    prune.add_argument(
+        "--no-vacuum",
+        dest="vacuum",
+        action="store_false",
+        help="do not give the space back to the file system (VACUUM rewrites the file)",
+    )
+
     export = commands.add_parser(
         "export",
         help="write the dataset and evaluation results held in the database",

@@ -257,3 +257,42 @@ async def test_workers_are_listed_and_a_dead_one_on_this_host_is_released(store:
     assert status["waiting_for_workers"] == []
     await store.unregister_worker("w1")
     assert (await store.status())["waiting_for_workers"] == ["generator"]
+
+
+async def test_pruning_deletes_what_ended_before_the_cutoff_and_keeps_unfinished_jobs(
+    store: Store,
+) -> None:
+    import time
+
+    done = await store.submit("evaluate", {"j": "done"}, lambda: [("a", {}), ("b", {})])
+    open_job = await store.submit("evaluate", {"j": "open"}, lambda: [("c", {}), ("d", {})])
+    records = {key: {"id": key, "question": "q", "answer": "x", "metrics": {}} for key in "abc"}
+    for job_id, key in ((done.id, "a"), (done.id, "b"), (open_job.id, "c")):
+        results = ItemResults(samples=[(records[key], "{}")], report={})
+        await store.finish_item(job_id, key, results)
+    await store.put_step("k", "generator", "[]")
+    run_id = await store.start_run("evaluate", {})
+    await store.record_call(run_id, CallStats(stage="x", requests=1), None)
+    await store.finish_run(run_id, {})
+
+    assert await store.prune(time.time() - 3600) == dict.fromkeys(
+        (
+            "pairs",
+            "samples",
+            "questions",
+            "joins",
+            "messages",
+            "items",
+            "jobs",
+            "steps",
+            "llm_calls",
+            "runs",
+        ),
+        0,
+    )  # nothing is an hour old
+    deleted = await store.prune(time.time() + 1)
+    assert (deleted["jobs"], deleted["items"], deleted["samples"]) == (1, 2, 2)
+    assert (deleted["steps"], deleted["llm_calls"], deleted["runs"]) == (1, 1, 1)
+    assert [r async for r in store.samples()] == [records["c"]]  # the unfinished job's, kept
+    assert await store.counts() == {"queued": 1, "processing": 0, "done": 1, "failed": 0}
+    await store.compact()

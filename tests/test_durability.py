@@ -208,3 +208,23 @@ def test_status_of_a_missing_database_says_which_db_to_pass(
     err = capsys.readouterr().err
     assert "nope.db" in err
     assert "--db" in err
+
+
+def test_prune_deletes_finished_jobs_and_gives_the_space_back(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragjury.cli import main
+
+    script_happy_path(fake)
+    assert run(fake, tmp_path) == 0
+    db = tmp_path / "ragjury.db"
+    assert main(["prune", "--db", str(db), "--older-than", "1d"]) == 0
+    assert "deleted nothing" in capsys.readouterr().err  # nothing is a day old
+    assert main(["prune", "--db", str(db), "--older-than", "0s"]) == 0
+    err = capsys.readouterr().err
+    assert "1 jobs" in err
+    assert "3 items" in err
+    assert main(["status", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == []
+    assert main(["prune", "--db", str(db), "--older-than", "soon"]) == 2
+    assert "--older-than 'soon'" in capsys.readouterr().err

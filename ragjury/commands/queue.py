@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -290,9 +292,53 @@ async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:
     return list(seen)
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(text: str) -> float:
+    """``30d``, ``12h``, ``90m`` or ``3600s`` in seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ConfigurationError(
+            f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, 90m or 3600s"
+        ) from None
+    if seconds < 0:
+        raise ConfigurationError(f"--older-than {text!r} must not be negative")
+    return seconds
+
+
+async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
+    age = parse_age(args.older_than)
+    _existing_db(settings)
+    console = _console()
+    path = parse_location(settings.db).path
+    size_before = _size(path)
+    async with open_store(settings.db) as store:
+        deleted = await store.prune(time.time() - age)
+        if args.vacuum:
+            await store.compact()
+    gone = ", ".join(f"{n} {table}" for table, n in deleted.items() if n) or "nothing"
+    console.print(
+        f"ragjury prune: deleted {gone} (finished more than {args.older_than} ago; unfinished "
+        f"jobs are kept whole); {settings.db}: {size_before / 1e6:.1f} MB -> "
+        f"{_size(path) / 1e6:.1f} MB",
+        markup=False,
+    )
+    return 0
+
+
+def _size(path: Path | None) -> int:
+    if path is None:
+        return 0
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Awaitable[int]]] = {
     "submit": submit_command,
     "serve": serve_command,
     "status": status_command,
     "export": export_command,
+    "prune": prune_command,
 }

@@ -297,6 +297,16 @@ class Store(Protocol):
         """The ``ragjury status --json`` document."""
         ...
 
+    async def prune(self, before: float) -> dict[str, int]:
+        """Delete what ended before the time ``before``: jobs whose every item finished then
+        (with their items and results), cached steps and run and call records made then.
+        Unfinished jobs are kept whole. Returns the rows deleted per table."""
+        ...
+
+    async def compact(self) -> None:
+        """Give the space of deleted rows back to the file system."""
+        ...
+
 
 def sqlite_path(store: Store) -> Path | None:
     """The file of a SQLite store, or None."""

@@ -817,6 +817,44 @@ class SQLiteStore:
 
         return await status(self)
 
+    async def prune(self, before: float) -> dict[str, int]:
+        iso = _iso(before)
+        old_jobs = (
+            "SELECT id FROM jobs WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = jobs.id "
+            f"AND (i.state IN {_UNFINISHED} OR i.finished_at >= ?))"
+        )
+
+        def prune(conn: Conn) -> dict[str, int]:
+            jobs = [str(row[0]) for row in _all(conn, old_jobs, (before,))]
+            deleted: dict[str, int] = {}
+            marks = _marks(jobs)
+            for table in ("pairs", "samples", "questions", "joins", "messages", "items"):
+                deleted[table] = (
+                    conn.execute(f"DELETE FROM {table} WHERE job_id IN ({marks})", jobs).rowcount
+                    if jobs
+                    else 0
+                )
+            deleted["jobs"] = (
+                conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", jobs).rowcount
+                if jobs
+                else 0
+            )
+            deleted["steps"] = conn.execute(
+                "DELETE FROM steps WHERE created_at < ?", (before,)
+            ).rowcount
+            deleted["llm_calls"] = conn.execute(
+                "DELETE FROM llm_calls WHERE created_at < ?", (iso,)
+            ).rowcount
+            deleted["runs"] = conn.execute(
+                "DELETE FROM runs WHERE started_at < ? AND finished_at IS NOT NULL", (iso,)
+            ).rowcount
+            return deleted
+
+        return await self._write(prune)
+
+    async def compact(self) -> None:
+        await self._call(lambda c: c.execute("VACUUM"))
+
 
 class _Pending(Generic[T]):
     """A write waiting for the next group commit, then its result or its error."""

@@ -23,9 +23,9 @@ from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
-from ragjury.evaluation.summary import summarise
+from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
-from ragjury.jobs import JobRun, scored_samples, submit_samples
+from ragjury.jobs import JobRun, submit_samples
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
 from ragjury.prompts import load_overrides
@@ -94,12 +94,14 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             if target is not None:
                 await target.aclose()
-        results = await scored_samples(run.store, job.id)
         with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
+        tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
+        async for scored in run.store.scored(job.id):
+            tally.add(SampleScored.model_validate_json(scored))
         summary: dict[str, Any] = summarise(
-            results,
+            tally,
             metrics,
             run.llm.usage,
             invalid=invalid,

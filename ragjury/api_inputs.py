@@ -6,9 +6,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
+import structlog
+
 from ragjury.errors import InputError
 from ragjury.evaluation.inputs import samples_from_records
 from ragjury.schemas import Sample
+from ragjury.text import clean_value
+
+log = structlog.get_logger("ragjury.input")
 
 __all__ = ["SampleInput", "as_samples"]
 
@@ -25,6 +30,10 @@ def as_samples(items: Iterable[SampleInput]) -> list[Sample]:
     problems: list[str] = []
     for position, item in enumerate(items, start=1):
         if isinstance(item, Sample):
+            fields, repairs = clean_value(item.model_dump())
+            if repairs:  # text no later step could encode: repaired, as at every intake
+                log.warning("input_repaired", sample=position, repairs="; ".join(repairs))
+                item = Sample.model_validate(fields)
             numbered = item.model_copy(update={"id": f"sample-{position}"})
             samples.append(item if item.id else numbered)
             continue

@@ -55,6 +55,7 @@ _LLM_FLAGS = (
     "max_retries",
     "max_transport_retries",
     "timeout",
+    "max_prompt_tokens",
     "mode",
     "db",
     "log_level",
@@ -107,6 +108,12 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         "--max-transport-retries", type=int, help="retries of 429/5xx/timeouts (default 6)"
     )
     group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
+    group.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        help="largest prompt to send, in estimated tokens; a longer one fails at once without "
+        "a request (default: the model's context where known, else 128000)",
+    )
     group.add_argument("--rpm", type=int, help="requests per minute, at most (default: no limit)")
     group.add_argument(
         "--tpm", type=int, help="tokens per minute, at most, estimated before each request"
@@ -310,6 +317,13 @@ def _add_evaluate(commands: Any) -> None:
         help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
     )
     ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    ev.add_argument(
+        "--max-failed",
+        type=int,
+        metavar="N",
+        help="exit 4 when more than N judgements (sample x metric) failed; exit 4 anyway when "
+        "every judgement failed",
+    )
     _add_run_options(ev)
     _add_evaluation_options(ev)
     ev.add_argument(

@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         default=6, ge=0, description="Retries of 429, 5xx, timeouts and connection errors."
     )
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest prompt sent, in (estimated) tokens; default: the model's context "
+        "where known, else 128,000.",
+    )
     backoff_base: float = Field(default=0.5, gt=0, description="First backoff delay, seconds.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest backoff delay, seconds.")
     mode: StructuredMode = "json"

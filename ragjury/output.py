@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,12 +197,32 @@ def sample_table(metrics: Sequence[str]) -> Table:
 _PARQUET_ROW_GROUP = 1000
 
 
+def _partial_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it, moved into place when complete."""
+    partial = _partial_path(path)
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise ConfigurationError(
+            f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable path"
+        ) from exc
+
+
 class RecordWriter:
     """Writes records one at a time (JSONL and CSV flushed each time) in ``fmt``; CSV and
     Parquet as the flat rows of ``table``."""
 
     def __init__(self, path: Path, fmt: OutputFormat, table: Table = PAIR_TABLE) -> None:
         self.path, self.format, self.table = path, fmt, table
+        # written beside the output, moved over it when complete: a crash midway leaves an
+        # earlier output whole, never truncated
+        self._partial = _partial_path(path)
         self.count = 0
         self._file: IO[str] | None = None
         self._csv: csv.DictWriter[str] | None = None
@@ -216,9 +237,9 @@ class RecordWriter:
                 self._schema = pa.schema(
                     [(name, _arrow_type(pa, kind)) for name, kind in self.table.columns]
                 )
-                self._parquet = pa.parquet.ParquetWriter(str(self.path), self._schema)
+                self._parquet = pa.parquet.ParquetWriter(str(self._partial), self._schema)
                 return self
-            self._file = self.path.open("w", encoding="utf-8", newline="")
+            self._file = self._partial.open("w", encoding="utf-8", newline="")
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot write {str(self.path)!r}: {exc.strerror or exc}; choose a writable path"
@@ -234,11 +255,18 @@ class RecordWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._file is not None:
-            self._file.close()
-        if self._parquet is not None:
-            self._write_row_group()
-            self._parquet.close()
+        try:
+            if self._file is not None:
+                self._file.close()
+            if self._parquet is not None:
+                if exc_type is None:
+                    self._write_row_group()
+                self._parquet.close()
+        finally:
+            if exc_type is None:
+                os.replace(self._partial, self.path)
+            else:
+                self._partial.unlink(missing_ok=True)
 
     def write(self, record: dict[str, Any]) -> None:
         if self._parquet is not None:

@@ -156,6 +156,7 @@ class Runtime:
             with structlog.contextvars.bound_contextvars(
                 agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
             ):
+                log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
                 try:
                     pipeline = await self.pipeline(envelope.job_id or "")
                     events, cached = await self._step(pipeline, role, envelope)

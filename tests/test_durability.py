@@ -44,7 +44,8 @@ def test_rerunning_after_endpoint_failures_asks_again_only_the_steps_that_failed
 ) -> None:
     script_happy_path(fake)
     fake.route("relevance_critic", error(503, "overloaded"))  # the endpoint, not the model
-    assert run(fake, tmp_path, "--max-transport-retries", "0") == 0
+    # every pair failed: exit 4, the results did not pass
+    assert run(fake, tmp_path, "--max-transport-retries", "0") == 4
     assert read_summary(tmp_path)["failed"] == 3  # every pair lost its relevance critique
     failed = read_jsonl(tmp_path / "rejected.jsonl")
     assert all(r["outcome"] == "failed" for r in failed)
@@ -79,10 +80,10 @@ def test_a_step_whose_output_never_validated_is_not_retried_by_a_rerun(
 ) -> None:
     script_happy_path(fake)
     fake.route("relevance_critic", chat_json({"rationale": "x", "rating": 9}))  # the model
-    assert run(fake, tmp_path, "--max-retries", "0") == 0
+    assert run(fake, tmp_path, "--max-retries", "0") == 4  # every pair failed
     asked = len(fake.requests)
 
-    assert run(fake, tmp_path, "--max-retries", "0") == 0
+    assert run(fake, tmp_path, "--max-retries", "0") == 4
 
     assert len(fake.requests) == asked  # a re-ask would give the same answer: not spent again
     assert read_summary(tmp_path)["failed"] == 3

@@ -16,6 +16,7 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    results_gate,
     retried_text,
     stopped_early,
 )
@@ -146,6 +147,12 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     if code is not None:
         return code
+    figures = summary["metrics"].values()
+    failed = sum(m["failed"] for m in figures)
+    judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
+    gate = results_gate(console, "evaluate", failed, judged, args.max_failed)
+    if gate is not None:
+        return gate
     return 1 if invalid else 0
 
 

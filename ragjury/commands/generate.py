@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    results_gate,
     retried_text,
     stopped_early,
 )
@@ -28,7 +30,13 @@ from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import Skipped, iter_documents
 from ragjury.jobs import JobRun, submit_documents
-from ragjury.output import FAILED_CHUNK_TABLE, RecordWriter, failed_chunk_record, output_format
+from ragjury.output import (
+    FAILED_CHUNK_TABLE,
+    RecordWriter,
+    failed_chunk_record,
+    output_format,
+    write_text_atomically,
+)
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
 from ragjury.schemas import Document, DocumentJudged
@@ -64,6 +72,11 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f" (skipped: {reasons})" if reasons else "")
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
+        if args.summary is not None:  # a CI job reads it whatever the exit code
+            skipped = [{"path": s.path, "reason": s.reason} for s in found]
+            empty = {"documents": 0, "documents_skipped": len(skipped), "skipped": skipped}
+            text = json.dumps({**empty, "error": "no readable documents"}, indent=2) + "\n"
+            write_text_atomically(args.summary, text)
         return 1
     if args.dry_run:
         estimate = estimate_generation(list(documents()), settings, prompts)
@@ -131,7 +144,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     if code is not None:
         return code
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
-    return 1 if processed_nothing else 0
+    if processed_nothing:
+        return 1
+    gate = results_gate(console, "generate", counts.failed, counts.judged, None)
+    return gate if gate is not None else 0
 
 
 async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console) -> JobRun:

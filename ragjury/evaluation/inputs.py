@@ -43,11 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic import ValidationError
 
 from ragjury.errors import InputError
 from ragjury.evaluation.tables import arrow_rows, is_hf_dataset, parquet_rows
 from ragjury.schemas.records import Sample
+from ragjury.text import clean_value
 
 __all__ = [
     "SAMPLE_FIELDS",
@@ -95,6 +97,9 @@ SAMPLE_FIELDS = (
 )
 
 _MAX_KEYS_SHOWN = 12
+
+
+log = structlog.get_logger("ragjury.input")
 
 
 @dataclass(frozen=True)
@@ -339,6 +344,9 @@ class _SampleBuilder:
         self._first_use: dict[str, int] = {}
 
     def add(self, line: int, record: Any) -> None:
+        record, repairs = clean_value(record)
+        if repairs:
+            log.warning("input_repaired", line=line, repairs="; ".join(repairs))
         try:
             if isinstance(record, _Unreadable):
                 raise _Invalid(record.reason)

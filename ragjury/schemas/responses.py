@@ -121,6 +121,30 @@ def normalise_text(text: str) -> str:
     return _SPACE.sub(" ", text.replace("\u201d", '"')).strip().casefold()
 
 
+_LABEL = re.compile(
+    r"^\s*(?:\[[^\]]{1,20}\]|\((?:\d{1,3}|[a-z])\)|(?:context|passage|source|document)"
+    r"\s*\d{0,3}\s*[:.)-])\s*",
+    re.IGNORECASE,
+)
+_ELLIPSIS = re.compile(r"\s*(?:\.{3,}|\u2026)\s*")
+_EDGES = " .,;:\"'()[]"
+
+
+def quote_occurs(evidence: str, contexts: str) -> bool:
+    """Whether ``evidence`` is text of ``contexts`` (normalised with :func:`normalise_text`),
+    as real models cite it: a leading label of the context (``[1]``, ``Context 2:``) is not
+    part of the quote, and fragments joined by an ellipsis must each occur. Invented text
+    does not pass."""
+    fragments = [
+        normalise_text(_LABEL.sub("", part)).strip(_EDGES)
+        for part in _ELLIPSIS.split(_LABEL.sub("", evidence))
+    ]
+    fragments = [f for f in fragments if f]
+    if len(fragments) > 1 and any(len(f.split()) < 2 for f in fragments):
+        return False  # "the ... of" would occur anywhere: each piece must say something
+    return bool(fragments) and all(f in contexts for f in fragments)
+
+
 class Statements(_Response):
     """An answer broken into short factual statements that each stand on their own."""
 
@@ -176,8 +200,7 @@ class Verdicts(_Response):
         haystack = normalise_text(" ".join(context.get("contexts", ())))
         if haystack:
             for verdict in value:
-                quote = normalise_text(verdict.evidence.strip(" .\"'"))
-                if verdict.supported and (not quote or quote not in haystack):
+                if verdict.supported and not quote_occurs(verdict.evidence, haystack):
                     raise ValueError(
                         f"statement {verdict.statement_index} is marked supported, but its "
                         f"evidence {verdict.evidence!r} does not occur in the contexts; copy "

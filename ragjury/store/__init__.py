@@ -5,8 +5,9 @@ from pathlib import Path
 
 from ragjury.errors import ConfigurationError
 from ragjury.store.base import STATES, Item, ItemResults, Job, JobKind, Store
-from ragjury.store.location import Location, parse_location, redacted
+from ragjury.store.location import Location, parse_location
 from ragjury.store.sqlite import SQLiteStore
+from ragjury.urls import redacted
 
 
 def open_store(db: str | Path | Location) -> Store:

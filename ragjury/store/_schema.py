@@ -134,6 +134,7 @@ CREATE TABLE IF NOT EXISTS workers (
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "llm_calls": (("model", "TEXT"), ("cost_usd", "REAL")),
     "items": (("transient_failures", "INTEGER NOT NULL DEFAULT 0"), ("started_by", "TEXT")),
+    "runs": (("host", "TEXT"), ("pid", "INTEGER")),
 }
 
 # Indexes on the added columns: made once the columns are there.

@@ -134,7 +134,13 @@ class Store(Protocol):
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None: ...
 
-    async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None: ...
+    async def open_call(self, run_id: str, stats: CallStats) -> int:
+        """Record a call as it is sent (in flight); its record, for :meth:`record_call`."""
+        ...
+
+    async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
+        """Record a finished call (updating its in-flight record, if it has one)."""
+        ...
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from ragjury.errors import ConfigurationError
+from ragjury.urls import redacted
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -45,15 +45,3 @@ def parse_location(value: str | Path) -> Location:
             "or a postgresql:// URL"
         )
     return Location(kind="sqlite", path=Path(text))
-
-
-def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (never store or log a secret)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -56,6 +56,13 @@ _INSERT_MESSAGE = (
     f"VALUES (?, ?, ?, ?, ?, {_NOW}, {_NOW})"
 )
 _UNFINISHED = "('queued', 'processing', 'running')"
+_INSERT_CALL = (
+    "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
+    "latency_ms, statuses, error, created_at, model, cost_usd) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_IN_FLIGHT = "in flight: sent, not yet answered"
+_KILLED = "in flight when its process was killed: never answered"
 _PAGE = 200
 
 
@@ -133,8 +140,11 @@ class SQLiteStore:
     def _open(self, memory: bool) -> Conn:
         # Autocommit: every transaction is explicit (see _transaction()). Used from the
         # database threads one call at a time (the limiter), never at once.
+        created = not memory and not self.path.exists()
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._conn = conn
+        if created:  # prompts, answers and results are the user's data: theirs alone to read
+            os.chmod(self.path, 0o600)
         conn.execute("PRAGMA busy_timeout=30000")
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -231,12 +241,33 @@ class SQLiteStore:
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
         run_id = uuid.uuid4().hex
         text = json.dumps(settings, default=str)
-        await self._write(
-            lambda c: c.execute(
-                "INSERT INTO runs (id, command, started_at, settings) VALUES (?, ?, ?, ?)",
-                (run_id, command, _iso(), text),
+        host, pid = socket.gethostname(), os.getpid()
+
+        def start(conn: Conn) -> None:
+            # runs of this host whose process is gone were killed: say so, and that their
+            # calls still in flight will never be answered
+            for other, other_pid in _all(
+                conn,
+                "SELECT id, pid FROM runs WHERE host = ? AND finished_at IS NULL",
+                (host,),
+            ):
+                if other_pid is None or _alive(int(other_pid)):
+                    continue
+                conn.execute(
+                    "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
+                    (_iso(), json.dumps({"killed": True, "pid": other_pid}), other),
+                )
+                conn.execute(
+                    "UPDATE llm_calls SET error = ? WHERE run_id = ? AND error = ?",
+                    (_KILLED, other, _IN_FLIGHT),
+                )
+            conn.execute(
+                "INSERT INTO runs (id, command, started_at, settings, host, pid) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, command, _iso(), text, host, pid),
             )
-        )
+
+        await self._write(start)
         return run_id
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
@@ -247,6 +278,11 @@ class SQLiteStore:
                 (_iso(), text, run_id),
             )
         )
+
+    async def open_call(self, run_id: str, stats: CallStats) -> int:
+        row = (run_id, stats.stage, 0, 0, 0, 0.0, "[]", _IN_FLIGHT, _iso(), stats.model, None)
+        cursor = await self._write(lambda c: c.execute(_INSERT_CALL, row))
+        return int(cursor.lastrowid or 0)
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
         row = (
@@ -262,12 +298,15 @@ class SQLiteStore:
             stats.model,
             stats.cost_usd,
         )
+        if stats.record is None:
+            await self._write(lambda c: c.execute(_INSERT_CALL, row))
+            return
         await self._write(
             lambda c: c.execute(
-                "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, "
-                "completion_tokens, latency_ms, statuses, error, created_at, model, cost_usd) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
+                "UPDATE llm_calls SET run_id = ?, stage = ?, requests = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, latency_ms = ?, statuses = ?, error = ?, "
+                "created_at = ?, model = ?, cost_usd = ? WHERE id = ?",
+                (*row, stats.record),
             )
         )
 

@@ -96,7 +96,9 @@ class SimilarityScorer:
                     outcome="scored",
                     score=score,
                     passing=score >= self._threshold,
-                    reason=f"cosine similarity {score:.3f} to the reference",
+                    reason=f"cosine similarity {score:.3f} to the reference "
+                    f"(embeddings: {self._llm.embedding_model})",
+                    details={"embedding_model": self._llm.embedding_model},
                     llm_calls=1,
                 )
         return [MetricScored(sample_id=sample.id, metric="similarity", result=result)]

@@ -234,6 +234,11 @@ class LLM:
             _current_call.reset(token)
             await self._close_call(stats, error)
 
+    @property
+    def embedding_model(self) -> str:
+        """The model that gives this client's embeddings (an endpoint's, or the offline one)."""
+        return self._backend.embedding_model
+
     async def embed(self, texts: Sequence[str], *, stage: str) -> list[list[float]]:
         """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books).
 
@@ -241,7 +246,7 @@ class LLM:
         """
         if self._backend.embeddings_unavailable is not None:
             raise LLMUnavailableError(f"{stage}: {self._backend.embeddings_unavailable}")
-        stats = CallStats(stage=stage, model=self.settings.embedding_model)
+        stats = CallStats(stage=stage, model=self.embedding_model)
         token = _current_call.set(stats)
         error: str | None = "cancelled"
         try:

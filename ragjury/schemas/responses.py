@@ -49,6 +49,45 @@ def _context(info: ValidationInfo) -> Mapping[str, Any]:
     return info.context or _checking.get() or {}
 
 
+_SMALL_RANGE = 64
+
+
+def grammar_schema(schema: Any) -> Any:
+    """``schema`` with every constraint the validators of this call check that a JSON-schema
+    grammar can hold (for a local model, which can then only write output of that shape):
+    small integer ranges as enums (llama.cpp's grammar has no minimum/maximum), the number of
+    pairs asked for, one verdict per statement with its index in range."""
+    context = _checking.get() or {}
+    schema = _integer_enums(copy.deepcopy(schema))
+    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    wanted = context.get("questions_per_chunk")
+    if isinstance(wanted, int) and "pairs" in properties:
+        properties["pairs"].update(minItems=wanted, maxItems=wanted)
+    count = context.get("count")
+    if isinstance(count, int) and "verdicts" in properties:
+        properties["verdicts"].update(minItems=count, maxItems=count)
+        for definition in schema.get("$defs", {}).values():
+            index = definition.get("properties", {}).get("statement_index")
+            if index is not None:
+                definition["properties"]["statement_index"] = {"enum": list(range(count))}
+    return schema
+
+
+def _integer_enums(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_integer_enums(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: _integer_enums(value) for key, value in schema.items()}
+    low, high = result.get("minimum"), result.get("maximum")
+    if result.get("type") != "integer" or not (isinstance(low, int) and isinstance(high, int)):
+        return result
+    if high - low >= _SMALL_RANGE:
+        return result
+    described = {"description": result["description"]} if "description" in result else {}
+    return {"enum": list(range(low, high + 1)), **described}
+
+
 class _Response(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -32,7 +32,8 @@ async def status(store: SQLiteStore) -> dict[str, Any]:
     stages: dict[str, dict[str, int]] = {}
     for stage, calls, requests, prompt, completion, failed in await store.read(
         "SELECT stage, COUNT(*), SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), "
-        "SUM(error IS NOT NULL) FROM llm_calls GROUP BY stage ORDER BY stage"
+        "SUM(error IS NOT NULL AND error NOT LIKE 'in flight%') FROM llm_calls "
+        "GROUP BY stage ORDER BY stage"
     ):
         stages[str(stage)] = {
             "structured_calls": int(calls),

@@ -53,24 +53,25 @@ _SMALL_RANGE = 64
 
 
 def grammar_schema(schema: Any) -> Any:
-    """``schema`` with every constraint the validators of this call check that a JSON-schema
-    grammar can hold (for a local model, which can then only write output of that shape):
-    small integer ranges as enums (llama.cpp's grammar has no minimum/maximum), the number of
-    pairs asked for, one verdict per statement with its index in range."""
-    context = _checking.get() or {}
-    schema = _integer_enums(copy.deepcopy(schema))
-    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
-    wanted = context.get("questions_per_chunk")
-    if isinstance(wanted, int) and "pairs" in properties:
-        properties["pairs"].update(minItems=wanted, maxItems=wanted)
-    count = context.get("count")
-    if isinstance(count, int) and "verdicts" in properties:
-        properties["verdicts"].update(minItems=count, maxItems=count)
-        for definition in schema.get("$defs", {}).values():
-            index = definition.get("properties", {}).get("statement_index")
-            if index is not None:
-                definition["properties"]["statement_index"] = {"enum": list(range(count))}
-    return schema
+    """``schema`` with what llama.cpp's JSON-schema grammar would otherwise leave out, for a
+    local model that can then only write output of that shape: small integer ranges (ratings
+    1-5) as enums, since its converter ignores minimum/maximum, and every field required.
+
+    The counts the validators check (exactly N pairs, one verdict per statement) are not put
+    in: with them, llama-cpp-python 0.3.16 stalled for minutes on the bundled model's first
+    call. A wrong count is re-asked, as for any endpoint."""
+    return _required(_integer_enums(copy.deepcopy(schema)))
+
+
+def _required(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_required(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: _required(value) for key, value in schema.items()}
+    if isinstance(result.get("properties"), dict):
+        result["required"] = list(result["properties"])
+    return result
 
 
 def _integer_enums(schema: Any) -> Any:

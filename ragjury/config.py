@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
+from ragjury.schemas.evaluation import MetricName
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -66,9 +67,8 @@ class GenerationOptions(BaseModel):
         return self
 
 
-MetricChoice = Literal[
-    "faithfulness", "correctness", "rubric", "keywords", "similarity", "confidence"
-]
+MetricChoice = MetricName
+"""A metric's name: the evaluation pipeline registers each (``pipelines/evaluation.py``)."""
 
 
 class EvaluationOptions(BaseModel):

@@ -20,7 +20,7 @@ from ragjury.bus import MemoryBus
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
-from ragjury.pipelines import EvaluationPipeline, GenerationPipeline
+from ragjury.pipelines import PIPELINES, EvaluationPipeline, GenerationPipeline
 from ragjury.pipelines.evaluation import EvaluationPipeline as _Evaluation
 from ragjury.prompts import Prompt
 from ragjury.runtime import EventListener
@@ -113,12 +113,11 @@ async def run_job(
     """Work on ``job`` with every agent of its kind until none of its items is left, or
     ``stop`` is set (then the items in flight get the grace period and the rest stays
     queued)."""
-    pipeline = GenerationPipeline if job.kind == "generate" else _Evaluation
     service = Service(
         settings,
         store,
         llm,
-        roles=pipeline.roles,
+        roles=PIPELINES[job.kind].roles,
         job_ids=[job.id],
         on_event=on_event,
         target=target,

@@ -30,12 +30,13 @@ def build_pipeline(
     target: Target | None = None,
     target_limiter: anyio.CapacityLimiter | None = None,
 ) -> Pipeline:
-    """The pipeline of ``job``, built from its stored options."""
-    if job.kind == "evaluate":
+    """The pipeline of ``job``, built from its stored options (a RAG target, when given, is
+    what an evaluation asks for a sample's answer first)."""
+    if PIPELINES[job.kind] is EvaluationPipeline:
         return EvaluationPipeline(
             job, settings, llm, store, target=target, target_limiter=target_limiter
         )
-    return GenerationPipeline(job, settings, llm, store)
+    return PIPELINES[job.kind](job, settings, llm, store)
 
 
 __all__ = [

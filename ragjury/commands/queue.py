@@ -222,12 +222,28 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
             + ", ".join(status["waiting_for_workers"])
             + " (start `ragjury serve --agents ...` for them)"
         )
-    for worker in status["daemons"]:
-        state = "live" if worker["live"] else "silent"
-        console.print(
-            f"worker {worker['owner']} ({worker['host']} pid {worker['pid']}, {state}): "
-            f"{', '.join(worker['agents'])}; holds {worker['messages_held']} message(s)"
+    if status["daemons"]:
+        workers = Table(
+            "host",
+            "pid",
+            "worker",
+            "state",
+            "agents",
+            "messages held",
+            "items held",
+            title="workers (leases held per host and agent group)",
         )
+        for worker in status["daemons"]:
+            workers.add_row(
+                worker["host"],
+                str(worker["pid"]),
+                worker["owner"],
+                "live" if worker["live"] else f"silent {worker['seconds_since_heartbeat']} s",
+                ", ".join(worker["agents"]),
+                str(worker["messages_held"]),
+                str(worker["items_held"]),
+            )
+        console.print(workers)
     return 0
 
 

@@ -4,7 +4,7 @@ A queue of samples judged for faithfulness against the fake endpoint with no lat
 the client's CPU (ragjury's own work per message) is what limits the rate. For each store
 and number of processes: items per second from the first process's start to the last
 item done, and the ratio to one process. Also one process per agent (intake,
-statement_splitter, verdict_judge, sample_aggregator) against every agent in one process.
+statement_splitter, verdict_judge) against every agent in every process.
 On PostgreSQL it reads the server's CPU time (its processes' /proc counters) to give the
 database's cost per message handled, which says how many messages a second one server core
 could carry for a larger fleet.
@@ -43,7 +43,9 @@ sys.path.insert(0, str(BENCHMARKS.parent / "tests"))
 from pgserver import PostgresServer, binaries  # the tests' throwaway server
 
 _RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]))"
-AGENTS = ("intake", "statement_splitter", "verdict_judge", "sample_aggregator")
+AGENTS = ("intake", "statement_splitter", "verdict_judge")
+"""The agents that take messages in this workload (the others run where their input is
+made)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,13 +61,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def write_samples(path: Path, n: int) -> None:
     with path.open("w", encoding="utf-8") as out:
         for i in range(n):
-            text = f"Setting {i} is value {i}. It was changed in {2000 + i % 25}."
+            text = f"Setting {i} is value {i}. Setting {i} was changed in {2000 + i % 25}."
             record = {"id": f"s{i}", "question": f"What is setting {i}?", "answer": text}
             out.write(json.dumps({**record, "contexts": [text]}) + "\n")
 
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-c", _RUN_CLI, *args]
+
+
+async def _failed(db: str) -> int:
+    async with open_store(db) as store:
+        outcomes = [r["metrics"]["faithfulness"]["outcome"] async for r in store.samples()]
+    return sum(outcome != "scored" for outcome in outcomes)
 
 
 async def _wait_for(
@@ -136,10 +144,12 @@ def run_once(
         for process in processes:
             process.wait(timeout=120)
     db_cpu = (_cpu_seconds(server_pid) - cpu_before) if server_pid else None
+    failed = anyio.run(_failed, db)
     row: dict[str, Any] = {
         "seconds": round(seconds, 2),
         "items_per_second": round(count_lines(samples) / seconds, 1),
         "steady_items_per_second": round(steady, 1),
+        "failed": failed,
     }
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)

@@ -55,8 +55,9 @@ _PIPELINES_KEPT = 64
 
 def workers_for(role: str, settings: Settings) -> int:
     """Workers of one role in this process: ``--workers ROLE=N``, else ``--concurrency`` for
-    an LLM agent and 2 for the others."""
-    return settings.workers.get(role) or (settings.concurrency if role in LLM_ROLES else 2)
+    an LLM agent and 1 for the others (they run where their input is made, see
+    :meth:`Runtime.dispatch`; their workers only take messages an older ragjury left)."""
+    return settings.workers.get(role) or (settings.concurrency if role in LLM_ROLES else 1)
 
 
 def select_roles(agents: Sequence[str] | None) -> tuple[str, ...]:
@@ -217,7 +218,14 @@ class Runtime:
         cause: Envelope | None = None,
     ) -> list[Message]:
         """Store a terminal event as its item's results; address the others to the roles the
-        pipeline routes them to, as replies to ``cause`` (None: an item's first events)."""
+        pipeline routes them to, as replies to ``cause`` (None: an item's first events).
+
+        An agent that calls no LLM (chunking, joins, keyword tests, the deduplicator's
+        decision) is run here, at once, rather than sent over the bus: its work costs less
+        than a message's claim and acknowledgement would. Its outputs are dispatched in
+        turn, and they are published (or stored) with the message that caused them, so a
+        redelivery runs it again: these agents keep their state in the store and give the
+        same outputs again."""
         messages: list[Message] = []
         for event in events:
             if self._on_output is not None:
@@ -230,8 +238,16 @@ class Runtime:
                 if cause is not None
                 else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
             )
-            roles = pipeline.routes.get(event_kind(event), ())
-            messages.extend(Message(role, envelope) for role in roles)
+            for role in pipeline.routes.get(event_kind(event), ()):
+                if role in LLM_ROLES:
+                    messages.append(Message(role, envelope))
+                    continue
+                token = current_item.set(item_key)
+                try:
+                    outputs, _ = await self._step(pipeline, role, envelope)
+                finally:
+                    current_item.reset(token)
+                messages += await self.dispatch(pipeline, job_id, item_key, outputs, envelope)
         return messages
 
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: Any) -> None:

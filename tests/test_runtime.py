@@ -31,7 +31,7 @@ def test_each_role_gets_its_workers() -> None:
     settings = Settings(concurrency=6, workers={"generator": 3})
     assert workers_for("generator", settings) == 3  # --workers
     assert workers_for("verdict_judge", settings) == 6  # an LLM agent: --concurrency
-    assert workers_for("collector", settings) == 2  # the others
+    assert workers_for("collector", settings) == 1  # the others: only for old messages
 
 
 def test_unknown_agents_are_refused_naming_the_known_ones() -> None:

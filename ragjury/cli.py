@@ -21,7 +21,8 @@ from ragjury.pricing import load_price_file
 log = structlog.get_logger("ragjury.cli")
 
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
-# 3 (a budget stopped the run) and 130 (stopped by a signal; see commands/_run.py).
+# 3 (a budget stopped the run), 4 (a CI gate failed; see report/gates.py) and 130 (stopped
+# by a signal; see commands/_run.py).
 EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
 
 # Flags that map one-to-one onto GenerationOptions fields.
@@ -288,6 +289,9 @@ def _add_evaluate(commands: Any) -> None:
     ev.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
     )
+    from ragjury.report.ci import add_ci_options
+
+    add_ci_options(ev)
     target = ev.add_argument_group("live RAG system")
     target.add_argument(
         "--target",

@@ -23,11 +23,12 @@ from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
+from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics, result_record
 from ragjury.evaluation.summary import summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.output import RecordWriter
 from ragjury.prompts import load_overrides
+from ragjury.report.ci import finish_evaluate, run_details
 from ragjury.runs import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
 from ragjury.store.queue import Job, Queue
@@ -116,6 +117,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
+        summary.update(run_details(args.samples, settings.base_url, prompts, metrics))
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -142,9 +144,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         "sample",
         budget_reached=budget_reason,
     )
-    if code is not None:
-        return code
-    return 1 if invalid else 0
+    code = (1 if invalid else 0) if code is None else code
+    return finish_evaluate(args, summary, map(result_record, results), code, console)
 
 
 async def _work(

@@ -271,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_llm_options(gen)
     _add_evaluate(commands)
     _add_queue_commands(commands)
+    from ragjury.commands.report import add_report_commands
+
+    add_report_commands(commands)
     return parser
 
 
@@ -442,6 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.evaluate import evaluate_command
 
             return anyio.run(evaluate_command, args, settings)
+        if args.command in ("report", "compare"):
+            from ragjury.commands.report import COMMAND_FUNCTIONS
+
+            return anyio.run(COMMAND_FUNCTIONS[args.command], args, settings)
         from ragjury.commands import queue
 
         return anyio.run(queue.COMMANDS[args.command], args, settings)

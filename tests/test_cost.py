@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_evaluate import evaluate
 from test_generate import corpus
 
 from ragjury import Jury
@@ -28,7 +29,6 @@ from conftest import (
 )
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, chat, error
-from test_evaluate import evaluate
 
 
 def generate(fake: FakeOpenAI, tmp_path: Path, *extra: str, model: str = "fake-model") -> int:

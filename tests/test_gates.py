@@ -6,13 +6,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
 from ragjury.report.gates import EXIT_GATE
 from ragjury.report.junit import junit_tree
 
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, chat
-from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
 # faithfulness: eiffel 0.5 (not passing), tokyo 1.0, refusal not applicable -> mean 0.75,
 # pass rate 0.5; correctness: eiffel 5, tokyo 5, refusal 2 -> mean 4, pass rate 2/3.

@@ -253,3 +253,14 @@ def test_a_report_of_1000_samples_stays_under_2_mb(tmp_path: Path) -> None:
     assert text_bytes > 2_000_000  # more than the page may be
     assert len(page) < 2_000_000
     assert len(page) < text_bytes * 0.6 + 40_000  # the text once, compressed, plus the page
+
+
+def test_the_readme_shows_screenshots_of_the_report_that_exist() -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+
+    shown = re.findall(r"\]\((docs/[a-z-]+\.png)\)", readme)
+
+    assert "docs/report.png" in shown
+    for name in shown:
+        assert (root / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), name

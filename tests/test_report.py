@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +266,38 @@ def test_the_readme_shows_screenshots_of_the_report_that_exist() -> None:
     assert "docs/report.png" in shown
     for name in shown:
         assert (root / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), name
+
+
+def test_browser_tests_fail_rather_than_skip_without_chromium_in_ci(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(root),
+        "CI": "true",
+        "RAGJURY_CHROMIUM": str(tmp_path / "no-such-chromium"),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(root / "tests" / "test_report_browser.py"),
+            "-k",
+            "renders_offline",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stdout
+    assert "the browser tests need Chromium at" in done.stdout
+    assert "CI installs them in .ci/run" in done.stdout
+    assert "skipped" not in done.stdout

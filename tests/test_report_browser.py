@@ -55,6 +55,10 @@ def test_the_report_renders_offline_with_no_console_error(browser: Browser, repo
     assert row_ids(opened) == [s["id"] for s in JUDGED]
     assert opened.page.locator("#shown").inner_text() == "5 of 5 shown"
     assert opened.page.locator("svg.histogram").count() == 2
+    opened.page.emulate_media(media="print")
+    assert not opened.page.locator("#filters").is_visible()  # printed: figures and rows only
+    assert opened.page.locator("#samples tbody tr").count() == 5
+    opened.page.emulate_media(media="screen")
     if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
         DOCS.mkdir(exist_ok=True)
         opened.page.screenshot(path=str(DOCS / "report.png"), full_page=True)

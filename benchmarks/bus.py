@@ -1,10 +1,9 @@
-"""Bus overhead: messages per second through the runtime and the MemoryBus, with an agent
-that does no I/O, as a ratio to a bare anyio memory object stream passing the same messages.
+"""Bus overhead: messages per second through each bus (publish, delivery to a worker,
+acknowledgement), as a ratio to a bare anyio memory object stream passing the same messages.
 
-The runtime path is everything a message costs in ragjury besides the agent's own work:
-publish to the group's bounded stream, a worker's delivery, the step context and log call,
-the acknowledgement and the idle bookkeeping. The bare path is one sender and one receiver on
-a memory object stream with the same buffer size.
+The memory bus is what ``Jury.evaluate`` uses; the durable bus on SQLite is what every
+command and ``serve`` use: each message is a row, claimed under a lease and deleted when
+acknowledged, so any process on the database can take it.
 
     python benchmarks/bus.py
     python benchmarks/bus.py --quick
@@ -13,47 +12,35 @@ a memory object stream with the same buffer size.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import anyio
 
-from ragjury.bus import MemoryBus
-from ragjury.runtime import AgentSpec, Runtime
+from ragjury.bus import Bus, DurableBus, MemoryBus, Message
 from ragjury.schemas import DocumentSubmitted, Envelope
 from ragjury.schemas.records import Document
+from ragjury.store import SQLiteStore
 
 from _harness import base_parser, quiet, show, write_result
 
 
-class Sink:
-    """An agent that does nothing: it counts what it is handed."""
-
-    role: ClassVar[str] = "sink"
-    consumes: ClassVar[tuple[type[Any], ...]] = (DocumentSubmitted,)
-
-    def __init__(self) -> None:
-        self.handled = 0
-
-    async def handle(self, event: Any) -> list[Any]:
-        self.handled += 1
-        return []
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=None, help="messages per run (100000)")
+    parser.add_argument("--messages", type=int, default=None, help="messages per run (20000)")
     parser.add_argument("--buffer", type=int, default=16, help="bus buffer (the default, 16)")
     parser.add_argument("--repeats", type=int, default=3, help="best of N runs of each")
     args = parser.parse_args(argv)
     if args.messages is None:
-        args.messages = 20_000 if args.quick else 100_000
+        args.messages = 2_000 if args.quick else 20_000
     return args
 
 
-def envelope() -> Envelope:
+def envelope(job_id: str = "j") -> Envelope:
     document = Document(id="d", source="d.md", text="x" * 200)
-    return Envelope(correlation_id="d", payload=DocumentSubmitted(document=document))
+    return Envelope(correlation_id="d", job_id=job_id, payload=DocumentSubmitted(document=document))
 
 
 async def bare_stream(messages: int, buffer: int) -> float:
@@ -79,32 +66,53 @@ async def bare_stream(messages: int, buffer: int) -> float:
     return elapsed
 
 
-async def through_runtime(messages: int, buffer: int, workers: int) -> float:
+async def through_bus(bus: Bus, messages: int, workers: int, job_id: str) -> float:
     """Seconds from the first publish until every delivery is acknowledged."""
-    item = envelope()
-    bus = MemoryBus(buffer)
-    sink = Sink()
-    runtime = Runtime(bus, [AgentSpec(sink, workers)])
+    item = Message("sink", envelope(job_id))
+    handled = 0
+    done = anyio.Event()
+
+    async def work() -> None:
+        nonlocal handled
+        async for delivery in bus.subscribe("sink").deliveries():
+            await bus.ack(delivery)
+            handled += 1
+            if handled == messages:
+                done.set()
+
     async with anyio.create_task_group() as tg:
-        await tg.start(runtime.run)
+        for _ in range(workers):
+            tg.start_soon(work)
         started = time.perf_counter()
         for _ in range(messages):
-            await bus.publish(item)
-        await bus.wait_idle()
+            await bus.publish([item])
+        await done.wait()
         elapsed = time.perf_counter() - started
         await bus.aclose()
         tg.cancel_scope.cancel()
-    assert sink.handled == messages
     return elapsed
+
+
+async def through_memory(messages: int, buffer: int, workers: int) -> float:
+    return await through_bus(MemoryBus(buffer), messages, workers, "j")
+
+
+async def through_durable(messages: int, buffer: int, workers: int) -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        async with SQLiteStore(Path(folder) / "bus.db") as store:
+            job = await store.submit("generate", {}, lambda: [("d", {})])
+            bus = DurableBus(store, "bench", poll_interval=0.05)
+            return await through_bus(bus, messages, workers, job.id)
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     n, buffer = args.messages, args.buffer
     bare = min([await bare_stream(n, buffer) for _ in range(args.repeats)])
     timed = [("bare anyio memory object stream", bare)]
-    for workers in (1, 4):
-        seconds = min([await through_runtime(n, buffer, workers) for _ in range(args.repeats)])
-        timed.append((f"Runtime + MemoryBus, {workers} worker(s)", seconds))
+    for name, path in (("MemoryBus", through_memory), ("DurableBus on SQLite", through_durable)):
+        for workers in (1, 4):
+            seconds = min([await path(n, buffer, workers) for _ in range(args.repeats)])
+            timed.append((f"{name}, {workers} worker(s)", seconds))
     return [
         {
             "path": path,

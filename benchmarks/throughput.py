@@ -25,13 +25,8 @@ import openai
 import openai.resources.chat  # imported lazily on first use: not part of a run
 
 from ragjury.commands._run import recorded_run
-from ragjury.runs import (
-    generation_counts,
-    run_job,
-    scored_samples,
-    submit_documents,
-    submit_samples,
-)
+from ragjury.jobs import run_job, scored_samples, submit_documents, submit_samples
+from ragjury.pipelines.generation import generation_counts
 from ragjury.schemas import MetricName
 
 import corpus
@@ -103,13 +98,13 @@ def workload(kind: str, args: argparse.Namespace) -> list[Any]:
 async def generate(
     args: argparse.Namespace, base_url: str, folder: Path, docs: list[Any]
 ) -> dict[str, Any]:
-    """What `ragjury generate` runs: its setup, the batch as a job in SQLite, a daemon."""
+    """What `ragjury generate` runs: its setup, the batch as a job in SQLite, its workers."""
     settings = bench_settings(base_url, folder / "generate.db", concurrency=args.concurrency)
     async with recorded_run(settings, "generate") as run:
         job = await submit_documents(run.store, settings, docs)
         result = await run_job(job, settings=settings, store=run.store, llm=run.llm)
         counts = await generation_counts(run.store, job.id)
-    failed = counts.failed + counts.chunks_failed + counts.steps_failed + result.daemon.failed
+    failed = counts.failed + counts.chunks_failed + result.counts.failed
     return {
         "documents": len(docs),
         "calls": run.llm.usage.requests,
@@ -122,7 +117,7 @@ async def generate(
 async def evaluate(
     args: argparse.Namespace, base_url: str, folder: Path, items: list[Any]
 ) -> dict[str, Any]:
-    """What `ragjury evaluate` runs: its setup, the samples as a job in SQLite, a daemon."""
+    """What `ragjury evaluate` runs: its setup, the samples as a job in SQLite, its workers."""
     settings = bench_settings(base_url, folder / "evaluate.db", concurrency=args.concurrency)
     outcomes: dict[str, int] = {}
     async with recorded_run(settings, "evaluate") as run:

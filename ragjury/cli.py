@@ -56,6 +56,7 @@ _LLM_FLAGS = (
     "max_retries",
     "max_transport_retries",
     "timeout",
+    "max_prompt_tokens",
     "mode",
     "db",
     "log_level",
@@ -108,6 +109,12 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         "--max-transport-retries", type=int, help="retries of 429/5xx/timeouts (default 6)"
     )
     group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
+    group.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        help="largest prompt to send, in estimated tokens; a longer one fails at once without "
+        "a request (default: the model's context where known, else 128000)",
+    )
     group.add_argument("--rpm", type=int, help="requests per minute, at most (default: no limit)")
     group.add_argument(
         "--tpm", type=int, help="tokens per minute, at most, estimated before each request"
@@ -160,7 +167,7 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The database, logging, the step cache and shutdown: shared by the working commands."""
     parser.add_argument(
-        "--db", type=Path, help="SQLite database: queue, results, step cache (default ragjury.db)"
+        "--db", help="SQLite database file: queue, results, step cache (default ragjury.db)"
     )
     parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
@@ -262,9 +269,16 @@ def build_parser() -> argparse.ArgumentParser:
         "The work is kept in --db: running the same command again resumes it.",
     )
     gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
-    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL or CSV)")
+    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL, CSV or Parquet)")
     gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
-    gen.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="output format")
+    gen.add_argument(
+        "--failed", type=Path, help="chunks the generator gave up on, with their errors"
+    )
+    gen.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
     _add_run_options(gen)
     _add_generation_options(gen)
@@ -284,9 +298,36 @@ def _add_evaluate(commands: Any) -> None:
         description="Judge the answers of a RAG system, sample by sample. The work is kept in "
         "--db: running the same command again resumes it.",
     )
-    ev.add_argument("samples", type=Path, help="JSONL, JSON or CSV of samples")
-    ev.add_argument("--out", type=Path, required=True, help="per-sample results (JSONL)")
+    ev.add_argument(
+        "samples",
+        type=Path,
+        help="JSONL, JSON, CSV or Parquet of samples, or a Hugging Face dataset folder",
+    )
+    ev.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
+    ev.add_argument(
+        "--out", type=Path, required=True, help="per-sample results (JSONL, CSV or Parquet)"
+    )
+    ev.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    ev.add_argument(
+        "--max-failed",
+        type=int,
+        metavar="N",
+        help="exit 4 when more than N judgements (sample x metric) failed; exit 4 anyway when "
+        "every judgement failed",
+    )
     _add_run_options(ev)
     _add_evaluation_options(ev)
     ev.add_argument(
@@ -318,7 +359,18 @@ def _add_queue_commands(commands: Any) -> None:
         "their options. `ragjury serve` works the queue; `ragjury export` writes the results.",
     )
     submit.add_argument("paths", nargs="*", type=Path, help="files or folders of documents")
-    submit.add_argument("--samples", type=Path, help="JSONL, JSON or CSV of samples to judge")
+    submit.add_argument(
+        "--samples", type=Path, help="JSONL, JSON, CSV or Parquet of samples to judge"
+    )
+    submit.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
     submit.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
     submit.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
@@ -346,8 +398,14 @@ def _add_queue_commands(commands: Any) -> None:
         "--lease",
         dest="lease_seconds",
         type=float,
-        help="seconds an item stays this daemon's without renewal (default 30); a crashed "
-        "daemon's items are taken up again after this",
+        help="seconds a message stays this worker's without renewal (default 30); a killed "
+        "worker's messages are taken up again after this (at once by a worker started on "
+        "the same machine)",
+    )
+    serve.add_argument(
+        "--agents",
+        help="comma-separated agents this process works, e.g. verdict_judge,statement_splitter "
+        "(default: every agent and the intake of queued items; name 'intake' to include it)",
     )
     serve.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
@@ -357,8 +415,25 @@ def _add_queue_commands(commands: Any) -> None:
     status = commands.add_parser(
         "status", help="what the queue holds: items per state, per stage, tokens, throughput"
     )
-    status.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    status.add_argument("--db", help="SQLite database file (default ragjury.db)")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete finished jobs, cached steps and call records older than an age",
+        description="Keep a long-running database from growing forever: delete the jobs whose "
+        "every item finished more than --older-than ago (with their results), the cached steps "
+        "and the run and LLM call records made before then, and give the space back (VACUUM). "
+        "Unfinished jobs are kept whole; export what you want to keep first.",
+    )
+    prune.add_argument("--db", help="SQLite database file (default ragjury.db)")
+    prune.add_argument("--older-than", required=True, help="an age: 30d, 12h, 90m or 3600s")
+    prune.add_argument(
+        "--no-vacuum",
+        dest="vacuum",
+        action="store_false",
+        help="do not give the space back to the file system (VACUUM rewrites the file)",
+    )
 
     export = commands.add_parser(
         "export",
@@ -366,11 +441,15 @@ def _add_queue_commands(commands: Any) -> None:
         description="Write what the database holds, in the same formats as generate and "
         "evaluate, in submission order.",
     )
-    export.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    export.add_argument("--db", help="SQLite database file (default ragjury.db)")
     export.add_argument("--out", type=Path, help="kept pairs of every generation job")
     export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
     export.add_argument("--results", type=Path, help="judged samples of every evaluation job")
-    export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="pairs format")
+    export.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
     export.add_argument(
         "--job", action="append", dest="jobs", metavar="ID", help="only this job (repeatable)"
     )

@@ -18,10 +18,11 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
+from ragjury.schemas.evaluation import MetricName
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
-OutputFormat = Literal["jsonl", "csv"]
+OutputFormat = Literal["jsonl", "csv", "parquet"]
 
 NO_ENDPOINT_HELP = (
     "no LLM is configured. Configure one of:\n"
@@ -66,9 +67,8 @@ class GenerationOptions(BaseModel):
         return self
 
 
-MetricChoice = Literal[
-    "faithfulness", "correctness", "rubric", "keywords", "similarity", "confidence"
-]
+MetricChoice = MetricName
+"""A metric's name: the evaluation pipeline registers each (``pipelines/evaluation.py``)."""
 
 
 class EvaluationOptions(BaseModel):
@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         default=6, ge=0, description="Retries of 429, 5xx, timeouts and connection errors."
     )
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest prompt sent, in (estimated) tokens; default: the model's context "
+        "where known, else 128,000.",
+    )
     backoff_base: float = Field(default=0.5, gt=0, description="First backoff delay, seconds.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest backoff delay, seconds.")
     mode: StructuredMode = "json"
@@ -150,10 +156,21 @@ class Settings(BaseSettings):
         default_factory=dict, description="Workers per agent role, e.g. {'generator': 4}."
     )
     bus_buffer: int = Field(default=16, ge=1)
-    db: Path = Path("ragjury.db")
+    db: str = Field(
+        default="ragjury.db",
+        description="Where the store lives: a SQLite file path (or a postgresql:// URL).",
+    )
     cache: bool = Field(default=True, description="Reuse finished agent steps from the db.")
     lease_seconds: float = Field(
-        default=30.0, gt=0, description="How long a claimed item stays a daemon's without renewal."
+        default=30.0,
+        gt=0,
+        description="How long a claimed message or item stays a worker's without renewal.",
+    )
+    max_deliveries: int = Field(
+        default=5,
+        ge=1,
+        description="Deliveries of one message (its handler raised, or its worker died) "
+        "before it is taken out and its item fails.",
     )
     grace: float = Field(
         default=30.0, ge=0, description="Seconds in-flight items get to finish on shutdown."
@@ -181,6 +198,11 @@ class Settings(BaseSettings):
     def from_environment(cls, **overrides: Any) -> Settings:
         """Defaults < ragjury.toml < RAGJURY_* / OPENAI_* variables < ``overrides`` (CLI flags)."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db_location(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("llm")
     @classmethod

@@ -59,9 +59,13 @@ class LLMTransportError(LLMError):
         status_code: int | None = None,
         attempts: int = 0,
         last_raw_output: str | None = None,
+        permanent: bool = False,
     ) -> None:
         super().__init__(message, attempts=attempts, last_raw_output=last_raw_output)
         self.status_code = status_code
+        self.permanent = permanent
+        """The same request would fail again (a 4xx other than 408/409/429, a prompt too
+        large for the model): a re-run does not send it again."""
 
 
 class LLMOutputError(LLMError):

@@ -4,7 +4,8 @@
 
     async with Jury(settings) as jury:
         result = await jury.evaluate_one(question=..., answer=..., contexts=[...])
-        result.passing, result.score, result.feedback          # over every scored metric
+        result.passing, result.reason, result.feedback  # True only if every metric passed
+        result.faithfulness.statements                 # typed, per metric
 
         await jury.submit_documents(paths)           # or jury.submit_samples(samples)
         async for event in jury.events():            # PairJudged, SampleScored, ... as they happen
@@ -19,9 +20,7 @@ database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,54 +29,20 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ragjury._groups import only_the_callers
+from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
-from ragjury.daemon import Daemon
 from ragjury.errors import InputError, RagjuryError
-from ragjury.evaluation.pipeline import choose_metrics
 from ragjury.ingest import load_documents
+from ragjury.jobs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
+from ragjury.pipelines.evaluation import choose_metrics
 from ragjury.prompts import Prompt
-from ragjury.runs import evaluate_in_memory, submit_documents, submit_samples
-from ragjury.schemas import MetricName, MetricResult, Sample
-from ragjury.store import Store
-
-
-@dataclass(frozen=True)
-class EvaluationResult(Mapping[str, MetricResult]):
-    """One sample's judgement: a mapping of metric name to result, plus overall figures."""
-
-    sample: Sample
-    metrics: Mapping[str, MetricResult]
-
-    def __getitem__(self, name: str) -> MetricResult:
-        return self.metrics[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.metrics)
-
-    def __len__(self) -> int:
-        return len(self.metrics)
-
-    @property
-    def passing(self) -> bool | None:
-        """True if every scored metric passed; None if no metric could be scored."""
-        verdicts = [m.passing for m in self.metrics.values() if m.passing is not None]
-        return all(verdicts) if verdicts else None
-
-    @property
-    def score(self) -> float | None:
-        """The faithfulness score if scored, else the first scored metric's score."""
-        ordered = sorted(self.metrics.items(), key=lambda item: item[0] != "faithfulness")
-        return next((m.score for _, m in ordered if m.outcome == "scored"), None)
-
-    @property
-    def feedback(self) -> str:
-        """One line per metric: its outcome and the reason."""
-        return "\n".join(
-            f"{name}: {m.outcome}" + (f" ({m.reason})" if m.reason else "")
-            for name, m in self.metrics.items()
-        )
+from ragjury.results import EvaluationResult, is_result_event
+from ragjury.schemas import MetricName, Sample
+from ragjury.service import Service
+from ragjury.store import Store, open_store
 
 
 class Jury:
@@ -90,7 +55,8 @@ class Jury:
         self._store: Store | None = None
         self._store_lock = anyio.Lock()
         self._tasks: TaskGroup | None = None
-        self._listeners: set[MemoryObjectSendStream[Any]] = set()
+        self._listeners: dict[MemoryObjectSendStream[Any], bool] = {}
+        """Each listener's stream, and whether it wants internal events too."""
         self._submitted: list[str] = []
         self._serving = 0
 
@@ -112,7 +78,11 @@ class Jury:
                 for send in list(self._listeners):
                     send.close()
                 self._tasks.cancel_scope.cancel()
-                await self._tasks.__aexit__(exc_type, exc, tb)
+                try:
+                    await self._tasks.__aexit__(exc_type, exc, tb)
+                except BaseExceptionGroup as group:
+                    if not only_the_callers(group, exc):
+                        raise
         finally:
             self._tasks = None
             with anyio.CancelScope(shield=True):
@@ -134,7 +104,7 @@ class Jury:
         self.llm  # noqa: B018 - raises outside 'async with'
         async with self._store_lock:
             if self._store is None:
-                self._store = await Store(self.settings.db).__aenter__()
+                self._store = await open_store(self.settings.db).__aenter__()
         return self._store
 
     async def evaluate_one(
@@ -149,7 +119,6 @@ class Jury:
     ) -> EvaluationResult:
         """Judge one answer. ``expectations`` takes must_contain, must_not_contain, ..."""
         sample = Sample(
-            id=uuid.uuid4().hex,
             question=question,
             answer=answer,
             contexts=tuple(contexts),
@@ -159,13 +128,11 @@ class Jury:
         return (await self.evaluate([sample], metrics=metrics))[0]
 
     async def evaluate(
-        self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
     ) -> list[EvaluationResult]:
-        """Judge many samples concurrently, in memory (no queue); results in input order."""
-        ids = [s.id for s in samples]
-        if len(set(ids)) != len(ids):
-            repeated = sorted({i for i in ids if ids.count(i) > 1})
-            raise InputError(f"sample ids must be unique; repeated: {', '.join(repeated[:5])}")
+        """Judge many samples (``Sample`` objects or dicts, ids optional) concurrently, in
+        memory (no queue); results in input order."""
+        samples = as_samples(samples)
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
         results = await evaluate_in_memory(
             samples, settings=self.settings, llm=self.llm, metrics=chosen, prompts=self._prompts
@@ -176,10 +143,7 @@ class Jury:
                 f"{len(samples)} samples were not judged. Raise Settings.max_tokens / max_cost "
                 "or use a new Jury"
             )
-        return [
-            EvaluationResult(sample=r.sample, metrics={str(k): v for k, v in r.metrics.items()})
-            for r in results
-        ]
+        return [EvaluationResult.from_scored(r) for r in results]
 
     async def submit_documents(self, paths: Sequence[str | Path]) -> str:
         """Queue the documents under ``paths`` for dataset generation; the job id.
@@ -202,9 +166,11 @@ class Jury:
         return job.id
 
     async def submit_samples(
-        self, samples: Sequence[Sample], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
     ) -> str:
-        """Queue ``samples`` for evaluation; the job id."""
+        """Queue ``samples`` (``Sample`` objects or dicts, ids optional) for evaluation; the
+        job id."""
+        samples = as_samples(samples)
         chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
         job = await submit_samples(
             await self.store(), self.settings, samples, chosen, self._prompts
@@ -212,33 +178,44 @@ class Jury:
         self._submitted.append(job.id)
         return job.id
 
-    async def events(self) -> AsyncGenerator[Any, None]:
-        """Result events (PairJudged, SampleScored, ChunkFailed, ...) as they happen.
+    async def events(self, *, internal: bool = False) -> AsyncGenerator[Any, None]:
+        """Result events, each once its item's results are stored: PairJudged (each pair of a
+        finished document), DocumentJudged (the document's end, with its failed chunks),
+        SampleScored, and ItemFailed for an item that failed as a whole. ``internal=True``
+        adds every step's output as this process's workers make it (ChunkReady,
+        PairDrafted, ...; steps other processes work are not seen).
 
-        While :meth:`serve` runs, this follows the daemon until the jury closes. Otherwise it
+        While :meth:`serve` runs, this follows the workers until the jury closes. Otherwise it
         works the jobs this jury submitted (every queued job if none) and ends when they are
         done."""
         if self._tasks is None:
             raise RuntimeError("use the jury inside 'async with Jury(settings) as jury'")
         send, receive = anyio.create_memory_object_stream[Any](self.settings.bus_buffer)
-        self._listeners.add(send)
+        self._listeners[send] = internal
         if not self._serving:
             jobs = list(self._submitted) or None
             self._tasks.start_soon(self._work_then_close, jobs, send)
         try:
             async with receive:
                 async for event in receive:
-                    yield event
+                    if internal or is_result_event(event):
+                        yield event
         finally:
-            self._listeners.discard(send)
+            self._listeners.pop(send, None)
             send.close()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work the queue until cancelled (``await task_group.start(jury.serve)``)."""
-        daemon = Daemon(self.settings, await self.store(), self.llm, on_event=self._broadcast)
+        service = Service(
+            self.settings,
+            await self.store(),
+            self.llm,
+            on_event=self._broadcast,
+            on_output=self._broadcast_internal,
+        )
         self._serving += 1
         try:
-            await daemon.run(task_status=task_status)
+            await service.run(task_status=task_status)
         finally:
             self._serving -= 1
 
@@ -246,16 +223,28 @@ class Jury:
         self, jobs: list[str] | None, send: MemoryObjectSendStream[Any]
     ) -> None:
         try:
-            daemon = Daemon(
-                self.settings, await self.store(), self.llm, job_ids=jobs, on_event=self._broadcast
+            service = Service(
+                self.settings,
+                await self.store(),
+                self.llm,
+                job_ids=jobs,
+                on_event=self._broadcast,
+                on_output=self._broadcast_internal,
             )
-            await daemon.run(until_empty=True)
+            await service.run(until_done=True)
         finally:
             send.close()
 
-    async def _broadcast(self, job_id: str, event: Any) -> None:
-        for send in list(self._listeners):
+    async def _broadcast(self, job_id: str, event: Any, *, internal: bool = False) -> None:
+        for send, wants_internal in list(self._listeners.items()):
+            if internal and not wants_internal:
+                continue
             try:
                 await send.send(event)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._listeners.discard(send)
+                self._listeners.pop(send, None)
+
+    async def _broadcast_internal(self, job_id: str, event: Any) -> None:
+        """A step's output as this process's workers make it (for ``events(internal=True)``)."""
+        if any(self._listeners.values()):
+            await self._broadcast(job_id, event, internal=True)

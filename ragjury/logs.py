@@ -53,5 +53,6 @@ def configure_if_unset(level: str = "warning") -> None:
 def quiet_dependencies() -> None:
     """instructor and the HTTP stack log every retried call at ERROR through stdlib logging;
     ragjury reports those itself (llm_retry, failed outcomes), so keep them quiet."""
-    for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore"):
+    # pypdf warns about broken files ("EOF marker not found"): the loaders report those
+    for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore", "pypdf"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)

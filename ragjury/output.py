@@ -1,16 +1,65 @@
-"""Output records and the JSONL / CSV writers that stream them to disk as they arrive."""
+"""Output records and the writers that stream them to disk: JSONL, CSV or Parquet.
+
+JSONL holds each record as it is (nested). CSV and Parquet hold flat rows, one column per
+field, described by a :class:`Table`: judged pairs (:data:`PAIR_TABLE`), failed chunks
+(:data:`FAILED_CHUNK_TABLE`) and judged samples (:func:`sample_table`, one group of columns
+per metric). In CSV a list is a JSON array and a nested value its JSON; in Parquet a list is
+a list column. JSONL and CSV are flushed record by record, so an interrupted run keeps what
+it wrote; Parquet is written in row groups and is whole once the writer closes.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from ragjury.config import OutputFormat
-from ragjury.errors import ConfigurationError
+from ragjury.errors import ConfigurationError, InputError
+from ragjury.evaluation.tables import pyarrow_module
 from ragjury.schemas import CRITERIA, PairJudged
+
+__all__ = [
+    "FAILED_CHUNK_TABLE",
+    "PAIR_TABLE",
+    "RecordWriter",
+    "Table",
+    "failed_chunk_record",
+    "output_format",
+    "pair_record",
+    "sample_table",
+]
+
+_SUFFIXES: dict[str, OutputFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
+
+
+def output_format(path: Path, flag: OutputFormat | None, option: str = "--out") -> OutputFormat:
+    """The format to write ``path`` in: ``--format`` if given, else the one its suffix names,
+    else JSONL. A ``--format`` that its suffix contradicts is an error, as is Parquet without
+    pyarrow (checked now, before any work)."""
+    implied = _SUFFIXES.get(path.suffix.lower())
+    if flag is not None and implied is not None and flag != implied:
+        raise ConfigurationError(
+            f"--format {flag} but {option} {str(path)!r} ends in {path.suffix}, which is "
+            f"{implied}; drop --format to write {implied}, or name the file *.{flag}"
+        )
+    chosen = flag or implied or "jsonl"
+    if chosen == "parquet":
+        try:
+            pyarrow_module(f"writing Parquet ({option} {str(path)!r})")
+        except InputError as exc:
+            raise ConfigurationError(str(exc)) from exc
+    return chosen
 
 
 def pair_record(judged: PairJudged) -> dict[str, Any]:
@@ -33,47 +82,170 @@ def pair_record(judged: PairJudged) -> dict[str, Any]:
     return record
 
 
-_CSV_FIELDS = [
-    "id",
-    "question",
-    "answer",
-    "context",
-    "source",
-    "chunk_id",
-    "outcome",
-    *(f"{c}_{part}" for c in CRITERIA for part in ("rating", "rationale")),
-    "error",
-]
+def failed_chunk_record(report: dict[str, Any]) -> dict[str, Any]:
+    """The exported form of a chunk the generator gave up on (from a job's stored report)."""
+    error = {k: v for k, v in report.items() if k not in ("chunk_id", "source")}
+    return {
+        "chunk_id": report.get("chunk_id"),
+        "source": report.get("source"),
+        "outcome": "failed",
+        "error": error,
+    }
 
 
-def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
-    row = {key: record.get(key, "") for key in _CSV_FIELDS[:7]}
+Kind = Literal["str", "int", "float", "bool", "list"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Flat columns (name, kind) and how a record becomes a row of them."""
+
+    columns: tuple[tuple[str, Kind], ...]
+    row: Callable[[dict[str, Any]], dict[str, Any]]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.columns]
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _pair_row(record: dict[str, Any]) -> dict[str, Any]:
+    row = {
+        key: record.get(key)
+        for key in ("id", "question", "answer", "context", "source", "chunk_id", "outcome")
+    }
     for criterion in CRITERIA:
         critique = record["critiques"].get(criterion) or {}
-        row[f"{criterion}_rating"] = critique.get("rating", "")
-        row[f"{criterion}_rationale"] = critique.get("rationale", "")
-    row["error"] = json.dumps(record["error"]) if "error" in record else ""
+        row[f"{criterion}_rating"] = critique.get("rating")
+        row[f"{criterion}_rationale"] = critique.get("rationale")
+    row["error"] = _json(record.get("error"))
     return row
 
 
-class RecordWriter:
-    """Writes records one at a time, flushed, so an interrupted run keeps what it wrote."""
+PAIR_TABLE = Table(
+    columns=(
+        *((name, "str") for name in ("id", "question", "answer", "context", "source")),
+        ("chunk_id", "str"),
+        ("outcome", "str"),
+        *(
+            column
+            for c in CRITERIA
+            for column in ((f"{c}_rating", "int"), (f"{c}_rationale", "str"))
+        ),
+        ("error", "str"),
+    ),
+    row=_pair_row,
+)
 
-    def __init__(self, path: Path, fmt: OutputFormat) -> None:
-        self.path, self.format = path, fmt
+FAILED_CHUNK_TABLE = Table(
+    columns=(("chunk_id", "str"), ("source", "str"), ("outcome", "str"), ("error", "str")),
+    row=lambda record: {**record, "error": _json(record.get("error"))},
+)
+
+_METRIC_FIELDS = ("outcome", "score", "passing", "reason", "llm_calls", "error")
+
+
+def sample_table(metrics: Sequence[str]) -> Table:
+    """Judged samples: the inputs, the verdict, then for each metric ``{metric}_outcome``,
+    ``_score``, ``_passing``, ``_reason``, ``_details`` (the JSON of its details, such as
+    faithfulness's statements) and ``_error`` (the JSON of its failure)."""
+
+    def row(record: dict[str, Any]) -> dict[str, Any]:
+        flat = {
+            key: record.get(key)
+            for key in ("id", "question", "answer", "contexts", "reference", "passing", "reason")
+        }
+        for name in metrics:
+            result = record["metrics"].get(name) or {}
+            details = {k: v for k, v in result.items() if k not in _METRIC_FIELDS}
+            flat |= {
+                f"{name}_outcome": result.get("outcome"),
+                f"{name}_score": result.get("score"),
+                f"{name}_passing": result.get("passing"),
+                f"{name}_reason": result.get("reason"),
+                f"{name}_details": _json(details) if details else None,
+                f"{name}_error": _json(result.get("error")),
+            }
+        return flat
+
+    per_metric: tuple[tuple[str, Kind], ...] = (
+        ("outcome", "str"),
+        ("score", "float"),
+        ("passing", "bool"),
+        ("reason", "str"),
+        ("details", "str"),
+        ("error", "str"),
+    )
+    return Table(
+        columns=(
+            ("id", "str"),
+            ("question", "str"),
+            ("answer", "str"),
+            ("contexts", "list"),
+            ("reference", "str"),
+            ("passing", "bool"),
+            ("reason", "str"),
+            *((f"{name}_{part}", kind) for name in metrics for part, kind in per_metric),
+        ),
+        row=row,
+    )
+
+
+_PARQUET_ROW_GROUP = 1000
+
+
+def _partial_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it, moved into place when complete."""
+    partial = _partial_path(path)
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise ConfigurationError(
+            f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable path"
+        ) from exc
+
+
+class RecordWriter:
+    """Writes records one at a time (JSONL and CSV flushed each time) in ``fmt``; CSV and
+    Parquet as the flat rows of ``table``."""
+
+    def __init__(self, path: Path, fmt: OutputFormat, table: Table = PAIR_TABLE) -> None:
+        self.path, self.format, self.table = path, fmt, table
+        # written beside the output, moved over it when complete: a crash midway leaves an
+        # earlier output whole, never truncated
+        self._partial = _partial_path(path)
         self.count = 0
         self._file: IO[str] | None = None
         self._csv: csv.DictWriter[str] | None = None
+        self._parquet: Any = None  # pyarrow.parquet.ParquetWriter (untyped)
+        self._schema: Any = None
+        self._rows: list[dict[str, Any]] = []
 
     def __enter__(self) -> RecordWriter:
         try:
-            self._file = self.path.open("w", encoding="utf-8", newline="")
+            if self.format == "parquet":
+                pa = pyarrow_module("writing Parquet")
+                self._schema = pa.schema(
+                    [(name, _arrow_type(pa, kind)) for name, kind in self.table.columns]
+                )
+                self._parquet = pa.parquet.ParquetWriter(str(self._partial), self._schema)
+                return self
+            self._file = self._partial.open("w", encoding="utf-8", newline="")
         except OSError as exc:
             raise ConfigurationError(
-                f"cannot write {str(self.path)!r}: {exc.strerror}; choose a writable path"
+                f"cannot write {str(self.path)!r}: {exc.strerror or exc}; choose a writable path"
             ) from exc
         if self.format == "csv":
-            self._csv = csv.DictWriter(self._file, fieldnames=_CSV_FIELDS)
+            self._csv = csv.DictWriter(self._file, fieldnames=self.table.names)
             self._csv.writeheader()
         return self
 
@@ -83,14 +255,49 @@ class RecordWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._file is not None:
-            self._file.close()
+        try:
+            if self._file is not None:
+                self._file.close()
+            if self._parquet is not None:
+                if exc_type is None:
+                    self._write_row_group()
+                self._parquet.close()
+        finally:
+            if exc_type is None:
+                os.replace(self._partial, self.path)
+            else:
+                self._partial.unlink(missing_ok=True)
 
     def write(self, record: dict[str, Any]) -> None:
-        assert self._file is not None
-        if self._csv is not None:
-            self._csv.writerow(_csv_row(record))
+        if self._parquet is not None:
+            self._rows.append(self.table.row(record))
+            if len(self._rows) >= _PARQUET_ROW_GROUP:
+                self._write_row_group()
         else:
-            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
+            assert self._file is not None
+            if self._csv is not None:
+                row = self.table.row(record)
+                self._csv.writerow(
+                    {k: _json(v) if isinstance(v, list) else v for k, v in row.items()}
+                )
+            else:
+                self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._file.flush()
         self.count += 1
+
+    def _write_row_group(self) -> None:
+        if self._rows:
+            pa = pyarrow_module("writing Parquet")
+            self._parquet.write_table(pa.Table.from_pylist(self._rows, schema=self._schema))
+            self._rows = []
+
+
+def _arrow_type(pa: Any, kind: Kind) -> Any:
+    types = {
+        "str": pa.string(),
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "bool": pa.bool_(),
+        "list": pa.list_(pa.string()),
+    }
+    return types[kind]

@@ -1,202 +1,275 @@
-"""The runtime: wires agents to the bus, runs N workers per agent, and stops cleanly.
+"""The runtime: workers for agent roles, over any bus, for any job.
 
-Each agent role is a consumer group. For every kind the agent consumes, the runtime starts
-that role's workers on the group's subscription; workers compete for deliveries. A worker
-handles a delivery, publishes what the agent returned (each as a reply to the delivery), and
-only then acknowledges it, so ``bus.wait_idle()`` cannot return while work is still owed.
-An agent that raises does not kill the run: the runtime publishes :class:`StepFailed`.
+Each role is a consumer group. A worker takes a delivery, finds the job's pipeline (built
+from the job's stored options the first time this process meets the job), asks the role's
+agent (or the step cache) for its outputs, and then, in this order:
 
-With a :class:`~ragjury.store.cache.StepCache`, an agent that has a fingerprint (every LLM
-agent) is asked only once per distinct input: a finished step is stored before its output is
-published, and the same step later (a re-run, a restart after a crash) replays the stored
-output without an LLM call.
+1. a terminal event (``DocumentJudged``, ``SampleScored``) is stored as the item's results,
+   once, whichever process gets there (:meth:`Store.finish_item`);
+2. the other outputs are published to the roles the pipeline routes them to, and the
+   delivery is acknowledged, in one step (:meth:`Bus.ack`).
+
+A handler that raises gives the delivery back (:meth:`Bus.nack`); after ``max_deliveries``
+the bus takes it out and its item ends ``failed`` with the error. So a message is
+acknowledged only after what it caused is stored, a killed worker's messages come back after
+their leases, and nothing here counts in memory what another process might be doing.
+
+With a :class:`~ragjury.store.cache.StepCache`, an agent with a fingerprint (every LLM agent)
+is asked once per distinct input: a finished step is stored before its outputs are
+published, and the same step later (a redelivery, a re-run) replays it without an LLM call.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
+from pydantic import BaseModel
 
-from ragjury.agents.base import Agent
-from ragjury.bus import Bus, Delivery, Subscription
+from ragjury.agents.joins import current_item
+from ragjury.bus import Bus, Delivery, Message, Subscription
+from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
+from ragjury.evaluation.targets import Target
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
-from ragjury.schemas import Envelope, Failure, StepFailed, kind_of
+from ragjury.pipelines import LLM_ROLES, ROLES, Pipeline, build_pipeline, check_workers
+from ragjury.schemas import Envelope, ItemFailed
+from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
 
 log = structlog.get_logger("ragjury.runtime")
 
-StepObserver = Callable[[str, Envelope, float, Sequence[CallStats]], Awaitable[None]]
+EventListener = Callable[[str, BaseModel], Awaitable[None]]
+"""Called with (job id, event). ``on_event``: each public event of an item once its results
+are stored (``PairJudged``/``DocumentJudged``, ``SampleScored``, ``ItemFailed``);
+``on_output``: every event this process's workers produce, as they produce it."""
+
+_PIPELINES_KEPT = 64
 
 
-@dataclass(frozen=True)
-class AgentSpec:
-    """An agent and how many concurrent workers it gets."""
+def workers_for(role: str, settings: Settings) -> int:
+    """Workers of one role in this process: ``--workers ROLE=N``, else ``--concurrency`` for
+    an LLM agent and 2 for the others."""
+    return settings.workers.get(role) or (settings.concurrency if role in LLM_ROLES else 2)
 
-    agent: Agent
-    workers: int = 1
-    fingerprint: str | None = None
-    """What shapes the agent's output besides its input (prompt version, model, options).
-    Agents with a fingerprint have their steps cached; the others are cheap or stateful."""
 
-    def __post_init__(self) -> None:
-        limit: int | None = getattr(self.agent, "max_workers", None)
-        if self.workers < 1:
-            raise ConfigurationError(
-                f"workers for {self.agent.role} must be >= 1, got {self.workers}"
-            )
-        if limit is not None and self.workers > limit:
-            raise ConfigurationError(
-                f"{self.agent.role} keeps state in memory and runs at most {limit} worker(s), "
-                f"got {self.workers}; remove it from --workers"
-            )
+def select_roles(agents: Sequence[str] | None) -> tuple[str, ...]:
+    """The roles named by ``--agents`` (all when None), checked."""
+    if agents is None:
+        return ROLES
+    unknown = sorted(set(agents) - set(ROLES))
+    if unknown:
+        raise ConfigurationError(
+            f"--agents names unknown agent(s) {', '.join(unknown)}; "
+            f"known agents: intake, {', '.join(ROLES)}"
+        )
+    return tuple(role for role in ROLES if role in agents)
 
 
 class Runtime:
-    """Runs agents over a bus until cancelled."""
+    """Runs workers for ``roles`` over ``bus`` until cancelled."""
 
     def __init__(
         self,
+        store: Store,
         bus: Bus,
-        specs: Sequence[AgentSpec],
+        settings: Settings,
+        llm: LLM,
         *,
-        on_step: StepObserver | None = None,
+        roles: Sequence[str] = ROLES,
         cache: StepCache | None = None,
+        on_event: EventListener | None = None,
+        on_output: EventListener | None = None,
+        target: Target | None = None,
     ) -> None:
-        self.bus = bus
+        check_workers(settings.workers, ROLES)
+        self.store, self.bus, self.settings, self.llm = store, bus, settings, llm
+        self.roles = tuple(roles)
         self.cache = cache
-        self._specs = list(specs)
-        self._on_step = on_step
-        self._subscriptions: list[tuple[AgentSpec, Subscription]] = [
-            (spec, bus.subscribe(kind_of(kind), spec.agent.role))
-            for spec in self._specs
-            for kind in spec.agent.consumes
+        self.finished = 0
+        self.failed = 0
+        self.changed = anyio.Event()
+        """Set (and replaced) whenever an item ends in this process."""
+        self._on_event = on_event
+        self._on_output = on_output
+        self._target = target
+        self._target_limiter = anyio.CapacityLimiter(settings.concurrency)
+        self._pipelines: OrderedDict[str, Pipeline] = OrderedDict()
+        self._building = anyio.Lock()
+        self._subscriptions: list[tuple[str, Subscription]] = [
+            (role, bus.subscribe(role)) for role in self.roles
         ]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start every worker; report started; run until the bus closes or we are cancelled."""
+        """Start every worker and the lease renewal; report started; run until cancelled."""
         async with anyio.create_task_group() as tg:
-            for spec, subscription in self._subscriptions:
-                for _ in range(spec.workers):
-                    tg.start_soon(self._work, spec, subscription)
+            for role, subscription in self._subscriptions:
+                for _ in range(workers_for(role, self.settings)):
+                    tg.start_soon(self._work, role, subscription)
+            tg.start_soon(self._renew)
             task_status.started()
 
-    async def _work(self, spec: AgentSpec, subscription: Subscription) -> None:
-        async for delivery in subscription.deliveries():
-            await self._handle(spec, delivery)
+    async def pipeline(self, job_id: str) -> Pipeline:
+        """The pipeline of ``job_id``, built once per process from the job's stored options."""
+        pipeline = self._pipelines.get(job_id)
+        if pipeline is None:
+            async with self._building:
+                pipeline = self._pipelines.get(job_id)
+                if pipeline is None:
+                    job = await self.store.job(job_id)
+                    pipeline = build_pipeline(
+                        job,
+                        self.settings,
+                        self.llm,
+                        self.store,
+                        target=self._target,
+                        target_limiter=self._target_limiter,
+                    )
+                    self._pipelines[job_id] = pipeline
+                    while len(self._pipelines) > _PIPELINES_KEPT:
+                        self._pipelines.popitem(last=False)
+        self._pipelines.move_to_end(job_id)
+        return pipeline
 
-    async def _handle(self, spec: AgentSpec, delivery: Delivery) -> None:
-        agent = spec.agent
+    async def _renew(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.lease_seconds / 4)
+            await self.bus.renew()
+
+    async def _work(self, role: str, subscription: Subscription) -> None:
+        async for delivery in subscription.deliveries():
+            await self._handle(role, delivery)
+
+    async def _handle(self, role: str, delivery: Delivery) -> None:
         envelope = delivery.envelope
         calls: list[CallStats] = []
-        token = current_step.set(calls)
+        step_token = current_step.set(calls)
+        item_token = current_item.set(envelope.correlation_id)
         started = time.perf_counter()
         try:
             with structlog.contextvars.bound_contextvars(
-                agent=agent.role, message_id=envelope.id, correlation_id=envelope.correlation_id
+                agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
             ):
-                events, cached = await self._step(spec, envelope)
+                log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
+                try:
+                    pipeline = await self.pipeline(envelope.job_id or "")
+                    events, cached = await self._step(pipeline, role, envelope)
+                except Exception as exc:  # an agent bug, a bad message: never the whole run
+                    log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
+                    reason = f"{role}: {type(exc).__name__}: {exc}"
+                    if await self.bus.nack(delivery, reason):
+                        reason += f" (given up after {delivery.attempt} deliveries)"
+                        await self.fail(envelope.job_id or "", envelope.correlation_id, reason)
+                    return
                 elapsed = time.perf_counter() - started
-                for event in events:
-                    await self.bus.publish(envelope.reply(event))
+                job_id = envelope.job_id or ""
+                replies = await self.dispatch(
+                    pipeline, job_id, envelope.correlation_id, events, envelope
+                )
+                await self.bus.ack(delivery, replies)
                 log.info(
                     "message_handled",
                     kind=envelope.kind,
                     causation_id=envelope.causation_id,
-                    attempt=envelope.attempt,
+                    attempt=delivery.attempt,
                     ms=round(elapsed * 1000, 1),
                     publish_ms=round((time.perf_counter() - started - elapsed) * 1000, 1),
-                    published=len(events),
+                    published=len(replies),
                     cached=cached,
                     llm_requests=sum(c.requests for c in calls),
                     prompt_tokens=sum(c.prompt_tokens for c in calls),
                     completion_tokens=sum(c.completion_tokens for c in calls),
                 )
-            if self._on_step is not None:
-                await self._on_step(agent.role, envelope, elapsed, calls)
         finally:
-            current_step.reset(token)
-            await self.bus.ack(delivery)
+            current_item.reset(item_token)
+            current_step.reset(step_token)
 
-    async def _step(self, spec: AgentSpec, envelope: Envelope) -> tuple[Sequence[Any], bool]:
-        """The agent's output for this message: from the cache, or handled (and cached)."""
-        agent, cache = spec.agent, self.cache
-        key = None
-        if cache is not None and spec.fingerprint is not None:
-            key = cache.key(agent.role, spec.fingerprint, envelope.payload)
+    async def _step(
+        self, pipeline: Pipeline, role: str, envelope: Envelope
+    ) -> tuple[Sequence[BaseModel], bool]:
+        """The agent's outputs for this message: from the cache, or handled (and cached)."""
+        step = pipeline.steps.get(role)
+        if step is None:
+            raise ConfigurationError(f"job {envelope.job_id} has no {role} agent")
+        cache, key = self.cache, None
+        if cache is not None and step.fingerprint is not None:
+            key = cache.key(role, step.fingerprint, envelope.payload)
             stored = await cache.get(key)
             if stored is not None:
                 return stored, True
-        try:
-            events: Sequence[Any] = await agent.handle(envelope.payload)
-        except Exception as exc:  # an agent bug must not stall the run
-            log.exception("step_failed", kind=envelope.kind)
-            return [_step_failed(agent.role, envelope, exc)], False
+        events: Sequence[BaseModel] = await step.agent.handle(envelope.payload)
         if key is not None and cache is not None and not any(map(carries_failure, events)):
-            await cache.put(key, agent.role, events)
+            await cache.put(key, role, events)
         return events, False
 
+    async def dispatch(
+        self,
+        pipeline: Pipeline,
+        job_id: str,
+        item_key: str,
+        events: Sequence[BaseModel],
+        cause: Envelope | None = None,
+    ) -> list[Message]:
+        """Store a terminal event as its item's results; address the others to the roles the
+        pipeline routes them to, as replies to ``cause`` (None: an item's first events)."""
+        messages: list[Message] = []
+        for event in events:
+            if self._on_output is not None:
+                await self._on_output(job_id, event)
+            if isinstance(event, pipeline.terminal):
+                await self.finish(pipeline, job_id, item_key, event)
+                continue
+            envelope = (
+                cause.reply(event)  # type: ignore[arg-type]  # every output is an Event
+                if cause is not None
+                else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
+            )
+            roles = pipeline.routes.get(event_kind(event), ())
+            messages.extend(Message(role, envelope) for role in roles)
+        return messages
 
-def _step_failed(role: str, envelope: Envelope, exc: Exception) -> StepFailed:
-    return StepFailed(
-        agent=role,
-        input_kind=envelope.kind,
-        input_id=envelope.id,
-        error=Failure(stage=role, attempts=0, message=f"{type(exc).__name__}: {exc}"),
-    )
+    async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: Any) -> None:
+        if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
+            self.finished += 1
+            log.info("item_done", job=job_id, item=key)
+            if self._on_event is not None:
+                for event in pipeline.public(terminal):
+                    await self._on_event(job_id, event)
+        self._changed()
+
+    async def fail(
+        self,
+        job_id: str,
+        key: str,
+        reason: str,
+        payload: Mapping[str, Any] | None = None,
+    ) -> None:
+        """End an item ``failed`` with ``reason`` (and, for a sample, every metric failed)."""
+        results = None
+        try:
+            if payload is None:
+                payload = await self.store.item_payload(job_id, key)
+            results = (await self.pipeline(job_id)).failed(key, payload, reason)
+        except Exception:  # the job itself may be what is wrong
+            log.exception("failed_results_unavailable", job=job_id, item=key)
+        if await self.store.fail_item(job_id, key, reason, results):
+            self.failed += 1
+            log.warning("item_failed", job=job_id, item=key, reason=reason)
+            if self._on_event is not None:
+                await self._on_event(job_id, ItemFailed(item=key, reason=reason))
+        self._changed()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
 
 
-def agent_specs(
-    agents: Sequence[tuple[Agent, int]],
-    workers: Mapping[str, int],
-    fingerprints: Mapping[str, str] | None = None,
-) -> list[AgentSpec]:
-    """Pair each agent with its worker count (``workers``, from --workers, overrides) and,
-    for agents whose steps are cached, its fingerprint."""
-    fingerprints = fingerprints or {}
-    known = {agent.role for agent, _ in agents}
-    unknown = sorted(set(workers) - known)
-    if unknown:
-        raise ConfigurationError(
-            f"--workers names unknown agent(s) {', '.join(unknown)}; "
-            f"known agents: {', '.join(sorted(known))}"
-        )
-    return [
-        AgentSpec(agent, workers.get(agent.role, n), fingerprints.get(agent.role))
-        for agent, n in agents
-    ]
-
-
-async def run_to_completion(
-    runtime: Runtime,
-    llm: LLM,
-    *,
-    feed: Callable[[], Awaitable[None]],
-    drain: Callable[[], Awaitable[None]],
-) -> None:
-    """Start the agents, ``feed`` the pipeline, wait until every delivery is acknowledged,
-    ``drain`` what is left in join state, and stop. If the endpoint refused us outright
-    (401, 403, 404), stop at once and raise a :class:`ConfigurationError` saying why."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_when_refused, llm, tg.cancel_scope)
-        await tg.start(runtime.run)
-        await feed()
-        await runtime.bus.wait_idle()
-        await drain()
-        await runtime.bus.aclose()
-        tg.cancel_scope.cancel()
-    if llm.fatal_error is not None:
-        raise ConfigurationError(llm.fatal_error.message) from llm.fatal_error
-
-
-async def _stop_when_refused(llm: LLM, scope: anyio.CancelScope) -> None:
-    await llm.fatal.wait()
-    log.error("endpoint_refused", error=llm.fatal_error and llm.fatal_error.message)
-    scope.cancel()
+def event_kind(event: BaseModel) -> str:
+    kind: str = event.kind  # type: ignore[attr-defined]  # every event has a literal kind
+    return kind

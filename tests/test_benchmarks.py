@@ -73,10 +73,31 @@ def test_memory_reports_peak_rss_per_size(tmp_path: Path) -> None:
     assert [row["kept"] for row in rows] == [4, 8]
 
 
-def test_bus_reports_a_rate_for_the_runtime_and_the_bare_stream(tmp_path: Path) -> None:
+def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> None:
     result = run_benchmark("bus", tmp_path, "--messages=300", "--repeats=1")
     paths = result["paths"]
     assert paths[0]["path"] == "bare anyio memory object stream"
     assert paths[0]["ratio_to_bare"] == 1.0
-    assert len(paths) == 3
+    assert [p["path"].split(",")[0] for p in paths[1:]] == [
+        "MemoryBus",
+        "MemoryBus",
+        "DurableBus on SQLite",
+        "DurableBus on SQLite",
+    ]
     assert all(p["messages_per_second"] > 0 for p in paths)
+
+
+def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Path) -> None:
+    result = run_benchmark("scale", tmp_path, "--keywords=40,80", "--faithfulness=20")
+    rows = result["sizes"]
+    assert [(r["metric"], r["samples"]) for r in rows] == [
+        ("keywords", 40),
+        ("keywords", 80),
+        ("faithfulness", 20),
+    ]
+    for row in rows:
+        assert row["failed"] == 0
+        assert row["scored"] == row["samples"]  # every sample really judged
+        assert row["peak_rss_mib"] > 0
+        assert row["db_bytes_per_item"] > 0
+    assert rows[0]["time_per_item_ratio"] == 1.0

@@ -1,97 +1,220 @@
-"""MemoryBus: consumer-group delivery and backpressure."""
+"""The bus contract on every bus: the in-memory one and the durable one on a SQLite store.
+
+A PostgreSQL bus joins the ``make_bus`` fixture and must pass the same tests. Tests marked
+for one kind of bus check what only it promises (backpressure in memory; leases and other
+processes for a durable bus).
+"""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import pytest
 
-from ragjury.bus import Delivery, MemoryBus
+from ragjury.bus import Bus, Delivery, DurableBus, MemoryBus, Message
 from ragjury.errors import BusError, ConfigurationError
 from ragjury.schemas import Document, DocumentSubmitted, Envelope
+from ragjury.store import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
-
-def envelope(n: int) -> Envelope:
-    doc = Document(id=f"d{n}", source=f"d{n}", text="x")
-    return Envelope(correlation_id=doc.id, payload=DocumentSubmitted(document=doc))
+MakeBus = Callable[..., Awaitable[Bus]]
+KEYS = [f"d{i}" for i in range(20)]
 
 
-async def test_each_group_receives_every_message_once_and_workers_compete() -> None:
-    bus = MemoryBus(max_buffer_size=4)
-    group_a = bus.subscribe("document_submitted", "a")
-    group_b = bus.subscribe("document_submitted", "b")
-    seen: dict[str, list[str]] = {"a": [], "b": []}
+def envelope(key: str, job_id: str, text: str = "x") -> Envelope:
+    document = Document(id=key, source=key, text=text)
+    return Envelope(correlation_id=key, job_id=job_id, payload=DocumentSubmitted(document=document))
 
-    async def worker(sub: object, name: str) -> None:
-        async for delivery in sub.deliveries():  # type: ignore[attr-defined]  # Subscription
-            seen[name].append(delivery.envelope.id)
+
+@pytest.fixture(params=["memory", "durable"])
+async def make_bus(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[MakeBus, str]]:
+    """(make a bus for a worker process, the job id messages belong to)."""
+    made: list[Bus] = []
+    if request.param == "memory":
+        shared = MemoryBus(4, max_deliveries=3)
+
+        async def memory(owner: str = "w", lease: float = 30.0) -> Bus:
+            return shared
+
+        yield memory, "job"
+        await shared.aclose()
+        return
+    async with SQLiteStore(tmp_path / "bus.db") as store:
+        job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS])
+
+        async def durable(owner: str = "w", lease: float = 30.0) -> Bus:
+            bus = DurableBus(
+                store, owner, lease_seconds=lease, max_deliveries=3, poll_interval=0.05
+            )
+            made.append(bus)
+            return bus
+
+        yield durable, job.id
+        for bus in made:
+            await bus.aclose()
+
+
+async def take(bus: Bus, group: str, n: int) -> list[Delivery]:
+    """The next ``n`` deliveries of ``group`` (not acknowledged)."""
+    got: list[Delivery] = []
+    with anyio.fail_after(10):
+        async for delivery in bus.subscribe(group).deliveries():
+            got.append(delivery)
+            if len(got) == n:
+                break
+    return got
+
+
+async def test_each_group_gets_every_message_once_and_its_workers_compete(
+    make_bus: tuple[MakeBus, str],
+) -> None:
+    factory, job_id = make_bus
+    bus = await factory()
+    handled: dict[str, list[str]] = {"a": [], "b": []}
+    done = anyio.Event()
+
+    async def worker(group: str) -> None:
+        async for delivery in bus.subscribe(group).deliveries():
+            handled[group].append(delivery.envelope.correlation_id)
             await bus.ack(delivery)
-
-    sent = [envelope(n) for n in range(50)]
-    async with anyio.create_task_group() as tg:
-        for _ in range(3):  # three competing workers in group a
-            tg.start_soon(worker, group_a, "a")
-        tg.start_soon(worker, group_b, "b")
-        for env in sent:
-            await bus.publish(env)
-        await bus.wait_idle()
-        await bus.aclose()
-
-    ids = [e.id for e in sent]
-    assert sorted(seen["a"]) == sorted(ids)  # once each, across three workers
-    assert seen["b"] == ids  # once each, in order, for the single worker
-
-
-async def test_publisher_blocks_when_a_group_is_full() -> None:
-    bus = MemoryBus(max_buffer_size=2)
-    subscription = bus.subscribe("document_submitted", "slow")
-    published = 0
-
-    async def publisher() -> None:
-        nonlocal published
-        for n in range(5):
-            await bus.publish(envelope(n))
-            published += 1
+            if all(len(v) == 6 for v in handled.values()):
+                done.set()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(publisher)
-        await anyio.wait_all_tasks_blocked()
-        assert published == 2  # the buffer holds two; the third publish waits
-        received: list[Delivery] = []
-        deliveries = subscription.deliveries()
-        received.append(await deliveries.__anext__())
-        await anyio.wait_all_tasks_blocked()
-        assert published == 3  # one taken out, one more let in
+        for group in ("a", "a", "b"):  # two competing workers in group a
+            tg.start_soon(worker, group)
+        for key in KEYS[:6]:
+            await bus.publish(
+                [Message("a", envelope(key, job_id)), Message("b", envelope(key, job_id))]
+            )
+        with anyio.fail_after(10):
+            await done.wait()
         tg.cancel_scope.cancel()
+    assert sorted(handled["a"]) == sorted(handled["b"]) == KEYS[:6]
 
 
-async def test_pending_counts_until_acknowledged() -> None:
-    bus = MemoryBus()
-    subscription = bus.subscribe("document_submitted", "g")
-    await bus.publish(envelope(1))
-    assert bus.pending == 1
-    delivery = await subscription.deliveries().__anext__()
-    assert bus.pending == 1
-    await bus.ack(delivery)
-    assert bus.pending == 0
-    await bus.wait_idle()  # returns at once when idle
+async def test_an_acknowledgement_publishes_the_replies(make_bus: tuple[MakeBus, str]) -> None:
+    factory, job_id = make_bus
+    bus = await factory()
+    await bus.publish([Message("a", envelope("d0", job_id))])
+    (first,) = await take(bus, "a", 1)
+    reply = first.envelope.reply(first.envelope.payload)
+    await bus.ack(first, [Message("b", reply)])
+    (second,) = await take(bus, "b", 1)
+    assert second.envelope == reply  # round-trips unchanged
+    assert second.envelope.causation_id == first.envelope.id
+    assert second.envelope.job_id == job_id
 
 
-async def test_a_kind_nobody_subscribed_to_is_not_pending() -> None:
-    bus = MemoryBus()
-    await bus.publish(envelope(1))
-    assert bus.pending == 0
+async def test_a_failed_delivery_comes_back_until_it_is_taken_out(
+    make_bus: tuple[MakeBus, str],
+) -> None:
+    factory, job_id = make_bus
+    bus = await factory()
+    await bus.publish([Message("a", envelope("d0", job_id)), Message("a", envelope("d1", job_id))])
+    attempts: list[tuple[str, int]] = []
+    taken_out = []
+    with anyio.fail_after(20):
+        async for delivery in bus.subscribe("a").deliveries():
+            key = delivery.envelope.correlation_id
+            attempts.append((key, delivery.attempt))
+            if key == "d1":
+                await bus.ack(delivery)
+            elif await bus.nack(delivery, "boom"):
+                taken_out.append(key)
+            if taken_out and ("d1", 1) in attempts:
+                break
+    assert [a for k, a in attempts if k == "d0"] == [1, 2, 3]  # max_deliveries = 3
+    assert taken_out == ["d0"]
 
 
-async def test_publish_after_close_raises_bus_error() -> None:
-    bus = MemoryBus()
-    bus.subscribe("document_submitted", "g")
+async def test_nothing_is_published_or_delivered_after_close(make_bus: tuple[MakeBus, str]) -> None:
+    factory, job_id = make_bus
+    bus = await factory()
     await bus.aclose()
-    with pytest.raises(BusError, match="closed"):
-        await bus.publish(envelope(1))
+    with pytest.raises(BusError):
+        await bus.publish([Message("a", envelope("d0", job_id))])
 
 
-def test_buffer_size_must_be_positive() -> None:
+async def test_a_memory_bus_blocks_the_publisher_when_a_group_is_full() -> None:
+    bus = MemoryBus(max_buffer_size=2)
+    bus.subscribe("a")
+    with anyio.move_on_after(0.5) as scope:
+        for key in KEYS[:3]:
+            await bus.publish([Message("a", envelope(key, "j"))])
+    assert scope.cancelled_caught  # the third waits for room: backpressure, flat memory
+    await bus.aclose()
+
+
+def test_a_memory_bus_buffer_must_be_positive() -> None:
     with pytest.raises(ConfigurationError, match="max_buffer_size must be >= 1, got 0"):
-        MemoryBus(max_buffer_size=0)
+        MemoryBus(0)
+
+
+async def test_a_dead_workers_delivery_goes_to_another_process_after_its_lease(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "bus.db") as store:
+        job = await store.submit("generate", {}, lambda: [("d0", {})])
+        dying = DurableBus(store, "dying", lease_seconds=0.3, poll_interval=0.05)
+        living = DurableBus(store, "living", lease_seconds=30, poll_interval=0.05)
+        await dying.publish([Message("a", envelope("d0", job.id))])
+        (held,) = await take(dying, "a", 1)
+        # the dying worker never acknowledges, renews or closes: its lease runs out
+        (again,) = await take(living, "a", 1)
+        assert again.envelope == held.envelope
+        assert again.attempt == 2
+        await living.aclose()
+
+
+async def test_renewing_keeps_a_slow_delivery_from_other_processes(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "bus.db") as store:
+        job = await store.submit("generate", {}, lambda: [("d0", {})])
+        slow = DurableBus(store, "slow", lease_seconds=0.3, poll_interval=0.05)
+        other = DurableBus(store, "other", lease_seconds=30, poll_interval=0.05)
+        await slow.publish([Message("a", envelope("d0", job.id))])
+        (held,) = await take(slow, "a", 1)
+        for _ in range(4):  # 1.2 s of work, renewing as the runtime does
+            await slow.renew()
+            with anyio.move_on_after(0.3):
+                got = await take(other, "a", 1)
+                raise AssertionError(f"another process took a renewed delivery: {got}")
+        await slow.ack(held)
+        await slow.aclose()
+        await other.aclose()
+
+
+async def test_closing_gives_back_what_was_held_for_others_at_once(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "bus.db") as store:
+        job = await store.submit("generate", {}, lambda: [("d0", {})])
+        stopping = DurableBus(store, "stopping", lease_seconds=60, poll_interval=0.05)
+        await stopping.publish([Message("a", envelope("d0", job.id))])
+        await take(stopping, "a", 1)
+        await stopping.aclose()
+        other = DurableBus(store, "other", lease_seconds=60, poll_interval=0.05)
+        (again,) = await take(other, "a", 1)  # not after a 60 s lease
+        assert again.attempt == 1  # given back, not failed: no attempt used
+        await other.aclose()
+
+
+async def test_an_unreadable_message_fails_its_item_and_the_rest_go_on(tmp_path: Path) -> None:
+    from ragjury.store.base import OutgoingMessage
+
+    async with SQLiteStore(tmp_path / "bus.db") as store:
+        job = await store.submit("generate", {}, lambda: [("d0", {}), ("d1", {})])
+        await store.put_messages(
+            [OutgoingMessage("a", "k", job.id, "d0", '{"payload": {"kind": "from_the_future"}}')]
+        )
+        bus = DurableBus(store, "w", poll_interval=0.05)
+        await bus.publish([Message("a", envelope("d1", job.id))])
+        (delivery,) = await take(bus, "a", 1)
+        assert delivery.envelope.correlation_id == "d1"
+        [failed] = await store.failed_items(job.id)
+        assert failed["item"] == "d0"
+        assert "unreadable a message" in failed["error"]
+        await bus.aclose()

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_generate import FACTS, corpus, run
-
-from ragjury.errors import InputError
-from ragjury.store import Store
-from ragjury.store.queue import ItemResults, Queue
 
 from conftest import CRITIC_AGENTS, read_jsonl, read_summary, script_happy_path, write_qa_document
 from fakeopenai import FakeOpenAI, chat_json, error
@@ -51,7 +44,8 @@ def test_rerunning_after_endpoint_failures_asks_again_only_the_steps_that_failed
 ) -> None:
     script_happy_path(fake)
     fake.route("relevance_critic", error(503, "overloaded"))  # the endpoint, not the model
-    assert run(fake, tmp_path, "--max-transport-retries", "0") == 0
+    # every pair failed: exit 4, the results did not pass
+    assert run(fake, tmp_path, "--max-transport-retries", "0") == 4
     assert read_summary(tmp_path)["failed"] == 3  # every pair lost its relevance critique
     failed = read_jsonl(tmp_path / "rejected.jsonl")
     assert all(r["outcome"] == "failed" for r in failed)
@@ -86,10 +80,10 @@ def test_a_step_whose_output_never_validated_is_not_retried_by_a_rerun(
 ) -> None:
     script_happy_path(fake)
     fake.route("relevance_critic", chat_json({"rationale": "x", "rating": 9}))  # the model
-    assert run(fake, tmp_path, "--max-retries", "0") == 0
+    assert run(fake, tmp_path, "--max-retries", "0") == 4  # every pair failed
     asked = len(fake.requests)
 
-    assert run(fake, tmp_path, "--max-retries", "0") == 0
+    assert run(fake, tmp_path, "--max-retries", "0") == 4
 
     assert len(fake.requests) == asked  # a re-ask would give the same answer: not spent again
     assert read_summary(tmp_path)["failed"] == 3
@@ -217,141 +211,21 @@ def test_status_of_a_missing_database_says_which_db_to_pass(
     assert "--db" in err
 
 
-# -- the queue itself, with a clock we move by hand ------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def _queue_with(tmp_path: Path, n: int, clock: Clock) -> tuple[Store, Queue, str]:
-    store = await Store(tmp_path / "q.db").__aenter__()
-    queue = Queue(store, clock=clock)
-    job = await queue.submit("evaluate", {"x": 1}, [(f"s{i}", {"i": i}) for i in range(n)])
-    return store, queue, job.id
-
-
-async def test_a_lease_that_runs_out_lets_another_daemon_take_the_item(tmp_path: Path) -> None:
-    clock = Clock()
-    store, queue, _ = await _queue_with(tmp_path, 3, clock)
-    try:
-        first = await queue.claim("a", 2, lease_seconds=10)
-        assert [i.key for i in first] == ["s0", "s1"]
-        assert [i.key for i in await queue.claim("b", 5, lease_seconds=10)] == ["s2"]
-        assert await queue.claim("b", 5, lease_seconds=10) == []
-
-        clock.now += 15  # every lease ran out: a takes b's item, never its own again
-        assert [i.key for i in await queue.claim("a", 5, lease_seconds=10)] == ["s2"]
-        assert await queue.renew("a", 10) == 3
-        assert await queue.release("a", [3]) == 1
-        assert [i.key for i in await queue.claim("b", 5, lease_seconds=10)] == ["s2"]
-        clock.now += 6
-        assert await queue.renew("a", 10) == 2  # a is alive: its leases move on
-        assert await queue.renew("b", 10) == 1
-        clock.now += 6
-        assert await queue.claim("b", 5, lease_seconds=10) == []
-
-        clock.now += 20  # a died: its leases ran out; b lives on
-        assert await queue.renew("b", 10) == 1
-        taken = await queue.claim("b", 5, lease_seconds=10)
-        assert [i.key for i in taken] == ["s0", "s1"]
-        assert all(i.attempts == 2 for i in taken)
-    finally:
-        await store.__aexit__(None, None, None)
-
-
-async def test_an_item_is_finished_once_however_many_daemons_worked_on_it(
-    tmp_path: Path,
+def test_prune_deletes_finished_jobs_and_gives_the_space_back(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clock = Clock()
-    store, queue, job_id = await _queue_with(tmp_path, 1, clock)
-    try:
-        (item,) = await queue.claim("a", 1, lease_seconds=1)
-        clock.now += 5
-        (again,) = await queue.claim("b", 1, lease_seconds=1)
-        record = {"id": "s0", "question": "q", "answer": "a", "metrics": {}}
-        results = ItemResults(samples=[(record, "{}")], report={})
+    from ragjury.cli import main
 
-        assert await queue.finish("b", again, results) is True
-        assert await queue.finish("a", item, results) is False  # the slow one is too late
-
-        assert [r async for r in queue.samples([job_id])] == [record]
-        assert (await queue.counts())["done"] == 1
-    finally:
-        await store.__aexit__(None, None, None)
-
-
-async def test_an_item_that_keeps_killing_daemons_is_failed_with_the_reason(
-    tmp_path: Path,
-) -> None:
-    clock = Clock()
-    store, queue, _ = await _queue_with(tmp_path, 1, clock)
-    try:
-        for attempt in range(3):
-            assert len(await queue.claim(f"a{attempt}", 1, lease_seconds=1, max_attempts=3)) == 1
-            clock.now += 5
-        assert await queue.claim("z", 1, lease_seconds=1, max_attempts=3) == []
-        assert (await queue.counts())["failed"] == 1
-    finally:
-        await store.__aexit__(None, None, None)
-    with sqlite3.connect(tmp_path / "q.db") as db:
-        (error,) = db.execute("SELECT error FROM items").fetchone()
-    assert "3 daemon(s) took this item" in error
-
-
-async def test_released_items_go_back_to_the_queue_without_using_an_attempt(
-    tmp_path: Path,
-) -> None:
-    clock = Clock()
-    store, queue, _ = await _queue_with(tmp_path, 2, clock)
-    try:
-        items = await queue.claim("a", 2, lease_seconds=30)
-        assert await queue.release("a", [i.id for i in items]) == 2
-        again = await queue.claim("b", 2, lease_seconds=30)
-        assert [i.attempts for i in again] == [1, 1]
-    finally:
-        await store.__aexit__(None, None, None)
-
-
-async def test_submitting_the_same_batch_twice_finds_the_same_job(tmp_path: Path) -> None:
-    store = await Store(tmp_path / "q.db").__aenter__()
-    try:
-        queue = Queue(store)
-        first = await queue.submit("generate", {"a": 1}, [("d1", {"t": "x"})])
-        second = await queue.submit("generate", {"a": 1}, [("d1", {"t": "x"})])
-        other = await queue.submit("generate", {"a": 2}, [("d1", {"t": "x"})])
-        assert [first.created, second.created, other.created] == [True, False, True]
-        assert first.id == second.id != other.id
-        assert (await queue.counts())["queued"] == 2
-        with pytest.raises(InputError, match="repeated: d1"):
-            await queue.submit("generate", {}, [("d1", {}), ("d1", {})])
-    finally:
-        await store.__aexit__(None, None, None)
-
-
-async def test_submitting_large_documents_holds_a_few_mib_not_the_whole_batch(
-    tmp_path: Path,
-) -> None:
-    def documents() -> Iterator[tuple[str, dict[str, str]]]:
-        for n in range(40):  # 40 documents of 1 MiB, made fresh on each pass
-            yield f"d{n}", {"text": f"{n} " + "x" * (1024 * 1024)}
-
-    async with Store(tmp_path / "q.db") as store:
-        tracemalloc.start()
-        try:
-            job = await Queue(store).submit("generate", {}, documents)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        rows = await store.fetchall(
-            "SELECT key, position, length(payload) FROM items WHERE job_id = ? ORDER BY position",
-            (job.id,),
-        )
-
-    assert [(key, position) for key, position, _ in rows] == [(f"d{n}", n) for n in range(40)]
-    assert all(size > 1024 * 1024 for _, _, size in rows)
-    assert peak < 16 * 1024 * 1024  # about 4 MiB of rows at once, not 40 MiB
+    script_happy_path(fake)
+    assert run(fake, tmp_path) == 0
+    db = tmp_path / "ragjury.db"
+    assert main(["prune", "--db", str(db), "--older-than", "1d"]) == 0
+    assert "deleted nothing" in capsys.readouterr().err  # nothing is a day old
+    assert main(["prune", "--db", str(db), "--older-than", "0s"]) == 0
+    err = capsys.readouterr().err
+    assert "1 jobs" in err
+    assert "3 items" in err
+    assert main(["status", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == []
+    assert main(["prune", "--db", str(db), "--older-than", "soon"]) == 2
+    assert "--older-than 'soon'" in capsys.readouterr().err

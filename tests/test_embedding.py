@@ -22,7 +22,7 @@ from fakeopenai import FakeOpenAI
 pytestmark = pytest.mark.anyio
 
 
-def _states(db: Path) -> dict[str, int]:
+def _states(db: str | Path) -> dict[str, int]:
     with sqlite3.connect(db) as conn:
         return dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
 
@@ -103,7 +103,13 @@ async def test_cancelling_the_callers_scope_stops_serving_and_requeues_the_work(
                 scope.cancel()
         assert scope.cancelled_caught
 
-    assert _states(settings.db) == {"queued": 3}  # nothing lost, nothing left claimed
+    # nothing lost, nothing left claimed: the started items' messages are back on the bus
+    assert sum(_states(settings.db).values()) == 3
+    assert "done" not in _states(settings.db)
+    with sqlite3.connect(settings.db) as conn:
+        (held,) = conn.execute("SELECT COUNT(*) FROM messages WHERE lease_owner IS NOT NULL")
+        (items,) = conn.execute("SELECT COUNT(*) FROM items WHERE lease_owner IS NOT NULL")
+    assert held == items == (0,)
 
 
 async def test_jury_evaluate_still_works_without_a_database(
@@ -119,4 +125,4 @@ async def test_jury_evaluate_still_works_without_a_database(
             contexts=["Tokyo is the capital of Japan."],
         )
     assert result["faithfulness"].outcome == "scored"
-    assert not settings.db.exists()
+    assert not await anyio.Path(settings.db).exists()

@@ -460,8 +460,7 @@ async def test_jury_evaluate_one_inside_a_running_application(
     assert result["faithfulness"].passing is False
     assert result["correctness"].passing is True
     assert result.passing is False
-    assert result.score == 0.5
-    assert "faithfulness: scored (1 of 2 statements" in result.feedback
+    assert result.feedback.startswith("faithfulness: did not pass, score 0.5 (1 of 2 statements")
     assert ticks > 0
 
 

@@ -167,7 +167,11 @@ def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_
         "messages": messages,
         "temperature": 0.0,
         "max_tokens": 64,
-        "response_format": {"type": "json_object", "schema": bounded_strings(schema)},
+        # every field required, as a grammar needs it said (grammar_schema)
+        "response_format": {
+            "type": "json_object",
+            "schema": {**bounded_strings(schema), "required": ["rating"]},
+        },
     }
     assert llama_request({"messages": messages}, max_tokens=64)["max_tokens"] == 64
     assert MAX_STRING_CHARS >= 200  # room for a real model's rationale

@@ -21,7 +21,7 @@ from pydantic import BaseModel, field_validator
 
 from ragjury import Jury, Settings
 from ragjury.cli import main
-from ragjury.errors import LLMOutputError, LLMUnavailableError
+from ragjury.errors import LLMOutputError
 from ragjury.llm import LLM, CallStats
 from ragjury.llm.resolve import bundled_model, llama_cpp_problem
 
@@ -184,19 +184,32 @@ async def test_no_endpoint_with_the_local_extra_uses_the_bundled_model_with_a_wa
     assert "a real model gives real judgements" in warnings[0]["note"].lower()
 
 
-async def test_embeddings_on_the_local_backend_are_reported_unavailable(
+async def test_similarity_works_offline_with_the_embedding_model_in_the_local_extra(
     bundled: Path, tmp_path: Path
 ) -> None:
-    async with LLM(local_settings(tmp_path)) as llm:
-        with pytest.raises(LLMUnavailableError, match="does not serve embeddings"):
-            await llm.embed(["a", "b"], stage="similarity_scorer")
     async with Jury(local_settings(tmp_path)) as jury:
-        result = await jury.evaluate_one(
-            question="Where?", answer="Paris", reference="Paris", metrics=["similarity"]
+        same, other = await jury.evaluate(
+            [
+                {
+                    "question": "Capital?",
+                    "answer": "Paris is the capital of France.",
+                    "reference": "The capital of France is Paris.",
+                },
+                {
+                    "question": "Capital?",
+                    "answer": "Bananas are yellow.",
+                    "reference": "The capital of France is Paris.",
+                },
+            ],
+            metrics=["similarity"],
         )
-
-    assert result["similarity"].outcome == "not_applicable"
-    assert "unavailable" in (result["similarity"].reason or "")
+    close, far = same["similarity"], other["similarity"]
+    assert close.outcome == far.outcome == "scored"
+    assert close.score is not None
+    assert far.score is not None
+    assert close.score > 0.9 > 0.3 > far.score  # a paraphrase, and an unrelated sentence
+    assert "wordllama-l2-supercat-256" in (close.reason or "")
+    assert close.details["embedding_model"] == "wordllama-l2-supercat-256"
 
 
 def test_generate_runs_end_to_end_on_the_bundled_model(bundled: Path, tmp_path: Path) -> None:
@@ -230,7 +243,8 @@ def test_generate_runs_end_to_end_on_the_bundled_model(bundled: Path, tmp_path: 
         assert s["failed_chunks"][0]["message"]
         assert s["kept"] == s["rejected"] == s["failed"] == 0
         return
-    assert code == 0
+    judged = s["kept"] + s["rejected"]
+    assert code == (0 if judged else 4)  # 4: every pair it drafted failed its critics
     kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     others = [json.loads(line) for line in rejected.read_text(encoding="utf-8").splitlines()]
     assert len(kept) == s["kept"]
@@ -252,3 +266,14 @@ async def test_logprobs_come_back_token_by_token_when_asked_for(
     assert "".join(token for token, _ in stats.logprobs) == stats.last_raw_output
     assert all(logprob <= 0.0 for _, logprob in stats.logprobs)
     assert str(rating.rating) in [token.strip() for token, _ in stats.logprobs]
+
+
+def test_the_grammar_spells_out_rating_ranges_and_requires_every_field() -> None:
+    from ragjury.schemas import Critique, Verdicts
+    from ragjury.schemas.responses import grammar_schema
+
+    rating = grammar_schema(Critique.model_json_schema())
+    assert rating["properties"]["rating"]["enum"] == [1, 2, 3, 4, 5]  # no minimum/maximum there
+    assert set(rating["required"]) == {"rationale", "rating"}
+    verdict = grammar_schema(Verdicts.model_json_schema())["$defs"]["Verdict"]
+    assert set(verdict["required"]) == {"statement_index", "reason", "evidence", "supported"}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import textwrap
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,11 +16,12 @@ from ragjury.cli import build_parser
 from ragjury.output import pair_record
 from ragjury.schemas import CritiqueResult, PairJudged, QAPair
 
-from conftest import make_settings
+from conftest import script_happy_path, write_qa_document
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _commands_help() -> str:
@@ -66,19 +68,66 @@ def test_readme_first_screen_has_the_install_and_test_commands() -> None:
     )
 
 
-@pytest.mark.anyio
-async def test_the_readme_python_example_runs(fake: FakeOpenAI, tmp_path: Path) -> None:
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
+README_ENDPOINT = "http://127.0.0.1:8000/v1"
+# What each README Python example prints against the scripted server, found by a line of
+# its code; an example with no entry here fails, so every example is run and checked.
+EXPECTED = {
+    "jury.evaluate_one(": [
+        "True",
+        "True The Eiffel Tower is in Paris. The Eiffel Tower is in Paris",
+        "sample-1 True every requested metric passed",
+    ],
+    "jury.submit_documents(": [
+        "kept What port does uvicorn use by default?",
+        "sample-1 True every requested metric passed",
+    ],
+    "tg.start(jury.serve)": ["sample-1 True"],
+}
+
+
+def test_the_readme_has_the_python_examples_the_tests_expect() -> None:
+    matched = [[m for m in EXPECTED if m in code] for code in PYTHON_BLOCKS]
+    assert matched == [[m] for m in EXPECTED]
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_every_readme_python_example_runs(fake: FakeOpenAI, tmp_path: Path, index: int) -> None:
     script_judges(fake)
-    code = re.search(r"```python\n(.*?)```", README, re.DOTALL).group(1)  # type: ignore[union-attr]  # the README has one
-    real_endpoint = 'Settings(base_url="http://127.0.0.1:8000/v1", model="qwen2.5")'
-    assert real_endpoint in code
-    body = code.replace(real_endpoint, "SETTINGS")
-    source = "async def example():\n" + textwrap.indent(body, "    ") + "    return result\n"
-    namespace: dict[str, Any] = {"SETTINGS": make_settings(fake, tmp_path)}
-    exec(compile(source, "README.md", "exec"), namespace)
+    script_happy_path(fake)
+    write_qa_document(
+        tmp_path / "docs", "ports.md", [("What port does uvicorn use by default?", "8000")]
+    )
+    code = PYTHON_BLOCKS[index]
+    assert README_ENDPOINT in code
+    program = tmp_path / "example.py"
+    program.write_text(code.replace(README_ENDPOINT, fake.base_url), encoding="utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
 
-    result = await namespace["example"]()
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
-    assert result.passing is True
-    assert result["faithfulness"].score == 1.0
-    assert result["correctness"].score == 5
+    assert done.returncode == 0, done.stderr
+    [marker] = [m for m in EXPECTED if m in code]
+    printed = done.stdout.splitlines()
+    assert [line for line in EXPECTED[marker] if line not in printed] == [], done.stdout
+
+
+def test_the_readme_names_only_files_the_repository_has() -> None:
+    documents = set(re.findall(r"`([A-Z]+\.md)`", README))
+    assert sorted(d for d in documents if not (ROOT / d).exists()) == []
+    shipped = README.split("Examples on the data this repository ships with:")[1].split("```")[1]
+    paths = [
+        line.split()[2] for line in shipped.splitlines() if line.startswith("ragjury generate")
+    ]
+    assert paths
+    assert [p for p in paths if not (ROOT / p).exists()] == []

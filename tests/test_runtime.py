@@ -1,180 +1,108 @@
-"""The runtime: N concurrent workers per agent, an agent that raises, and stopping cleanly."""
+"""The runtime: workers per role, and a record whose handling raises (a poison message)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from pathlib import Path
 
-import anyio
 import pytest
 
-from ragjury.agents import Aggregator, SampleAggregator
-from ragjury.bus import MemoryBus
+from ragjury import Jury
+from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
-from ragjury.runtime import AgentSpec, Runtime, agent_specs
-from ragjury.schemas import (
-    CritiqueIssued,
-    CritiqueResult,
-    Document,
-    DocumentSubmitted,
-    Envelope,
-    MetricResult,
-    MetricScored,
-    PairDrafted,
-    QAPair,
-    Sample,
-    SampleSubmitted,
-    StepFailed,
-)
+from ragjury.pipelines import ROLES
+from ragjury.prompts import Prompt
+from ragjury.runtime import Runtime, select_roles, workers_for
+from ragjury.schemas import Sample
+from ragjury.store import SQLiteStore
+
+from conftest import make_settings
+from evalfakes import script_judges
+from fakeopenai import FakeOpenAI
 
 pytestmark = pytest.mark.anyio
 
-
-def submitted(n: int) -> Envelope:
-    doc = Document(id=f"d{n}", source=f"d{n}", text="x" if n != 2 else "boom")
-    return Envelope(correlation_id=doc.id, payload=DocumentSubmitted(document=doc))
-
-
-class Gate:
-    """An agent whose handlers wait until ``width`` of them are inside at once."""
-
-    role: ClassVar[str] = "gate"
-    consumes: ClassVar[tuple[type[Any], ...]] = (DocumentSubmitted,)
-
-    def __init__(self, width: int) -> None:
-        self.inside = self.most = self.handled = 0
-        self._width = width
-        self._full = anyio.Event()
-
-    async def handle(self, event: DocumentSubmitted) -> list[Any]:
-        self.inside += 1
-        self.most = max(self.most, self.inside)
-        if self.inside == self._width:
-            self._full.set()
-        await self._full.wait()
-        self.inside -= 1
-        self.handled += 1
-        return []
+# A user's splitter template with a bug that only one record triggers.
+FRAGILE_SPLITTER = (
+    "{{ '' if 1 / (0 if 'poison' in answer else 1) else '' }}" + Prompt.builtin("splitter").source
+)
 
 
-class Fragile:
-    """Raises on the document whose text is 'boom'."""
-
-    role: ClassVar[str] = "fragile"
-    consumes: ClassVar[tuple[type[Any], ...]] = (DocumentSubmitted,)
-
-    def __init__(self) -> None:
-        self.handled: list[str] = []
-
-    async def handle(self, event: DocumentSubmitted) -> list[Any]:
-        if event.document.text == "boom":
-            raise RuntimeError("bad input")
-        self.handled.append(event.document.id)
-        return []
+def test_each_role_gets_its_workers() -> None:
+    settings = Settings(concurrency=6, workers={"generator": 3})
+    assert workers_for("generator", settings) == 3  # --workers
+    assert workers_for("verdict_judge", settings) == 6  # an LLM agent: --concurrency
+    assert workers_for("collector", settings) == 2  # the others
 
 
-class Sink:
-    role: ClassVar[str] = "sink"
-    consumes: ClassVar[tuple[type[Any], ...]] = (StepFailed,)
-
-    def __init__(self) -> None:
-        self.failures: list[StepFailed] = []
-
-    async def handle(self, event: StepFailed) -> list[Any]:
-        self.failures.append(event)
-        return []
+def test_unknown_agents_are_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown agent.*judge_dredd.*verdict_judge"):
+        select_roles(["verdict_judge", "judge_dredd"])
+    assert select_roles(["verdict_judge", "chunker"]) == ("chunker", "verdict_judge")
+    assert select_roles(None) == ROLES
 
 
-async def test_an_agent_gets_as_many_concurrent_workers_as_asked() -> None:
-    bus = MemoryBus()
-    gate = Gate(width=3)
-    runtime = Runtime(bus, [AgentSpec(gate, workers=3)])
+async def test_workers_for_an_unknown_agent_are_refused(tmp_path: Path) -> None:
+    from ragjury.bus import MemoryBus
+    from ragjury.llm import LLM
 
-    with anyio.fail_after(5):  # three handlers must be inside together, or this hangs
-        async with anyio.create_task_group() as tg:
-            await tg.start(runtime.run)
-            for n in (0, 1, 3):
-                await bus.publish(submitted(n))
-            await bus.wait_idle()
-            await bus.aclose()
-
-    assert gate.most == 3
-    assert gate.handled == 3
+    settings = Settings(workers={"genrator": 2}, base_url="http://127.0.0.1:9/v1")
+    async with SQLiteStore(":memory:") as store, LLM(settings) as llm:
+        with pytest.raises(ConfigurationError, match=r"--workers names unknown agent.*genrator"):
+            Runtime(store, MemoryBus(), settings, llm)
 
 
-async def test_an_agent_that_raises_becomes_step_failed_and_the_run_goes_on() -> None:
-    bus = MemoryBus()
-    fragile, sink = Fragile(), Sink()
-    runtime = Runtime(bus, [AgentSpec(fragile), AgentSpec(sink)])
+async def test_a_record_that_makes_an_agent_raise_fails_alone_after_bounded_deliveries(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    settings = make_settings(fake, tmp_path, max_deliveries=3)
+    splitter = Prompt(name="splitter", source=FRAGILE_SPLITTER, origin="test")
+    samples = [
+        Sample(id=f"s{i}", question="Capital?", answer=answer, contexts=("Tokyo is the capital.",))
+        for i, answer in enumerate(["Tokyo is the capital.", "poison", "Tokyo is the capital."])
+    ]
+    async with Jury(settings, prompts={"splitter": splitter}) as jury:
+        results = await jury.evaluate(samples, metrics=["faithfulness", "keywords"])
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(runtime.run)
-        for n in range(5):
-            await bus.publish(submitted(n))
-        await bus.wait_idle()
-        await bus.aclose()
-
-    assert fragile.handled == ["d0", "d1", "d3", "d4"]
-    [failure] = sink.failures
-    assert failure.agent == "fragile"
-    assert failure.input_kind == "document_submitted"
-    assert "RuntimeError: bad input" in failure.error.message
-
-
-async def test_cancelling_the_caller_stops_the_workers_cleanly() -> None:
-    bus = MemoryBus()
-    gate = Gate(width=99)  # never opens: the handler is stuck mid-step
-    runtime = Runtime(bus, [AgentSpec(gate, workers=2)])
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            await tg.start(runtime.run)
-            await bus.publish(submitted(0))
-            await anyio.wait_all_tasks_blocked()
-            tg.cancel_scope.cancel()
-
-    assert gate.handled == 0
-    assert bus.pending == 0  # the interrupted delivery was released, not left pending
+    by_id = {r.sample.id: r for r in results}
+    assert [by_id[s].metrics["faithfulness"].outcome for s in ("s0", "s2")] == ["scored"] * 2
+    poisoned = by_id["s1"]["faithfulness"]
+    assert poisoned.outcome == "failed"
+    assert poisoned.reason is not None
+    assert "statement_splitter: ZeroDivisionError" in poisoned.reason
+    assert "given up after 3 deliveries" in poisoned.reason
+    assert by_id["s1"]["keywords"].outcome == "failed"  # the whole sample ended failed
 
 
-def test_stateful_agents_refuse_more_than_one_worker() -> None:
-    with pytest.raises(ConfigurationError, match="at most 1 worker"):
-        AgentSpec(Aggregator(min_score=4), workers=2)
+async def test_a_budget_counts_the_calls_other_processes_record_in_the_database(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from ragjury.jobs import submit_samples
+    from ragjury.llm import LLM
+    from ragjury.llm.usage import CallStats
+    from ragjury.service import Service
 
+    script_judges(fake)
+    settings = make_settings(fake, tmp_path, max_tokens=1000)
+    samples = [Sample(id=f"s{i}", question="Q?", answer="A.", contexts=("A.",)) for i in range(3)]
+    async with SQLiteStore(tmp_path / "shared.db") as store, LLM(settings) as llm:
+        job = await submit_samples(store, settings, samples, ["faithfulness"])
+        service = Service(settings, store, llm, job_ids=[job.id])
+        # another daemon on the same database spends 1,200 tokens after this one started
+        other = await store.start_run("serve", {})
+        await store.record_call(other, CallStats(stage="x", requests=1, prompt_tokens=1000), None)
+        await store.record_call(
+            other, CallStats(stage="x", requests=1, completion_tokens=200), None
+        )
+        await service.run(until_done=True)
 
-def test_workers_for_an_unknown_agent_are_rejected_naming_the_known_ones() -> None:
-    with pytest.raises(ConfigurationError, match=r"unknown agent.*generatr.*known agents: gate"):
-        agent_specs([(Gate(1), 1)], {"generatr": 4})
-
-
-PAIR = QAPair(id="p", question="q", answer="a", context="c", source="s", chunk_id="s::0")
-
-
-async def test_a_pair_missing_a_critique_is_flushed_as_failed_not_lost() -> None:
-    aggregator = Aggregator(min_score=4)
-    await aggregator.handle(PairDrafted(pair=PAIR))
-    critique = CritiqueResult(rating=5, rationale="ok")
-    await aggregator.handle(
-        CritiqueIssued(pair_id="p", criterion="groundedness", critique=critique)
-    )
-
-    [judged] = aggregator.flush_incomplete()
-
-    assert judged.outcome == "failed"
-    assert judged.critiques == {"groundedness": critique}
-    assert judged.error is not None
-    assert "relevance critic never answered" in judged.error.message
-    assert aggregator.flush_incomplete() == []
-
-
-async def test_a_sample_missing_a_metric_is_flushed_with_that_metric_failed() -> None:
-    aggregator = SampleAggregator()
-    sample = Sample(id="s", question="q", answer="a")
-    await aggregator.handle(SampleSubmitted(sample=sample, metrics=("faithfulness", "keywords")))
-    done = MetricResult.not_applicable("no keyword expectations")
-    await aggregator.handle(MetricScored(sample_id="s", metric="keywords", result=done))
-
-    [scored] = aggregator.flush_incomplete()
-
-    assert scored.metrics["keywords"] == done
-    assert scored.metrics["faithfulness"].outcome == "failed"
-    assert "no faithfulness result arrived" in (scored.metrics["faithfulness"].reason or "")
+        assert service.budget_stopped
+        assert llm.budget.reason is not None
+        assert "--max-tokens 1000 reached (1200 tokens used)" in llm.budget.reason
+        assert await store.counts([job.id]) == {
+            "queued": 3,
+            "processing": 0,
+            "done": 0,
+            "failed": 0,
+        }
+        assert fake.requests == []  # this process asked nothing: the shared budget was spent

@@ -3,6 +3,7 @@
 from ragjury.agents.aggregator import Aggregator
 from ragjury.agents.base import Agent
 from ragjury.agents.chunker import Chunker
+from ragjury.agents.collector import Collector
 from ragjury.agents.critics import GroundednessCritic, RelevanceCritic, StandaloneCritic
 from ragjury.agents.deduplicator import Deduplicator
 from ragjury.agents.generator import Generator
@@ -16,6 +17,7 @@ __all__ = [
     "Agent",
     "Aggregator",
     "Chunker",
+    "Collector",
     "ConfidenceScorer",
     "CorrectnessJudge",
     "Deduplicator",

@@ -32,5 +32,5 @@ def failure_from(stage: str, exc: LLMError) -> Failure:
         attempts=exc.attempts,
         last_raw_output=exc.last_raw_output,
         message=exc.message,
-        transient=isinstance(exc, LLMTransportError),
+        transient=isinstance(exc, LLMTransportError) and not exc.permanent,
     )

@@ -1,4 +1,5 @@
-"""Chunker: a submitted document becomes chunks ready for question generation."""
+"""Chunker: a submitted document becomes chunks ready for question generation, and their
+count for the collector."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import ClassVar
 
 from ragjury.config import GenerationOptions
 from ragjury.ingest import chunk_document
-from ragjury.schemas import ChunkReady, DocumentSubmitted
+from ragjury.schemas import ChunkReady, DocumentChunked, DocumentSubmitted
 
 
 class Chunker:
@@ -16,11 +17,13 @@ class Chunker:
     def __init__(self, options: GenerationOptions) -> None:
         self._options = options
 
-    async def handle(self, event: DocumentSubmitted) -> list[ChunkReady]:
+    async def handle(self, event: DocumentSubmitted) -> list[ChunkReady | DocumentChunked]:
         chunks = chunk_document(
             event.document,
             chunk_size=self._options.chunk_size,
             overlap=self._options.chunk_overlap,
             whole=self._options.whole_documents,
         )
-        return [ChunkReady(chunk=chunk) for chunk in chunks]
+        ids = tuple(chunk.id for chunk in chunks)
+        counted = DocumentChunked(document_id=event.document.id, chunk_ids=ids)
+        return [counted, *(ChunkReady(chunk=chunk) for chunk in chunks)]

@@ -1,23 +1,27 @@
-"""Deduplicator: drops drafted questions that nearly repeat one already drafted in the run.
+"""Deduplicator: drops drafted questions that nearly repeat one already kept in the job.
 
 Similarity is measured over words, not characters: two questions built on one template but
 asking about different things ("... setting alpha ..." / "... setting bravo ...") share most
 characters yet differ in the word that matters, while a re-punctuated or re-cased copy of a
-question scores 1.0. It keeps the run's questions in memory, so it runs as a single worker;
-a resumed job seeds it with the questions of the documents already finished (:meth:`seed`).
+question scores 1.0.
+
+Its decisions are stored, one per pair, in a step serialised per job across processes
+(:meth:`~ragjury.store.base.Store.decide_questions`): a pair decided before is decided the
+same way again (a redelivered message), and a worker keeps a copy of the job's kept
+questions that it brings up to date from the store at each step.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import ClassVar
 
-import anyio
 from rapidfuzz import process
 from rapidfuzz.distance import Indel
 
 from ragjury.schemas import DuplicateDropped, PairDrafted, QuestionsDrafted
+from ragjury.store.base import QuestionDecision, Store
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 
@@ -30,45 +34,60 @@ def normalise(question: str) -> str:
 class Deduplicator:
     role: ClassVar[str] = "deduplicator"
     consumes: ClassVar[tuple[type[QuestionsDrafted]]] = (QuestionsDrafted,)
-    max_workers: ClassVar[int] = 1
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, store: Store, job_id: str) -> None:
         self._cutoff = threshold
+        self._store, self._job_id = store, job_id
         self._seen: list[list[str]] = []
         self._ids: list[str] = []
-        self._known: set[str] = set()
-        self._lock = anyio.Lock()
+        self._since = 0
 
     async def handle(self, event: QuestionsDrafted) -> list[PairDrafted | DuplicateDropped]:
+        if not event.pairs:
+            return []
+        pairs = {pair.id: pair for pair in event.pairs}
+        try:
+            decisions, self._since = await self._store.decide_questions(
+                self._job_id, [(p.id, p.question) for p in event.pairs], self._since, self._decide
+            )
+        except BaseException:
+            self._seen, self._ids, self._since = [], [], 0  # the copy may be ahead of the store
+            raise
         out: list[PairDrafted | DuplicateDropped] = []
-        async with self._lock:
-            for pair in event.pairs:
-                if pair.id in self._known:  # the same pair again (a replayed step)
-                    out.append(PairDrafted(pair=pair))
-                    continue
-                key = normalise(pair.question).split()
-                match = process.extractOne(
-                    key, self._seen, scorer=Indel.normalized_similarity, score_cutoff=self._cutoff
-                )
-                if match is not None:
-                    _, score, index = match
-                    out.append(
-                        DuplicateDropped(
-                            pair=pair, duplicate_of=self._ids[index], similarity=round(score, 3)
-                        )
-                    )
-                    continue
-                self._remember(pair.id, pair.question)
+        for decision in decisions:
+            pair = pairs[decision.pair_id]
+            if decision.duplicate_of is None:
                 out.append(PairDrafted(pair=pair))
+            else:
+                similarity = round(decision.similarity or 0.0, 3)
+                out.append(
+                    DuplicateDropped(
+                        pair=pair, duplicate_of=decision.duplicate_of, similarity=similarity
+                    )
+                )
         return out
 
-    def seed(self, pairs: Iterable[tuple[str, str]]) -> None:
-        """Remember (pair id, question) pairs that passed before, e.g. from the store."""
+    def _decide(
+        self, kept: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
+    ) -> list[QuestionDecision]:
+        for _, pair_id, question in kept:
+            self._remember(pair_id, question)
+        decisions = []
         for pair_id, question in pairs:
-            if pair_id not in self._known:
+            match = process.extractOne(
+                normalise(question).split(),
+                self._seen,
+                scorer=Indel.normalized_similarity,
+                score_cutoff=self._cutoff,
+            )
+            if match is None:
                 self._remember(pair_id, question)
+                decisions.append(QuestionDecision(pair_id, None, None))
+            else:
+                _, score, index = match
+                decisions.append(QuestionDecision(pair_id, self._ids[index], float(score)))
+        return decisions
 
     def _remember(self, pair_id: str, question: str) -> None:
         self._seen.append(normalise(question).split())
         self._ids.append(pair_id)
-        self._known.add(pair_id)

@@ -1,32 +1,12 @@
-"""SampleAggregator: joins every requested metric of a sample into one SampleScored."""
+"""SampleAggregator: joins every requested metric of a sample into one SampleScored, the
+evaluation pipeline's terminal event. The join is in the store, keyed by the sample."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-import anyio
-
-from ragjury.schemas import (
-    Failure,
-    MetricName,
-    MetricResult,
-    MetricScored,
-    Sample,
-    SampleScored,
-    SampleSubmitted,
-)
-
-
-@dataclass
-class _Join:
-    sample: Sample | None = None
-    wanted: tuple[MetricName, ...] = ()
-    results: dict[MetricName, MetricResult] = field(default_factory=dict)
-
-    def complete(self) -> bool:
-        return self.sample is not None and all(m in self.results for m in self.wanted)
+from ragjury.agents.joins import JoinState
+from ragjury.schemas import MetricResult, MetricScored, SampleScored, SampleSubmitted
 
 
 class SampleAggregator:
@@ -35,47 +15,28 @@ class SampleAggregator:
         SampleSubmitted,
         MetricScored,
     )
-    max_workers: ClassVar[int] = 1
 
-    def __init__(self) -> None:
-        self._joins: dict[str, _Join] = {}
-        self._lock = anyio.Lock()
+    def __init__(self, joins: JoinState) -> None:
+        self._joins = joins
 
     async def handle(self, event: SampleSubmitted | MetricScored) -> list[SampleScored]:
-        async with self._lock:
-            if isinstance(event, SampleSubmitted):
-                key = event.sample.id
-                join = self._joins.setdefault(key, _Join())
-                join.sample, join.wanted = event.sample, event.metrics
-            else:
-                key = event.sample_id
-                join = self._joins.setdefault(key, _Join())
-                join.results[event.metric] = event.result
-            if not join.complete():
-                return []
-            del self._joins[key]
-        return [self._scored(join)]
-
-    def flush_incomplete(self, sample_ids: Collection[str] | None = None) -> list[SampleScored]:
-        """Every sample (of ``sample_ids``, or all) still waiting for a metric, with that metric
-        failed: its agent crashed."""
-        flushed = []
-        for key, join in list(self._joins.items()):
-            if join.sample is None or (sample_ids is not None and key not in sample_ids):
-                continue
-            del self._joins[key]
-            for metric in join.wanted:
-                if metric not in join.results:
-                    error = Failure(
-                        stage=metric,
-                        attempts=0,
-                        message=f"no {metric} result arrived (see the step_failed log)",
-                    )
-                    join.results[metric] = MetricResult.failed(error)
-            flushed.append(self._scored(join))
-        return flushed
-
-    @staticmethod
-    def _scored(join: _Join) -> SampleScored:
-        assert join.sample is not None
-        return SampleScored(sample=join.sample, metrics={m: join.results[m] for m in join.wanted})
+        if isinstance(event, SampleSubmitted):
+            part = {"s:sample": event.model_dump_json()}
+        else:
+            part = {f"s:m:{event.metric}": event.result.model_dump_json()}
+        state = await self._joins.add(part, "s:")
+        if "s:sample" not in state:
+            return []
+        submitted = SampleSubmitted.model_validate_json(state["s:sample"])
+        if any(f"s:m:{m}" not in state for m in submitted.metrics):
+            return []
+        return [
+            SampleScored(
+                sample=submitted.sample,
+                metrics={
+                    m: MetricResult.model_validate_json(state[f"s:m:{m}"])
+                    for m in submitted.metrics
+                },
+                answered_by_target=submitted.answered_by_target,
+            )
+        ]

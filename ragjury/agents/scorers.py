@@ -56,7 +56,8 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     if norm == 0:
         raise ValueError("cosine similarity is undefined for a zero vector")
-    return sum(x * y for x, y in zip(a, b, strict=True)) / norm
+    value = sum(x * y for x, y in zip(a, b, strict=True)) / norm
+    return max(-1.0, min(1.0, value))  # rounding can take it a hair past 1
 
 
 class SimilarityScorer:
@@ -95,7 +96,9 @@ class SimilarityScorer:
                     outcome="scored",
                     score=score,
                     passing=score >= self._threshold,
-                    reason=f"cosine similarity {score:.3f} to the reference",
+                    reason=f"cosine similarity {score:.3f} to the reference "
+                    f"(embeddings: {self._llm.embedding_model})",
+                    details={"embedding_model": self._llm.embedding_model},
                     llm_calls=1,
                 )
         return [MetricScored(sample_id=sample.id, metric="similarity", result=result)]

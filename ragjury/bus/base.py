@@ -1,15 +1,26 @@
-"""The bus interface.
+"""The bus contract: what every implementation honours, in one process or across many.
 
-Semantics follow broker consumer groups: every group subscribed to a kind receives each
-message of that kind once; the workers inside one group compete for it. A delivery must be
-acknowledged once it is handled. The interface admits a Redis Streams implementation
-(consumer groups, XACK, reclaiming what a dead worker held) without changing any agent:
-agents never see the bus, only the runtime does.
+* ``publish`` puts messages on the bus, each addressed to one consumer group (an agent role);
+  which groups receive an event is the pipeline's routing, not the bus's.
+* ``subscribe(group)`` is a group's view; the workers of a group compete for its deliveries,
+  from one process or from several.
+* A :class:`Delivery` carries a receipt. ``ack(delivery, replies)`` publishes what handling it
+  caused and acknowledges it (in one transaction where the bus can); it is called only after
+  the handler's outputs are stored. ``nack`` gives it back after a failure: it is offered
+  again, until it has been delivered ``max_deliveries`` times; then it is taken out and
+  ``nack`` returns True (the caller fails its item).
+* Durable buses lease each delivery; ``renew`` extends the leases of every delivery this bus
+  object holds (the runtime calls it while handlers work). A worker that dies leaves its
+  deliveries to come back when their leases run out.
+* ``aclose`` stops delivering and gives back what was held but not handled.
+
+Nothing above the bus relies on one process's memory: no counters of pending messages, no
+waiting for a bus to be idle. An item is done when its pipeline's terminal event is stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,15 +28,27 @@ from ragjury.schemas import Envelope
 
 
 @dataclass(frozen=True)
+class Message:
+    """An envelope addressed to one consumer group."""
+
+    group: str
+    envelope: Envelope
+
+
+@dataclass(frozen=True)
 class Delivery:
-    """One message handed to one consumer group."""
+    """One message handed to one worker of its group."""
 
     envelope: Envelope
     group: str
+    receipt: int
+    """What the bus needs to acknowledge it (a row id, a stream entry id, ...)."""
+    attempt: int = 1
+    """1 the first time it is delivered; more when a worker died or failed on it."""
 
 
 class Subscription(Protocol):
-    """A consumer group's view of one message kind. Iterate it from each worker."""
+    """A consumer group's view of the bus. Iterate it from each worker."""
 
     def deliveries(self) -> AsyncIterator[Delivery]:
         """Yield deliveries until the bus closes. Safe to call from several workers."""
@@ -33,33 +56,16 @@ class Subscription(Protocol):
 
 
 class Bus(Protocol):
-    """Publish, subscribe by consumer group, acknowledge, close."""
+    """Publish, subscribe by consumer group, acknowledge with replies, renew leases, close."""
 
-    def subscribe(self, kind: str, group: str) -> Subscription:
-        """Join ``group`` for messages of ``kind``. Subscribe before publishing."""
-        ...
+    def subscribe(self, group: str) -> Subscription: ...
 
-    async def publish(self, envelope: Envelope) -> None:
-        """Deliver to every group of the envelope's kind. Blocks while a group is full."""
-        ...
+    async def publish(self, messages: Sequence[Message]) -> None: ...
 
-    async def ack(self, delivery: Delivery) -> None:
-        """Mark a delivery handled."""
-        ...
+    async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None: ...
 
-    @property
-    def pending(self) -> int:
-        """Deliveries published but not yet acknowledged, over all groups."""
-        ...
+    async def nack(self, delivery: Delivery, error: str) -> bool: ...
 
-    async def wait_idle(self) -> None:
-        """Return once nothing is pending (every delivery acknowledged)."""
-        ...
+    async def renew(self) -> None: ...
 
-    async def wait_settled(self, correlation_id: str) -> None:
-        """Return once no delivery of ``correlation_id`` (one document or sample) is pending."""
-        ...
-
-    async def aclose(self) -> None:
-        """Stop delivering: workers' iterations end; further publishes raise BusError."""
-        ...
+    async def aclose(self) -> None: ...

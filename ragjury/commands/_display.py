@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ragjury.generation import GenerationCounts
+from ragjury.pipelines.generation import GenerationCounts
 
 
 class _Bars:
@@ -41,26 +41,25 @@ class _Bars:
 
 
 class GenerationProgress(_Bars):
-    """Two bars: chunks drafted and pairs judged. Totals grow as the pipeline finds work."""
+    """Two bars: documents done, and the pairs of those documents by outcome."""
 
     def __init__(self, console: Console) -> None:
         super().__init__(console)
-        self._chunks = self._progress.add_task("chunks drafted", total=None, detail="")
+        self._documents = self._progress.add_task("documents done", total=None, detail="")
         self._pairs = self._progress.add_task("pairs judged", total=None, detail="")
 
     def update(self, counts: GenerationCounts) -> None:
         if not self.enabled:
             return
         self._progress.update(
-            self._chunks,
-            total=max(counts.chunks, 1),
-            completed=counts.chunks_done,
-            detail=f"failed {counts.chunks_failed}" if counts.chunks_failed else "",
+            self._documents,
+            total=max(counts.documents, 1),
+            completed=counts.documents_done,
+            detail=f"{counts.chunks} chunks, {counts.chunks_failed} failed",
         )
-        unique = counts.pairs_drafted - counts.duplicates_dropped
         self._progress.update(
             self._pairs,
-            total=max(unique, 1),
+            total=max(counts.judged, 1),
             completed=counts.judged,
             detail=f"kept {counts.kept} rejected {counts.rejected} failed {counts.failed}",
         )

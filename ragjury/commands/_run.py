@@ -13,21 +13,45 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from rich.console import Console
 
 from ragjury import heap
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
-from ragjury.daemon import intake_capacity
 from ragjury.estimate import Estimate
 from ragjury.llm import LLM
+from ragjury.output import write_text_atomically
 from ragjury.pricing import PRICES_AS_OF, PriceTable
-from ragjury.store import Store
-from ragjury.store.queue import Job
+from ragjury.service import intake_capacity
+from ragjury.store import Store, open_store, redacted
+from ragjury.store.base import Job
 
 EXIT_BUDGET = 3
-EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
 """Exit code of a run that stopped taking new work because --max-tokens / --max-cost was hit."""
+EXIT_RESULTS = 4
+"""Exit code of a run whose results did not pass: nothing could be judged (every judgement
+failed, e.g. an endpoint that is down or hangs), or more failed than --max-failed allows."""
+EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
+
+
+def results_gate(
+    console: Console, command: str, failed: int, judged: int, max_failed: int | None
+) -> int | None:
+    """Say why the results did not pass, and :data:`EXIT_RESULTS`; None when they did.
+
+    ``failed`` judgements failed out of ``judged`` (all outcomes, failed ones included)."""
+    if judged and failed == judged:
+        reason = (
+            f"nothing was judged: all {failed} judgement(s) failed (the endpoint may be down or "
+            "hanging; each failure's error is in the output)"
+        )
+    elif max_failed is not None and failed > max_failed:
+        reason = f"{failed} judgement(s) failed, more than --max-failed {max_failed}"
+    else:
+        return None
+    console.print(f"ragjury {command}: {reason}", soft_wrap=True, markup=False, highlight=False)
+    return EXIT_RESULTS
 
 
 @dataclass
@@ -46,19 +70,25 @@ class RecordedRun:
         as JSON."""
         usage = self.llm.usage
         summary.update(usage.totals())
+        model = self.llm.settings.model
+        unpriced = usage.unpriced_models()
+        if summary["cost_usd"] == 0 and self.llm.prices.price(model) is None:
+            # no call made, so nothing was priced: still unknown, not free
+            summary["cost_usd"] = None
+            unpriced = sorted({*unpriced, model})
         summary.update(
             by_stage=usage.by_stage(),
-            unpriced_models=usage.unpriced_models(),
+            unpriced_models=unpriced,
             prices_as_of=PRICES_AS_OF,
             rate_limit=self.llm.limiter.snapshot(),
             budget=self.llm.budget.as_dict(),
             run_id=self.run_id,
-            db=str(self.store.path),
+            db=self.store.location,
         )
         await self.store.finish_run(self.run_id, summary)
         if path is not None:
             text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
-            await anyio.Path(path).write_text(text, encoding="utf-8")
+            await anyio.to_thread.run_sync(write_text_atomically, path, text)
 
 
 async def report_estimate(
@@ -69,7 +99,7 @@ async def report_estimate(
     console.print(estimate_table(data))
     if args.summary is not None:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-        await anyio.Path(args.summary).write_text(text, encoding="utf-8")
+        await anyio.to_thread.run_sync(write_text_atomically, args.summary, text)
     return 0
 
 
@@ -146,13 +176,16 @@ async def recorded_run(
     """The store, the run row and the LLM for one command; the heap is settled first
     (:mod:`ragjury.heap`), since this process is ragjury's own."""
     heap.settle()
-    async with Store(settings.db) as store:
-        run_id = await store.start_run(
-            command, settings.model_dump(mode="json", exclude={"api_key"})
-        )
+    async with open_store(settings.db) as store:
+        recorded = settings.model_dump(mode="json", exclude={"api_key"})
+        for name in ("base_url", "db"):  # a password in a URL is never stored
+            if recorded.get(name):
+                recorded[name] = redacted(recorded[name])
+        run_id = await store.start_run(command, recorded)
         llm = LLM(
             settings,
             on_call=lambda stats, error: store.record_call(run_id, stats, error),
+            on_start=lambda stats: store.open_call(run_id, stats),
             require_endpoint=require_endpoint,
         )
         async with llm:

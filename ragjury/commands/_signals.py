@@ -13,11 +13,11 @@ from rich.console import Console
 
 from ragjury.commands._run import RecordedRun
 from ragjury.config import Settings
-from ragjury.daemon import DaemonCounts
 from ragjury.evaluation.targets import Target
-from ragjury.jobs import EventListener
-from ragjury.runs import JobRun, run_job
-from ragjury.store.queue import Job, Queue
+from ragjury.jobs import JobRun, run_job
+from ragjury.runtime import EventListener
+from ragjury.service import ServiceCounts
+from ragjury.store.base import Job
 
 T = TypeVar("T")
 
@@ -86,12 +86,12 @@ async def run_job_until_signalled(
                 settings=settings,
                 store=run.store,
                 llm=run.llm,
-                on_progress=on_progress,
+                on_event=on_progress,
                 target=target,
                 stop=stop,
             )
         )
         tg.cancel_scope.cancel()
     if outcome is None:  # stopped at once by a second signal
-        return JobRun(job, DaemonCounts(), await Queue(run.store).unfinished([job.id]))
+        return JobRun(job, ServiceCounts(), await run.store.unfinished([job.id]))
     return outcome.unwrap()

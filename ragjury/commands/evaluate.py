@@ -16,25 +16,24 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    results_gate,
     retried_text,
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
-from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics, result_record
-from ragjury.evaluation.summary import summarise
+from ragjury.evaluation.inputs import load_samples, parse_fields
+from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
-from ragjury.output import RecordWriter
+from ragjury.jobs import JobRun, submit_samples
+from ragjury.output import RecordWriter, output_format, sample_table
+from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
 from ragjury.prompts import load_overrides
-from ragjury.report.ci import finish_evaluate, run_details
-from ragjury.runs import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
-from ragjury.store.queue import Job, Queue
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.evaluate")
-LLM_METRICS = frozenset({"faithfulness", "correctness", "rubric", "similarity"})
 
 
 def _target(args: argparse.Namespace) -> Target | None:
@@ -57,7 +56,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
-    loaded = load_samples(args.samples)
+    loaded = load_samples(args.samples, parse_fields(args.fields))
     invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
     for item in invalid:
         console.print(
@@ -75,8 +74,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
-    needs_llm = bool(LLM_METRICS & set(metrics))
-    if needs_llm:
+    out_format = output_format(args.out, args.format)
+    llm_needed = needs_llm(metrics)
+    if llm_needed:
         settings.require_endpoint()
     if "confidence" in metrics and not settings.logprobs:
         settings = settings.model_copy(update={"logprobs": True})
@@ -88,26 +88,28 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             count=unanswered,
             hint="pass --target to have your RAG system answer them",
         )
-    async with recorded_run(settings, "evaluate", require_endpoint=needs_llm) as run:
+    async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
         job = await submit_samples(run.store, settings, loaded.samples, metrics, prompts)
         try:
             result = await _work(run, settings, job, console, target, len(loaded.samples))
         finally:
             if target is not None:
                 await target.aclose()
-        results = await scored_samples(run.store, job.id)
-        with RecordWriter(args.out, "jsonl") as writer:
-            async for record in Queue(run.store).samples([job.id]):
+        with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
+            async for record in run.store.samples([job.id]):
                 writer.write(record)
+        tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
+        async for scored in run.store.scored(job.id):
+            tally.add(SampleScored.model_validate_json(scored))
         summary: dict[str, Any] = summarise(
-            results,
+            tally,
             metrics,
             run.llm.usage,
             invalid=invalid,
             wall_seconds=run.seconds,
             model=settings.model,
         )
-        reports = await Queue(run.store).reports(job.id)
+        reports = await run.store.reports(job.id)
         summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
         summary.update(result.summary())
         total = len(loaded.samples)
@@ -117,7 +119,6 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
-        summary.update(run_details(args.samples, settings.base_url, prompts, metrics))
         await run.finish(summary, args.summary)
     if console.is_terminal:
         console.print(evaluation_table(summary))
@@ -144,8 +145,15 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         "sample",
         budget_reached=budget_reason,
     )
-    code = (1 if invalid else 0) if code is None else code
-    return finish_evaluate(args, summary, map(result_record, results), code, console)
+    if code is not None:
+        return code
+    figures = summary["metrics"].values()
+    failed = sum(m["failed"] for m in figures)
+    judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
+    gate = results_gate(console, "evaluate", failed, judged, args.max_failed)
+    if gate is not None:
+        return gate
+    return 1 if invalid else 0
 
 
 async def _work(
@@ -156,8 +164,7 @@ async def _work(
     target: Target | None,
     total: int,
 ) -> JobRun:
-    queue = Queue(run.store)
-    done = (await queue.counts([job.id]))["done"]
+    done = (await run.store.counts([job.id]))["done"]
     if not job.created:
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done} of {total} sample(s) "

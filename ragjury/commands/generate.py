@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,19 +21,26 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
+    results_gate,
     retried_text,
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
-from ragjury.generation import summarise
 from ragjury.ingest import Skipped, iter_documents
-from ragjury.output import RecordWriter
+from ragjury.jobs import JobRun, submit_documents
+from ragjury.output import (
+    FAILED_CHUNK_TABLE,
+    RecordWriter,
+    failed_chunk_record,
+    output_format,
+    write_text_atomically,
+)
+from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
-from ragjury.runs import JobRun, generation_counts, submit_documents
-from ragjury.schemas import Document
-from ragjury.store.queue import Job, Queue
+from ragjury.schemas import Document, DocumentJudged
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.generate")
 
@@ -64,16 +72,37 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             + (f" (skipped: {reasons})" if reasons else "")
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
+        if args.summary is not None:  # a CI job reads it whatever the exit code
+            skipped = [{"path": s.path, "reason": s.reason} for s in found]
+            empty = {"documents": 0, "documents_skipped": len(skipped), "skipped": skipped}
+            text = json.dumps({**empty, "error": "no readable documents"}, indent=2) + "\n"
+            write_text_atomically(args.summary, text)
         return 1
     if args.dry_run:
         estimate = estimate_generation(list(documents()), settings, prompts)
         return await report_estimate(estimate, settings, args, console)
     settings.require_endpoint()
+    formats = {
+        option: output_format(path, args.format, option)
+        for option, path in (
+            ("--out", args.out),
+            ("--rejected", args.rejected),
+            ("--failed", args.failed),
+        )
+        if path is not None
+    }
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
-        kept = stack.enter_context(RecordWriter(args.out, args.format))
+        kept = stack.enter_context(RecordWriter(args.out, formats["--out"]))
         rejected = (
-            stack.enter_context(RecordWriter(args.rejected, args.format)) if args.rejected else None
+            stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
+            if args.rejected
+            else None
+        )
+        failed = (
+            stack.enter_context(RecordWriter(args.failed, formats["--failed"], FAILED_CHUNK_TABLE))
+            if args.failed
+            else None
         )
         async with recorded_run(settings, "generate") as run:
             job = await submit_documents(run.store, settings, documents, prompts)
@@ -84,10 +113,13 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
-            async for record in Queue(run.store).pairs([job.id]):
+            async for record in run.store.pairs([job.id]):
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
+            if failed is not None:
+                for report in counts.failed_chunks:
+                    failed.write(failed_chunk_record(report))
             summary = summarise(counts, run.llm, wall_seconds=run.seconds, skipped=skipped)
             summary.update(result.summary())
             stop = budget_stop(
@@ -112,13 +144,17 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     if code is not None:
         return code
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
-    return 1 if processed_nothing else 0
+    if processed_nothing:
+        return 1
+    gate = results_gate(console, "generate", counts.failed, counts.judged, None)
+    return gate if gate is not None else 0
 
 
 async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console) -> JobRun:
     counts = await generation_counts(run.store, job.id)
+    counts.documents = job.size
     if not job.created:
-        done = await Queue(run.store).counts([job.id])
+        done = await run.store.counts([job.id])
         console.print(
             f"ragjury: resuming job {job.id} from {settings.db}: {done['done']} document(s) "
             f"done, {done['queued'] + done['processing']} to go{retried_text(job, 'document')}",
@@ -129,8 +165,9 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
         progress.update(counts)
 
         async def on_event(job_id: str, event: Any) -> None:
-            counts.observe(event)
-            progress.update(counts)
+            if isinstance(event, DocumentJudged):
+                counts.add_report(report_of(event))
+                progress.update(counts)
 
         return await run_job_until_signalled(run, settings, job, console, on_event)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,21 +18,20 @@ from rich.table import Table
 from ragjury.commands._run import EXIT_BUDGET, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
-from ragjury.daemon import Daemon, DaemonCounts
 from ragjury.errors import ConfigurationError
-from ragjury.evaluation.inputs import load_samples
-from ragjury.evaluation.pipeline import PROMPT_NAMES, choose_metrics
+from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import load_documents
-from ragjury.output import RecordWriter
+from ragjury.jobs import submit_documents, submit_samples
+from ragjury.output import RecordWriter, output_format, sample_table
+from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics
+from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
-from ragjury.runs import submit_documents, submit_samples
-from ragjury.status import queue_status
-from ragjury.store import Store
-from ragjury.store.queue import Job, Queue
+from ragjury.runtime import select_roles
+from ragjury.service import INTAKE, Service, ServiceCounts
+from ragjury.store import Store, open_store, parse_location
+from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.queue")
-
-_GENERATION_PROMPTS = ("generator", "groundedness", "relevance", "standalone")
 
 
 def _console() -> Console:
@@ -44,7 +45,12 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             "submit takes documents (PATH...) or --samples FILE, one of the two; "
             "e.g. `ragjury submit docs/ --db q.db` or `ragjury submit --samples s.jsonl --db q.db`"
         )
-    async with Store(settings.db) as store:
+    if args.paths and args.fields:
+        raise ConfigurationError(
+            "--field maps the fields of --samples records; documents take --text-field and "
+            "--id-field instead"
+        )
+    async with open_store(settings.db) as store:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
             options = settings.generate
@@ -65,7 +71,7 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             what = f"{len(loaded.documents)} document(s) for generation"
         else:
             prompts = load_overrides(args.prompt, PROMPT_NAMES)
-            samples = load_samples(args.samples)
+            samples = load_samples(args.samples, parse_fields(args.fields))
             for invalid in samples.invalid:
                 console.print(
                     f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",
@@ -87,17 +93,17 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                 store, settings, samples.samples, metrics, prompts, pin_model=False
             )
             what = f"{len(samples.samples)} sample(s) for evaluation ({', '.join(metrics)})"
-        await _say_submitted(console, Queue(store), job, what, settings)
+        await _say_submitted(console, store, job, what, settings)
     return 0
 
 
 async def _say_submitted(
-    console: Console, queue: Queue, job: Job, what: str, settings: Settings
+    console: Console, store: Store, job: Job, what: str, settings: Settings
 ) -> None:
     if job.created:
         console.print(f"ragjury: queued {what} as job {job.id} in {settings.db}", markup=False)
         return
-    counts = await queue.counts([job.id])
+    counts = await store.counts([job.id])
     console.print(
         f"ragjury: the same work is already job {job.id} in {settings.db} "
         f"({counts['done']} done, {counts['queued'] + counts['processing']} to go, "
@@ -107,43 +113,48 @@ async def _say_submitted(
 
 
 async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    settings.require_endpoint()
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None
+    roles = select_roles([a for a in agents if a != INTAKE] if agents is not None else None)
+    intake = agents is None or INTAKE in agents
+    if roles or intake:
+        settings.require_endpoint()
     console = _console()
     stop = anyio.Event()
     async with recorded_run(settings, "serve") as run:
-        daemon = Daemon(settings, run.store, run.llm)
+        service = Service(settings, run.store, run.llm, roles=roles, intake=intake)
         console.print(
-            f"ragjury serve: working the queue in {settings.db} with {settings.model} "
-            f"(concurrency {settings.concurrency}, daemon {daemon.owner}); "
-            "SIGINT/SIGTERM to stop",
+            f"ragjury serve: working the queue in {run.store.location} with {settings.model} "
+            f"(concurrency {settings.concurrency}, worker {service.owner}; agents: "
+            f"{'all' if agents is None else ', '.join(service.agents)}); SIGINT/SIGTERM to stop",
             markup=False,
         )
-        outcome: Outcome[DaemonCounts] = Outcome(value=daemon.counts)
+        outcome: Outcome[ServiceCounts] = Outcome(value=service.counts)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
-            outcome = await capture(daemon.run(stop=stop))
+            outcome = await capture(service.run(stop=stop))
             tg.cancel_scope.cancel()
-        counts = daemon.counts
+        counts = service.counts
         summary: dict[str, Any] = {
-            "daemon": daemon.owner,
+            "daemon": service.owner,
+            "agents": service.agents,
+            "items_started": counts.started,
             "items_done": counts.done,
             "items_failed": counts.failed,
             "items_released": counts.released,
-            "items_done_elsewhere": counts.skipped,
             "llm_calls": run.llm.usage.requests,
             "prompt_tokens": run.llm.usage.prompt_tokens,
             "completion_tokens": run.llm.usage.completion_tokens,
-            "cached_steps_used": daemon.cache.hits,
+            "cached_steps_used": service.cache.hits,
             "wall_seconds": round(run.seconds, 3),
         }
         await run.finish(summary, None)
     outcome.unwrap()
     console.print(
-        f"ragjury serve: stopped; {counts.done} item(s) done, {counts.failed} failed, "
+        f"ragjury serve: stopped; {counts.done} item(s) done here, {counts.failed} failed, "
         f"{counts.released} put back in the queue; {summary['llm_calls']} LLM calls",
         markup=False,
     )
-    if daemon.budget_stopped:
+    if service.budget_stopped:
         console.print(
             f"ragjury serve: budget reached: {run.llm.budget.reason}; took no new item after "
             "that and finished those in flight. The rest stays queued.",
@@ -154,7 +165,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _existing_db(settings: Settings) -> None:
-    if not settings.db.exists():
+    if not parse_location(settings.db).exists:
         raise ConfigurationError(
             f"there is no database at {str(settings.db)!r}; pass the --db that `submit`, "
             "`generate` or `evaluate` used"
@@ -163,8 +174,8 @@ def _existing_db(settings: Settings) -> None:
 
 async def status_command(args: argparse.Namespace, settings: Settings) -> int:
     _existing_db(settings)
-    async with Store(settings.db) as store:
-        status = await queue_status(store)
+    async with open_store(settings.db) as store:
+        status = await store.status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -198,10 +209,22 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
         f"throughput: {throughput['items_done_last_minute']} item(s) in the last minute; "
         f"{throughput['items_per_minute'] or '-'} per minute overall"
     )
-    for daemon in status["daemons"]:
+    for name, agent in status["agents"].items():
         console.print(
-            f"daemon {daemon['owner']}: {daemon['items']} item(s), lease expires in "
-            f"{daemon['lease_expires_in']} s"
+            f"agent {name}: {agent['messages_waiting']} message(s) waiting"
+            + ("" if agent["served"] else " [bold red]- no worker is serving it[/]")
+        )
+    if status["waiting_for_workers"]:
+        console.print(
+            "waiting for workers: "
+            + ", ".join(status["waiting_for_workers"])
+            + " (start `ragjury serve --agents ...` for them)"
+        )
+    for worker in status["daemons"]:
+        state = "live" if worker["live"] else "silent"
+        console.print(
+            f"worker {worker['owner']} ({worker['host']} pid {worker['pid']}, {state}): "
+            f"{', '.join(worker['agents'])}; holds {worker['messages_held']} message(s)"
         )
     return 0
 
@@ -213,30 +236,42 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
             "(judged samples)"
         )
     _existing_db(settings)
+    formats = {
+        option: output_format(path, args.format, option)
+        for option, path in (
+            ("--out", args.out),
+            ("--rejected", args.rejected),
+            ("--results", args.results),
+        )
+        if path is not None
+    }
     console = _console()
     written = {"kept": 0, "rejected": 0, "samples": 0}
-    async with Store(settings.db) as store:
-        queue = Queue(store)
-        counts = await queue.counts(args.jobs)
+    async with open_store(settings.db) as store:
+        counts = await store.counts(args.jobs)
         with contextlib.ExitStack() as stack:
             kept_writer = (
-                stack.enter_context(RecordWriter(args.out, args.format)) if args.out else None
+                stack.enter_context(RecordWriter(args.out, formats["--out"])) if args.out else None
             )
             rejected_writer = (
-                stack.enter_context(RecordWriter(args.rejected, args.format))
+                stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
                 if args.rejected
                 else None
             )
             if kept_writer is not None or rejected_writer is not None:
-                async for record in queue.pairs(args.jobs):
+                async for record in store.pairs(args.jobs):
                     kept = record["outcome"] == "kept"
                     writer = kept_writer if kept else rejected_writer
                     if writer is not None:
                         writer.write(record)
                         written["kept" if kept else "rejected"] += 1
             if args.results:
-                results = stack.enter_context(RecordWriter(args.results, "jsonl"))
-                async for record in queue.samples(args.jobs):
+                fmt = formats["--results"]
+                metrics = await _metrics_of(store, args.jobs) if fmt != "jsonl" else []
+                results = stack.enter_context(
+                    RecordWriter(args.results, fmt, sample_table(metrics))
+                )
+                async for record in store.samples(args.jobs):
                     results.write(record)
                     written["samples"] += 1
     unfinished = counts["queued"] + counts["processing"]
@@ -249,9 +284,61 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:
+    """Every metric the judged samples have, in first-seen order: the flat columns."""
+    seen: dict[str, None] = {}
+    async for record in store.samples(jobs):
+        seen |= dict.fromkeys(record["metrics"])
+    return list(seen)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(text: str) -> float:
+    """``30d``, ``12h``, ``90m`` or ``3600s`` in seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ConfigurationError(
+            f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, 90m or 3600s"
+        ) from None
+    if seconds < 0:
+        raise ConfigurationError(f"--older-than {text!r} must not be negative")
+    return seconds
+
+
+async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
+    age = parse_age(args.older_than)
+    _existing_db(settings)
+    console = _console()
+    path = parse_location(settings.db).path
+    size_before = _size(path)
+    async with open_store(settings.db) as store:
+        deleted = await store.prune(time.time() - age)
+        if args.vacuum:
+            await store.compact()
+    gone = ", ".join(f"{n} {table}" for table, n in deleted.items() if n) or "nothing"
+    console.print(
+        f"ragjury prune: deleted {gone} (finished more than {args.older_than} ago; unfinished "
+        f"jobs are kept whole); {settings.db}: {size_before / 1e6:.1f} MB -> "
+        f"{_size(path) / 1e6:.1f} MB",
+        markup=False,
+    )
+    return 0
+
+
+def _size(path: Path | None) -> int:
+    if path is None:
+        return 0
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Awaitable[int]]] = {
     "submit": submit_command,
     "serve": serve_command,
     "status": status_command,
     "export": export_command,
+    "prune": prune_command,
 }

@@ -1,17 +1,24 @@
-"""Load the samples that ``ragjury evaluate FILE`` judges, from JSONL, JSON or CSV.
+"""Load the samples that ``ragjury evaluate FILE`` judges, from JSONL, JSON, CSV, Parquet
+or a Hugging Face dataset saved to disk.
 
-Records are read in the field names of ragjury, RAGAS and DeepEval without any mapping, and
-the records ``ragjury generate`` writes are read as questions with reference answers. For each
-field the first name present wins:
+Records are read in the field names of ragjury, RAGAS, DeepEval and LlamaIndex
+(``rag_dataset.json``) without any mapping, and the records ``ragjury generate`` writes are
+read as questions with reference answers. For each field the first name present wins, unless
+``fields`` (``--field NAME=SOURCE``) names the one to read:
 
 =============  ===============================================================
-question       ``question``, ``user_input`` (RAGAS), ``input`` (DeepEval)
+question       ``question``, ``user_input`` (RAGAS), ``input`` (DeepEval), ``query``
 answer         ``answer``, ``response`` (RAGAS), ``actual_output`` (DeepEval)
-contexts       ``contexts``, ``retrieved_contexts``, ``retrieval_context``, ``context``
-reference      ``reference``, ``expected_output`` (DeepEval)
+contexts       ``contexts``, ``retrieved_contexts``, ``retrieval_context``, ``context``,
+               ``reference_contexts`` (LlamaIndex)
+reference      ``reference``, ``expected_output`` (DeepEval), ``ground_truth``,
+               ``correct_answer``, ``reference_answer`` (LlamaIndex)
 keywords       ``must_contain``, ``must_not_contain``, ``must_not_start_with``
 logprobs       ``answer_logprobs``
 =============  ===============================================================
+
+In CSV a list field may be a JSON array, a Python or numpy list as pandas writes it
+(``['a', 'b']``), or ``a|b`` text.
 
 A record with ``critiques``, or with both ``outcome`` and ``chunk_id``, was written by
 ``ragjury generate``: its ``answer`` is the reference answer, its ``context`` the one context,
@@ -25,31 +32,74 @@ other records still load. A missing answer is not an error; the caller decides.
 
 from __future__ import annotations
 
+import ast
 import codecs
 import csv
 import io
 import json
-from collections.abc import Iterator, Mapping
+import tokenize
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic import ValidationError
 
 from ragjury.errors import InputError
+from ragjury.evaluation.tables import arrow_rows, is_hf_dataset, parquet_rows
 from ragjury.schemas.records import Sample
+from ragjury.text import clean_value
 
-__all__ = ["InvalidRecord", "SampleSet", "load_samples"]
+__all__ = [
+    "SAMPLE_FIELDS",
+    "InvalidRecord",
+    "SampleSet",
+    "field_map",
+    "load_samples",
+    "parse_fields",
+    "samples_from_records",
+]
 
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
+_FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
 
-QUESTION_FIELDS = ("question", "user_input", "input")
+QUESTION_FIELDS = ("question", "user_input", "input", "query")
 ANSWER_FIELDS = ("answer", "response", "actual_output")
-CONTEXTS_FIELDS = ("contexts", "retrieved_contexts", "retrieval_context", "context")
-REFERENCE_FIELDS = ("reference", "expected_output", "ground_truth", "correct_answer")
+CONTEXTS_FIELDS = (
+    "contexts",
+    "retrieved_contexts",
+    "retrieval_context",
+    "context",
+    "reference_contexts",
+)
+REFERENCE_FIELDS = (
+    "reference",
+    "expected_output",
+    "ground_truth",
+    "correct_answer",
+    "reference_answer",
+)
 KEYWORD_FIELDS = ("must_contain", "must_not_contain", "must_not_start_with")
+SAMPLE_FIELDS = (
+    "id",
+    "question",
+    "answer",
+    "contexts",
+    "reference",
+    *KEYWORD_FIELDS,
+    "answer_logprobs",
+)
 
 _MAX_KEYS_SHOWN = 12
+
+
+log = structlog.get_logger("ragjury.input")
 
 
 @dataclass(frozen=True)
@@ -73,12 +123,39 @@ class SampleSet:
     path: str
 
 
-def load_samples(path: str | Path) -> SampleSet:
-    """Read every sample in a ``.jsonl``/``.ndjson``, ``.json`` or ``.csv`` file.
+def parse_fields(values: Iterable[str]) -> dict[str, str]:
+    """``--field NAME=SOURCE`` flags as a mapping, checked by :func:`field_map`."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, source = value.partition("=")
+        if not sep or not name.strip() or not source.strip():
+            raise InputError(
+                f"--field expects NAME=SOURCE, got {value!r}; e.g. --field question=query"
+            )
+        pairs[name.strip()] = source.strip()
+    return field_map(pairs)
 
-    Records without an ``id`` get ``{file stem}-{n}``, n being the line number (record index
-    for JSON). Raises InputError when the file is missing, has another suffix, cannot be
-    decoded, or (JSON) does not parse or hold a list of records.
+
+def field_map(pairs: Mapping[str, str]) -> dict[str, str]:
+    """``--field NAME=SOURCE`` pairs, checked: NAME must be a sample field."""
+    unknown = sorted(set(pairs) - set(SAMPLE_FIELDS))
+    if unknown:
+        raise InputError(
+            f"--field {unknown[0]}=... names no sample field; use one of "
+            f"{', '.join(SAMPLE_FIELDS)}, e.g. --field question=query"
+        )
+    return dict(pairs)
+
+
+def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> SampleSet:
+    """Read every sample in a ``.jsonl``/``.ndjson``, ``.json``, ``.csv`` or ``.parquet``
+    file, or a folder a Hugging Face dataset was saved to (``save_to_disk``).
+
+    ``fields`` maps a sample field to the record field that holds it (see
+    :func:`field_map`). Records without an ``id`` get ``{file stem}-{n}``, n being the line
+    number (record index for JSON, row for Parquet and Arrow). Raises InputError when the
+    file is missing, has another suffix, cannot be decoded, or (JSON) does not parse or hold
+    a list of records.
     """
     file = Path(path)
     if not file.exists():
@@ -86,6 +163,9 @@ def load_samples(path: str | Path) -> SampleSet:
         raise InputError(
             f"sample file {str(path)!r} does not exist{where}; check the path for typos"
         )
+    mapping = field_map(fields or {})
+    if file.is_dir() and is_hf_dataset(file):
+        return _load_rows(arrow_rows(file), file, mapping, from_csv=False)
     fmt = _FORMATS.get(file.suffix.lower())
     if fmt is None:
         accepted = ", ".join(_FORMATS)
@@ -95,17 +175,34 @@ def load_samples(path: str | Path) -> SampleSet:
         )
     if not file.is_file():
         raise InputError(f"sample path {str(path)!r} is not a file; pass a {fmt} file")
+    if fmt == "parquet":
+        return _load_rows(parquet_rows(file), file, mapping, from_csv=False)
     text = _read_text(file)
-    builder = _SampleBuilder(stem=file.stem, from_csv=fmt == "csv")
     if fmt == "jsonl":
         rows = _jsonl_rows(text)
     elif fmt == "csv":
         rows = _csv_rows(text, str(path))
     else:
         rows = _json_rows(text, str(path))
+    return _load_rows(rows, file, mapping, from_csv=fmt == "csv")
+
+
+def _load_rows(
+    rows: Iterable[tuple[int, Any]], file: Path, fields: Mapping[str, str], *, from_csv: bool
+) -> SampleSet:
+    builder = _SampleBuilder(stem=file.stem, from_csv=from_csv, fields=fields)
     for line, record in rows:
         builder.add(line, record)
-    return SampleSet(samples=builder.samples, invalid=builder.invalid, path=str(path))
+    return SampleSet(samples=builder.samples, invalid=builder.invalid, path=str(file))
+
+
+def samples_from_records(records: Iterable[Any], *, stem: str) -> SampleSet:
+    """Samples from records already in memory (dicts), read as the lines of a JSONL file:
+    the same field names, and ``{stem}-{n}`` for a record without an ``id`` (n from 1)."""
+    builder = _SampleBuilder(stem=stem, from_csv=False)
+    for line, record in enumerate(records, start=1):
+        builder.add(line, record)
+    return SampleSet(samples=builder.samples, invalid=builder.invalid, path="<records>")
 
 
 class _Invalid(Exception):
@@ -237,13 +334,19 @@ def _csv_rows(text: str, path: str) -> Iterator[tuple[int, Any]]:
 class _SampleBuilder:
     """Turns records into samples; keeps the invalid ones and the ids seen so far."""
 
-    def __init__(self, *, stem: str, from_csv: bool) -> None:
+    def __init__(
+        self, *, stem: str, from_csv: bool, fields: Mapping[str, str] | None = None
+    ) -> None:
         self.stem, self.from_csv = stem, from_csv
+        self.mapped = {name: (source,) for name, source in (fields or {}).items()}
         self.samples: list[Sample] = []
         self.invalid: list[InvalidRecord] = []
         self._first_use: dict[str, int] = {}
 
     def add(self, line: int, record: Any) -> None:
+        record, repairs = clean_value(record)
+        if repairs:
+            log.warning("input_repaired", line=line, repairs="; ".join(repairs))
         try:
             if isinstance(record, _Unreadable):
                 raise _Invalid(record.reason)
@@ -262,20 +365,26 @@ class _SampleBuilder:
     def _sample(self, line: int, record: Any) -> Sample:
         if not isinstance(record, dict):
             raise _Invalid(f"record is {_type_name(record)}, not an object; give a JSON object")
+        names = self.mapped.get
         fields: dict[str, Any] = {
-            "id": _record_id(record, f"{self.stem}-{line}"),
-            "question": _question(record),
+            "id": _record_id(record, f"{self.stem}-{line}", names("id", ("id",))[0]),
+            "question": _question(record, names("question", QUESTION_FIELDS)),
         }
-        if "critiques" in record or ("outcome" in record and "chunk_id" in record):
+        generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
+        if generated and not self.mapped:
             fields["reference"] = _text(record, ("answer",))
             fields["contexts"] = _texts(record, ("context",), split=False)
         else:
-            fields["answer"] = _text(record, ANSWER_FIELDS)
-            fields["contexts"] = _texts(record, CONTEXTS_FIELDS, split=self.from_csv)
-            fields["reference"] = _text(record, REFERENCE_FIELDS)
+            fields["answer"] = _text(record, names("answer", ANSWER_FIELDS))
+            contexts = names("contexts", CONTEXTS_FIELDS)
+            fields["contexts"] = _texts(record, contexts, split=self.from_csv)
+            fields["reference"] = _text(record, names("reference", REFERENCE_FIELDS))
         for name in KEYWORD_FIELDS:
-            fields[name] = _texts(record, (name,), split=self.from_csv, keywords=True)
-        fields["answer_logprobs"] = _logprobs(record)
+            source = names(name, (name,))
+            fields[name] = _texts(record, source, split=self.from_csv, keywords=True)
+        fields["answer_logprobs"] = _logprobs(
+            record, names("answer_logprobs", ("answer_logprobs",))[0]
+        )
         try:
             return Sample(**fields)
         except ValidationError as exc:  # not expected: the fields above are already checked
@@ -290,29 +399,29 @@ def _pick(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] 
     return None
 
 
-def _record_id(record: Mapping[str, Any], default: str) -> str:
-    value = record.get("id")
+def _record_id(record: Mapping[str, Any], default: str, name: str = "id") -> str:
+    value = record.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise _Invalid(
-            f"field 'id' is {_type_name(value)}; give a string or integer id, or leave it out"
+            f"field {name!r} is {_type_name(value)}; give a string or integer id, or leave it out"
         )
     if not str(value).strip():
-        raise _Invalid("field 'id' is empty; give a non-empty id, or leave it out")
+        raise _Invalid(f"field {name!r} is empty; give a non-empty id, or leave it out")
     return str(value)
 
 
-def _question(record: Mapping[str, Any]) -> str:
-    picked = _pick(record, QUESTION_FIELDS)
+def _question(record: Mapping[str, Any], names: tuple[str, ...]) -> str:
+    picked = _pick(record, names)
     if picked is None:
-        present = [name for name in QUESTION_FIELDS if name in record]
+        present = [name for name in names if name in record]
         if present:
             raise _Invalid(f"field {present[0]!r} is empty; write the question there")
-        looked_for = ", ".join(repr(name) for name in QUESTION_FIELDS)
+        looked_for = ", ".join(repr(name) for name in names)
         raise _Invalid(
             f"record has no question (looked for {looked_for}; the record has {_keys(record)}); "
-            "rename the question field to 'question'"
+            "rename the question field to 'question', or name it with --field question=FIELD"
         )
     name, value = picked
     if not isinstance(value, str):
@@ -347,6 +456,8 @@ def _texts(
             value = _split_cell(value)
         else:
             return (value,) if value.strip() else ()
+    if isinstance(value, tuple):
+        value = list(value)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _Invalid(
             f"field {name!r} is {_type_name(value)}; give a list of strings (or one string)"
@@ -357,17 +468,49 @@ def _texts(
 
 
 def _split_cell(cell: str) -> Any:
-    """A CSV cell holding a list: a JSON array, else ``|``-separated text."""
+    """A CSV cell holding a list: a JSON array, a Python or numpy list of strings (as pandas
+    writes a list column), else ``|``-separated text."""
     if cell.lstrip().startswith("["):
         try:
             return json.loads(cell)
         except json.JSONDecodeError:
             pass
+        listed = _repr_list(cell)
+        if listed is not None:
+            return listed
     return [part.strip() for part in cell.split("|") if part.strip()]
 
 
-def _logprobs(record: Mapping[str, Any]) -> tuple[float, ...] | None:
-    value = record.get("answer_logprobs")
+_LAYOUT = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT})
+
+
+def _repr_list(cell: str) -> list[str] | None:
+    """``['a', 'b']`` (Python's repr) or ``['a' 'b']`` (numpy's): the strings, each literal
+    read on its own (so numpy's missing commas never join two contexts); None otherwise."""
+    try:
+        tokens = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(cell.strip()).readline)
+            if t.type not in _LAYOUT
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    if len(tokens) < 2 or (tokens[0].string, tokens[-1].string) != ("[", "]"):
+        return None
+    items: list[str] = []
+    for token in tokens[1:-1]:
+        if token.type == tokenize.STRING:
+            value = ast.literal_eval(token.string)
+            if not isinstance(value, str):
+                return None
+            items.append(value)
+        elif token.string != ",":
+            return None
+    return items
+
+
+def _logprobs(record: Mapping[str, Any], name: str = "answer_logprobs") -> tuple[float, ...] | None:
+    value = record.get(name)
     if value is None:
         return None
     if isinstance(value, str):

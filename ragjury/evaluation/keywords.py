@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ragjury.schemas.records import KeywordCheck, KeywordRule
 
-__all__ = ["check_keywords", "failure_rates", "keyword_score"]
+__all__ = ["KeywordTally", "check_keywords", "failure_rates", "keyword_score"]
 
 _RULES: tuple[KeywordRule, ...] = ("must_contain", "must_not_contain", "must_not_start_with")
 
@@ -65,19 +65,33 @@ def keyword_score(checks: Sequence[KeywordCheck]) -> float:
     return sum(check.passed for check in checks) / len(checks)
 
 
+class KeywordTally:
+    """Checks and failures per keyword rule, added one sample's checks at a time."""
+
+    def __init__(self) -> None:
+        self._counts: dict[KeywordRule, list[int]] = {}
+
+    def add(self, checks: Iterable[KeywordCheck]) -> None:
+        for check in checks:
+            tally = self._counts.setdefault(check.type, [0, 0])
+            tally[0] += 1
+            tally[1] += not check.passed
+
+    def rates(self) -> dict[str, dict[str, float | int]]:
+        """Per rule that occurred: ``{"checks": n, "failed": k, "failure_rate": k / n}``."""
+        rates: dict[str, dict[str, float | int]] = {}
+        for rule in _RULES:
+            if rule in self._counts:
+                total, failed = self._counts[rule]
+                rates[rule] = {"checks": total, "failed": failed, "failure_rate": failed / total}
+        return rates
+
+
 def failure_rates(
     all_checks: Iterable[Sequence[KeywordCheck]],
 ) -> dict[str, dict[str, float | int]]:
     """Per rule that occurred: ``{"checks": n, "failed": k, "failure_rate": k / n}``."""
-    counts: dict[KeywordRule, list[int]] = {}
+    tally = KeywordTally()
     for checks in all_checks:
-        for check in checks:
-            tally = counts.setdefault(check.type, [0, 0])
-            tally[0] += 1
-            tally[1] += not check.passed
-    rates: dict[str, dict[str, float | int]] = {}
-    for rule in _RULES:
-        if rule in counts:
-            total, failed = counts[rule]
-            rates[rule] = {"checks": total, "failed": failed, "failure_rate": failed / total}
-    return rates
+        tally.add(checks)
+    return tally.rates()

@@ -1,33 +1,94 @@
-"""The ``--summary`` of an evaluation run: means over scored samples only, never a failure."""
+"""The ``--summary`` of an evaluation run: means over scored samples only, never a failure.
+
+The figures are tallied one judged sample at a time (:class:`SummaryTally`), so a summary of a
+million samples holds a million floats (for the medians), not a million results.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from statistics import mean, median
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
-from ragjury.evaluation.keywords import failure_rates
+from ragjury.evaluation.keywords import KeywordTally
 from ragjury.llm import UsageLedger
-from ragjury.schemas import KeywordCheck, MetricName, SampleScored
+from ragjury.schemas import KeywordCheck, MetricName, MetricResult, SampleScored
 
 
-def metric_summary(results: Sequence[SampleScored], metric: MetricName) -> dict[str, Any]:
-    entries = [r.metrics[metric] for r in results if metric in r.metrics]
-    scores = [e.score for e in entries if e.outcome == "scored" and e.score is not None]
-    verdicts = [e.passing for e in entries if e.outcome == "scored" and e.passing is not None]
-    return {
-        "mean": round(mean(scores), 4) if scores else None,
-        "median": round(median(scores), 4) if scores else None,
-        "pass_rate": round(sum(verdicts) / len(verdicts), 4) if verdicts else None,
-        "scored": sum(e.outcome == "scored" for e in entries),
-        "not_applicable": sum(e.outcome == "not_applicable" for e in entries),
-        "failed": sum(e.outcome == "failed" for e in entries),
-        "llm_calls": sum(e.llm_calls for e in entries),
-    }
+@dataclass
+class MetricTally:
+    """One metric's figures so far."""
+
+    scores: array[float] = field(default_factory=lambda: array("d"))
+    passed: int = 0
+    verdicts: int = 0
+    outcomes: dict[str, int] = field(
+        default_factory=lambda: {"scored": 0, "not_applicable": 0, "failed": 0}
+    )
+    llm_calls: int = 0
+
+    def add(self, result: MetricResult) -> None:
+        self.outcomes[result.outcome] += 1
+        self.llm_calls += result.llm_calls
+        if result.outcome != "scored":
+            return
+        if result.score is not None:
+            self.scores.append(result.score)
+        if result.passing is not None:
+            self.verdicts += 1
+            self.passed += result.passing
+
+    def figures(self) -> dict[str, Any]:
+        scores = self.scores
+        return {
+            "mean": round(sum(scores) / len(scores), 4) if scores else None,
+            "median": round(median(scores), 4) if scores else None,
+            "pass_rate": round(self.passed / self.verdicts, 4) if self.verdicts else None,
+            **self.outcomes,
+            "llm_calls": self.llm_calls,
+        }
+
+
+@dataclass
+class SummaryTally:
+    """Every metric's figures, and the keyword checks, tallied as samples are read."""
+
+    metrics: Sequence[MetricName]
+    samples: int = 0
+    tallies: dict[str, MetricTally] = field(default_factory=dict)
+    keywords: KeywordTally = field(default_factory=KeywordTally)
+
+    def add(self, scored: SampleScored) -> None:
+        self.samples += 1
+        for name in self.metrics:
+            result = scored.metrics.get(name)
+            if result is None:
+                continue
+            self.tallies.setdefault(name, MetricTally()).add(result)
+            if name == "keywords" and result.outcome == "scored":
+                checks = result.details["checks"]
+                self.keywords.add(KeywordCheck.model_validate(c) for c in checks)
+
+    def metric_figures(self) -> dict[str, dict[str, Any]]:
+        figures: dict[str, dict[str, Any]] = {
+            m: self.tallies.get(m, MetricTally()).figures() for m in self.metrics
+        }
+        if "keywords" in figures:
+            figures["keywords"]["failure_rates"] = self.keywords.rates()
+        return figures
+
+
+def metric_summary(results: Iterable[SampleScored], metric: MetricName) -> dict[str, Any]:
+    tally = SummaryTally([metric])
+    for scored in results:
+        tally.add(scored)
+    return tally.metric_figures()[metric]
 
 
 def summarise(
-    results: Sequence[SampleScored],
+    results: Iterable[SampleScored] | SummaryTally,
     metrics: Sequence[MetricName],
     usage: UsageLedger,
     *,
@@ -35,23 +96,20 @@ def summarise(
     wall_seconds: float,
     model: str,
 ) -> dict[str, Any]:
-    summary: dict[str, Any] = {
-        "samples": len(results),
+    """The summary of ``results`` (or of a tally already made of them)."""
+    tally = results if isinstance(results, SummaryTally) else SummaryTally(metrics)
+    if not isinstance(results, SummaryTally):
+        for scored in results:
+            tally.add(scored)
+    return {
+        "samples": tally.samples,
         "invalid_input": len(invalid),
         "llm_calls": usage.requests,
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "wall_seconds": round(wall_seconds, 3),
-        "metrics": {m: metric_summary(results, m) for m in metrics},
+        "metrics": tally.metric_figures(),
         "by_stage": usage.by_stage(),
         "invalid": list(invalid),
         "model": model,
     }
-    if "keywords" in metrics:
-        checks = [
-            [KeywordCheck.model_validate(c) for c in r.metrics["keywords"].details["checks"]]
-            for r in results
-            if "keywords" in r.metrics and r.metrics["keywords"].outcome == "scored"
-        ]
-        summary["metrics"]["keywords"]["failure_rates"] = failure_rates(checks)
-    return summary

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pypdf import PdfReader
 from pypdf.errors import FileNotDecryptedError
 
 from ragjury.errors import InputError
 from ragjury.schemas.records import Document
+from ragjury.text import clean_value
 
 _TEXT_SUFFIXES = (
     "md", "markdown", "mdx", "txt", "text", "rst", "adoc", "org", "tex",
@@ -43,6 +45,9 @@ DEFAULT_GLOBS: tuple[str, ...] = tuple(
 
 _IGNORED_DIRS = frozenset({"__pycache__", "node_modules"})
 _MAX_KEYS_SHOWN = 12
+
+
+log = structlog.get_logger("ragjury.input")
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,9 @@ class _Loader:
             self.skipped.append(Skipped(name, skip.reason))
 
     def _add(self, doc_id: str, text: str) -> None:
+        (doc_id, text), repairs = clean_value((doc_id, text))
+        if repairs:
+            log.warning("input_repaired", document=doc_id, repairs="; ".join(repairs))
         if not text.strip():
             raise _Skip("empty")
         if doc_id in self._seen_ids:

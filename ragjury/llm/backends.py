@@ -36,6 +36,11 @@ class ChatBackend(Protocol):
         """Why this backend cannot embed text, or None when it can."""
         ...
 
+    @property
+    def embedding_model(self) -> str:
+        """The model that gives this backend's embeddings."""
+        ...
+
     async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
         """Send one chat request (OpenAI keyword arguments) and return the completion."""
         ...
@@ -55,7 +60,7 @@ class OpenAIBackend:
 
     def __init__(self, settings: Settings) -> None:
         self.model_name = settings.model
-        self._embedding_model = settings.embedding_model
+        self.embedding_model = settings.embedding_model
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key or "not-needed",
@@ -77,7 +82,7 @@ class OpenAIBackend:
 
     async def embed(self, texts: Sequence[str], *, stage: str) -> CreateEmbeddingResponse:
         return await self._client.embeddings.create(
-            model=self._embedding_model,
+            model=self.embedding_model,
             input=list(texts),
             extra_headers={"x-ragjury-agent": stage},
         )

@@ -47,16 +47,26 @@ from ragjury.llm.backends import ChatBackend
 from ragjury.llm.budget import Budget
 from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
 from ragjury.llm.resolve import open_backend
-from ragjury.llm.tokens import COMPLETION_RESERVE, estimate_prompt_tokens, estimate_tokens
+from ragjury.llm.tokens import (
+    COMPLETION_RESERVE,
+    DEFAULT_MAX_PROMPT_TOKENS,
+    context_of,
+    estimate_prompt_tokens,
+    estimate_tokens,
+)
 from ragjury.llm.usage import CallStats, UsageLedger
 from ragjury.pricing import PriceTable
 from ragjury.schemas.responses import checking
+from ragjury.urls import redacted
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 Message = dict[str, str]
 Sleep = Callable[[float], Awaitable[None]]
 CallObserver = Callable[[CallStats, str | None], Awaitable[None]]
+StartObserver = Callable[[CallStats], Awaitable[int | None]]
+"""Told of a call before its first request; returns the call's record (kept on the stats), so
+a call in flight when the process is killed is still on the books."""
 
 _MODES = {
     "json": instructor.Mode.JSON,
@@ -87,6 +97,7 @@ class LLM:
         sleep: Sleep = anyio.sleep,
         clock: Clock = time.monotonic,
         on_call: CallObserver | None = None,
+        on_start: StartObserver | None = None,
         seed: int | None = None,
         require_endpoint: bool = True,
         backend: ChatBackend | None = None,
@@ -107,6 +118,7 @@ class LLM:
         self.budget = Budget(settings.max_tokens, settings.max_cost)
         self._sleep = sleep
         self._on_call = on_call
+        self._on_start = on_start
         self._rng = random.Random(seed)
         self.limiter = AdaptiveLimiter(
             settings.concurrency, rpm=settings.rpm, tpm=settings.tpm, clock=clock, sleep=sleep
@@ -115,6 +127,15 @@ class LLM:
         # instructor's patch() is typed for its own protocol; we call it with keywords only.
         self._create: Callable[..., Awaitable[Any]] = instructor.patch(
             create=self._send, mode=_MODES[mode]
+        )
+        known = context_of(settings.model)
+        self.max_prompt_tokens = settings.max_prompt_tokens or known or DEFAULT_MAX_PROMPT_TOKENS
+        self._context_note = (
+            ""
+            if settings.max_prompt_tokens
+            else f" ({settings.model}'s context)"
+            if known
+            else " (the default for a model whose context ragjury does not know)"
         )
         self.fatal_error: LLMTransportError | None = None
         self.fatal = anyio.Event()
@@ -163,6 +184,8 @@ class LLM:
     ) -> tuple[T, CallStats]:
         """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
         stats = CallStats(stage=stage, model=self.settings.model)
+        if self._on_start is not None:
+            stats.record = await self._on_start(stats)
         token = _current_call.set(stats)
         error: str | None = None
         extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
@@ -186,6 +209,7 @@ class LLM:
                     status_code=cause.status_code,
                     attempts=stats.requests,
                     last_raw_output=stats.last_raw_output,
+                    permanent=cause.permanent,
                 ) from cause
             error = _explain_validation(cause or exc)
             raise LLMOutputError(
@@ -210,6 +234,11 @@ class LLM:
             _current_call.reset(token)
             await self._close_call(stats, error)
 
+    @property
+    def embedding_model(self) -> str:
+        """The model that gives this client's embeddings (an endpoint's, or the offline one)."""
+        return self._backend.embedding_model
+
     async def embed(self, texts: Sequence[str], *, stage: str) -> list[list[float]]:
         """Embeddings of ``texts`` from the endpoint's embeddings API (same retries, same books).
 
@@ -217,7 +246,7 @@ class LLM:
         """
         if self._backend.embeddings_unavailable is not None:
             raise LLMUnavailableError(f"{stage}: {self._backend.embeddings_unavailable}")
-        stats = CallStats(stage=stage, model=self.settings.embedding_model)
+        stats = CallStats(stage=stage, model=self.embedding_model)
         token = _current_call.set(stats)
         error: str | None = "cancelled"
         try:
@@ -258,10 +287,20 @@ class LLM:
         stats = _current_call.get()
         if stats is None:
             raise ConfigurationError("LLM._send was called outside LLM.structured")
+        prompt = estimate_prompt_tokens(kwargs.get("messages", ()))
+        if prompt > self.max_prompt_tokens:
+            raise LLMTransportError(
+                f"{stats.stage}: the prompt is about {prompt:,} tokens, more than "
+                f"--max-prompt-tokens {self.max_prompt_tokens:,}"
+                f"{self._context_note}; nothing was sent. Shorten the input (a long answer or "
+                "context, or lower --chunk-size / --context-window-chars), or raise "
+                "--max-prompt-tokens if the model takes more",
+                permanent=True,
+            )
         response: ChatCompletion = await self._retrying(
             stats,
             lambda: self._backend.chat(stage=stats.stage, **kwargs),
-            estimate=estimate_prompt_tokens(kwargs.get("messages", ())) + COMPLETION_RESERVE,
+            estimate=prompt + COMPLETION_RESERVE,
         )
         self._account(stats, response)
         return response
@@ -284,6 +323,13 @@ class LLM:
             started = time.monotonic()
             stats.requests += 1
             usage.requests += 1
+            log.debug(
+                "llm_request",
+                stage=stats.stage,
+                attempt=attempt + 1,
+                estimated_tokens=estimate,
+                limit=self.limiter.limit,
+            )
             try:
                 response = await send()
             except openai.APIError as exc:
@@ -306,15 +352,21 @@ class LLM:
             status = status_of(failure)
             stats.statuses.append(status)
             if not is_retryable(failure):
-                error = LLMTransportError(_fatal_message(failure), status_code=_code(failure))
+                error = LLMTransportError(
+                    f"{stats.stage}: {_fatal_message(failure)}",
+                    status_code=_code(failure),
+                    permanent=True,
+                )
                 if error.status_code in _FATAL_HINTS:
                     self.fatal_error = error
                     self.fatal.set()
                 raise error
-            if attempt == retries:
+            timed_out = isinstance(failure, openai.APITimeoutError)
+            if attempt == retries or (timed_out and stats.statuses.count("timeout") > 1):
+                # a hung endpoint is asked twice, not --max-transport-retries times: each
+                # try costs a whole --timeout
                 error = LLMTransportError(
-                    f"{stats.stage}: the endpoint still failed after {attempt + 1} request(s) "
-                    f"(last: {status}: {_short(_cause(failure))}); {self._hint(failure)}",
+                    f"{stats.stage}: {self._failed_text(failure, attempt + 1)}",
                     status_code=_code(failure),
                 )
                 if _unreachable(failure) and not self._reached:
@@ -340,11 +392,25 @@ class LLM:
             await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _hint(self, failure: openai.APIError) -> str:
+    def _failed_text(self, failure: openai.APIError, requests: int) -> str:
+        """Why a call gave up, and what to check."""
+        where = redacted(self.settings.base_url or "the endpoint")
+        if isinstance(failure, openai.APITimeoutError):
+            return (
+                f"the endpoint did not answer within --timeout {self.settings.timeout:g} s "
+                f"({requests} request(s)); check that {where} is up and not overloaded, or raise "
+                "--timeout for a slow model"
+            )
+        last = f"(last: {status_of(failure)}: {_short(_cause(failure))})"
         if _unreachable(failure):
-            where = self.settings.base_url or "the endpoint"
-            return f"check that {where} is up and that --base-url is right"
-        return "raise --max-transport-retries or lower --concurrency"
+            return (
+                f"the endpoint still failed after {requests} request(s) {last}; check that "
+                f"{where} is up and that --base-url is right"
+            )
+        return (
+            f"the endpoint still failed after {requests} request(s) {last}; raise "
+            "--max-transport-retries or lower --concurrency"
+        )
 
     def _add_tokens(self, stats: CallStats, prompt: int, completion: int) -> None:
         """Book one response's tokens and cost on the call, its stage and the budget."""
@@ -386,7 +452,7 @@ def _code(exc: openai.APIError) -> int | None:
     return exc.status_code if isinstance(exc, openai.APIStatusError) else None
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
+def _short(exc: BaseException | str, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -409,8 +475,21 @@ def _cause(exc: openai.APIError) -> BaseException:
 
 def _fatal_message(exc: openai.APIError) -> str:
     code = _code(exc)
-    hint = _FATAL_HINTS.get(code or 0, "the request was refused; the message above says why")
-    return f"the endpoint answered {code}: {_short(exc)} ({hint})"
+    hint = _FATAL_HINTS.get(
+        code or 0, "the same request would be refused again, so it is not retried"
+    )
+    return f"the endpoint answered {code}: {_endpoint_says(exc)} ({hint})"
+
+
+def _endpoint_says(exc: openai.APIError) -> str:
+    """The endpoint's own message (OpenAI's ``{"error": {"message": ...}}``), quoted."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        if isinstance(message, str) and message.strip():
+            return repr(_short(message))
+    return _short(exc)
 
 
 def _explain_validation(exc: BaseException) -> str:

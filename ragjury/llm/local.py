@@ -20,7 +20,9 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
 from ragjury.errors import LLMTransportError, LLMUnavailableError
+from ragjury.llm import static_embeddings
 from ragjury.pricing import LOCAL_PREFIX
+from ragjury.schemas.responses import grammar_schema
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -61,7 +63,8 @@ def llama_request(request: Mapping[str, Any], *, max_tokens: int) -> dict[str, A
     if isinstance(response_format, Mapping):
         if response_format.get("type") == "json_schema":
             schema = response_format.get("json_schema", {}).get("schema")
-            kwargs["response_format"] = {"type": "json_object", "schema": bounded_strings(schema)}
+            constrained = bounded_strings(grammar_schema(schema))
+            kwargs["response_format"] = {"type": "json_object", "schema": constrained}
         elif response_format.get("type") == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
     return kwargs
@@ -84,10 +87,8 @@ class LlamaCppBackend:
     ) -> None:
         self.model_path = model_path
         self.model_name = f"{LOCAL_PREFIX}{model_path.name}"
-        self.embeddings_unavailable: str | None = (
-            "the local backend (--llm local) does not serve embeddings; use --base-url with "
-            "an endpoint that does for the similarity metric"
-        )
+        self.embeddings_unavailable: str | None = static_embeddings.available()
+        self.embedding_model = static_embeddings.MODEL_NAME
         self._context = context
         self._threads = threads or os.cpu_count() or 1
         self._max_tokens = max_tokens
@@ -103,7 +104,9 @@ class LlamaCppBackend:
             return await anyio.to_thread.run_sync(self._complete, stage, kwargs)
 
     async def embed(self, texts: Sequence[str], *, stage: str) -> CreateEmbeddingResponse:
-        raise LLMUnavailableError(f"{stage}: {self.embeddings_unavailable}")
+        if self.embeddings_unavailable is not None:
+            raise LLMUnavailableError(f"{stage}: {self.embeddings_unavailable}")
+        return await anyio.to_thread.run_sync(static_embeddings.embed, list(texts))
 
     async def aclose(self) -> None:
         async with self._lock:

@@ -17,6 +17,26 @@ MESSAGE_OVERHEAD = 4
 COMPLETION_RESERVE = 256
 """Completion tokens a tpm reservation assumes before the real count is known."""
 
+# Context windows (tokens) of models whose names start with these, longest prefix first.
+_CONTEXTS = (
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+    ("gpt-3.5-turbo", 16_385),
+)
+DEFAULT_MAX_PROMPT_TOKENS = 128_000
+"""The prompt size allowed for a model whose context window ragjury does not know."""
+
+
+def context_of(model: str) -> int | None:
+    """The context window of ``model`` in tokens, where ragjury knows it."""
+    name = model.lower().rsplit("/", 1)[-1]
+    return next((size for prefix, size in _CONTEXTS if name.startswith(prefix)), None)
+
 
 def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)

@@ -54,6 +54,8 @@ class CallStats:
     statuses: list[int | str] = field(default_factory=list)
     logprobs: list[tuple[str, float]] | None = None
     """Token log-probabilities of the last completion, when the endpoint returned them."""
+    record: int | None = None
+    """The call's row in the store while it is in flight (recorded when sent)."""
 
 
 @dataclass

@@ -10,6 +10,7 @@ from ragjury.schemas.evaluation import (
     SampleSubmitted,
     StatementsSplit,
     StatementVerdict,
+    sample_verdict,
 )
 from ragjury.schemas.messages import (
     ENVELOPE_ADAPTER,
@@ -17,14 +18,16 @@ from ragjury.schemas.messages import (
     ChunkFailed,
     ChunkReady,
     CritiqueIssued,
+    DocumentChunked,
+    DocumentJudged,
     DocumentSubmitted,
     DuplicateDropped,
     Envelope,
     Event,
+    ItemFailed,
     PairDrafted,
     PairJudged,
     QuestionsDrafted,
-    StepFailed,
     kind_of,
 )
 from ragjury.schemas.records import (
@@ -67,6 +70,8 @@ __all__ = [
     "CritiqueIssued",
     "CritiqueResult",
     "Document",
+    "DocumentChunked",
+    "DocumentJudged",
     "DocumentSubmitted",
     "DraftedPair",
     "DraftedPairs",
@@ -75,6 +80,7 @@ __all__ = [
     "Event",
     "Failure",
     "Grade",
+    "ItemFailed",
     "KeywordCheck",
     "KeywordRule",
     "MetricName",
@@ -93,9 +99,9 @@ __all__ = [
     "StatementVerdict",
     "Statements",
     "StatementsSplit",
-    "StepFailed",
     "Verdict",
     "Verdicts",
     "kind_of",
     "normalise_text",
+    "sample_verdict",
 ]

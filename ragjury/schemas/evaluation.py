@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from ragjury.schemas.records import Failure, Sample
 
@@ -62,6 +63,7 @@ class SampleSubmitted(_Frozen):
     kind: Literal["sample_submitted"] = "sample_submitted"
     sample: Sample
     metrics: tuple[MetricName, ...]
+    answered_by_target: bool = False
 
 
 class StatementsSplit(_Frozen):
@@ -83,9 +85,56 @@ class MetricScored(_Frozen):
     result: MetricResult
 
 
+def sample_verdict(
+    metrics: Mapping[str, MetricResult] | Mapping[MetricName, MetricResult],
+) -> tuple[bool | None, str]:
+    """Whether a sample passed every requested metric, and why (a pure function of them).
+
+    ``False`` when any scored metric did not pass; else ``None`` when any metric failed or was
+    not applicable (it was not judged, so the sample is neither passed nor failed); else
+    ``True`` when every metric with a pass mark passed. A scored metric without a pass mark
+    (``confidence``) is informational and does not count; with only such metrics the verdict
+    is ``None``.
+    """
+    below = [name for name, m in metrics.items() if m.outcome == "scored" and m.passing is False]
+    if below:
+        return False, "did not pass: " + ", ".join(below)
+    unjudged = [
+        f"{name} {m.outcome}" + (f" ({m.reason})" if m.reason else "")
+        for name, m in metrics.items()
+        if m.outcome != "scored"
+    ]
+    if unjudged:
+        return None, "not judged: " + "; ".join(unjudged)
+    if not any(m.passing for m in metrics.values()):
+        return None, "no requested metric has a pass mark (" + ", ".join(metrics) + ")"
+    return True, "every requested metric passed"
+
+
 class SampleScored(_Frozen):
-    """Every requested metric of a sample has a result."""
+    """Every requested metric of a sample has a result; ``passing`` is the verdict over them."""
 
     kind: Literal["sample_scored"] = "sample_scored"
     sample: Sample
     metrics: dict[MetricName, MetricResult]
+    answered_by_target: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        """``passing`` and ``reason`` are serialised but always derived from the metrics."""
+        if isinstance(data, dict) and ("passing" in data or "reason" in data):
+            return {k: v for k, v in data.items() if k not in ("passing", "reason")}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
+    @property
+    def passing(self) -> bool | None:
+        """True only if every requested metric passed (see :func:`sample_verdict`)."""
+        return sample_verdict(self.metrics)[0]
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
+    @property
+    def reason(self) -> str:
+        """Why ``passing`` is what it is: the metrics that did not pass or were not judged."""
+        return sample_verdict(self.metrics)[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -100,14 +100,35 @@ class PairJudged(_Event):
     error: Failure | None = None
 
 
-class StepFailed(_Event):
-    """An agent raised while handling a message; the runtime reports it instead of hanging."""
+class DocumentChunked(_Event):
+    """The chunker's count of a document's chunks: what the collector waits for."""
 
-    kind: Literal["step_failed"] = "step_failed"
-    agent: str
-    input_kind: str
-    input_id: str
-    error: Failure
+    kind: Literal["document_chunked"] = "document_chunked"
+    document_id: str
+    chunk_ids: tuple[str, ...]
+
+
+class DocumentJudged(_Event):
+    """Every chunk of a document drafted (or failed) and every pair judged (or dropped as a
+    duplicate): the generation pipeline's terminal event, one per document."""
+
+    kind: Literal["document_judged"] = "document_judged"
+    document_id: str
+    pairs: tuple[PairJudged, ...]
+    chunks: int
+    chunks_failed: int
+    pairs_drafted: int
+    duplicates_dropped: int
+    failed_chunks: tuple[dict[str, Any], ...] = ()
+
+
+class ItemFailed(_Event):
+    """A document or sample that failed as a whole (its message kept failing or killing its
+    worker, or it could not start): told to ``Jury.events()`` listeners, not a bus event."""
+
+    kind: Literal["item_failed"] = "item_failed"
+    item: str
+    reason: str
 
 
 Event = Annotated[
@@ -119,7 +140,8 @@ Event = Annotated[
     | PairDrafted
     | CritiqueIssued
     | PairJudged
-    | StepFailed
+    | DocumentChunked
+    | DocumentJudged
     | SampleSubmitted
     | StatementsSplit
     | MetricScored
@@ -136,7 +158,8 @@ EVENT_TYPES: tuple[type[BaseModel], ...] = (
     PairDrafted,
     CritiqueIssued,
     PairJudged,
-    StepFailed,
+    DocumentChunked,
+    DocumentJudged,
     SampleSubmitted,
     StatementsSplit,
     MetricScored,
@@ -162,6 +185,7 @@ class Envelope(BaseModel):
     causation_id: str | None = Field(default=None, description="The message this one answers.")
     created_at: datetime = Field(default_factory=_now)
     attempt: int = Field(default=1, ge=1)
+    job_id: str | None = Field(default=None, description="The job the item belongs to.")
     payload: Event
 
     @property
@@ -170,7 +194,12 @@ class Envelope(BaseModel):
 
     def reply(self, payload: Event) -> Envelope:
         """A new envelope caused by this one, in the same correlation."""
-        return Envelope(correlation_id=self.correlation_id, causation_id=self.id, payload=payload)
+        return Envelope(
+            correlation_id=self.correlation_id,
+            causation_id=self.id,
+            job_id=self.job_id,
+            payload=payload,
+        )
 
 
 ENVELOPE_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Envelope)

@@ -71,7 +71,10 @@ class CritiqueResult(Record):
 class Sample(Record):
     """One RAG interaction to judge: a question, the answer given, the contexts retrieved."""
 
-    id: str
+    id: str = Field(
+        default="",
+        description="Unique in its batch; left empty, Jury gives it sample-{n} (n: its position).",
+    )
     question: str
     answer: str | None = Field(default=None, description="None until a --target answers it.")
     contexts: tuple[str, ...] = ()

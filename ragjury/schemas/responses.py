@@ -49,6 +49,46 @@ def _context(info: ValidationInfo) -> Mapping[str, Any]:
     return info.context or _checking.get() or {}
 
 
+_SMALL_RANGE = 64
+
+
+def grammar_schema(schema: Any) -> Any:
+    """``schema`` with what llama.cpp's JSON-schema grammar would otherwise leave out, for a
+    local model that can then only write output of that shape: small integer ranges (ratings
+    1-5) as enums, since its converter ignores minimum/maximum, and every field required.
+
+    The counts the validators check (exactly N pairs, one verdict per statement) are not put
+    in: with them, llama-cpp-python 0.3.16 stalled for minutes on the bundled model's first
+    call. A wrong count is re-asked, as for any endpoint."""
+    return _required(_integer_enums(copy.deepcopy(schema)))
+
+
+def _required(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_required(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: _required(value) for key, value in schema.items()}
+    if isinstance(result.get("properties"), dict):
+        result["required"] = list(result["properties"])
+    return result
+
+
+def _integer_enums(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_integer_enums(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: _integer_enums(value) for key, value in schema.items()}
+    low, high = result.get("minimum"), result.get("maximum")
+    if result.get("type") != "integer" or not (isinstance(low, int) and isinstance(high, int)):
+        return result
+    if high - low >= _SMALL_RANGE:
+        return result
+    described = {"description": result["description"]} if "description" in result else {}
+    return {"enum": list(range(low, high + 1)), **described}
+
+
 class _Response(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -121,6 +161,30 @@ def normalise_text(text: str) -> str:
     return _SPACE.sub(" ", text.replace("\u201d", '"')).strip().casefold()
 
 
+_LABEL = re.compile(
+    r"^\s*(?:\[[^\]]{1,20}\]|\((?:\d{1,3}|[a-z])\)|(?:context|passage|source|document)"
+    r"\s*\d{0,3}\s*[:.)-])\s*",
+    re.IGNORECASE,
+)
+_ELLIPSIS = re.compile(r"\s*(?:\.{3,}|\u2026)\s*")
+_EDGES = " .,;:\"'()[]"
+
+
+def quote_occurs(evidence: str, contexts: str) -> bool:
+    """Whether ``evidence`` is text of ``contexts`` (normalised with :func:`normalise_text`),
+    as real models cite it: a leading label of the context (``[1]``, ``Context 2:``) is not
+    part of the quote, and fragments joined by an ellipsis must each occur. Invented text
+    does not pass."""
+    fragments = [
+        normalise_text(_LABEL.sub("", part)).strip(_EDGES)
+        for part in _ELLIPSIS.split(_LABEL.sub("", evidence))
+    ]
+    fragments = [f for f in fragments if f]
+    if len(fragments) > 1 and any(len(f.split()) < 2 for f in fragments):
+        return False  # "the ... of" would occur anywhere: each piece must say something
+    return bool(fragments) and all(f in contexts for f in fragments)
+
+
 class Statements(_Response):
     """An answer broken into short factual statements that each stand on their own."""
 
@@ -176,8 +240,7 @@ class Verdicts(_Response):
         haystack = normalise_text(" ".join(context.get("contexts", ())))
         if haystack:
             for verdict in value:
-                quote = normalise_text(verdict.evidence.strip(" .\"'"))
-                if verdict.supported and (not quote or quote not in haystack):
+                if verdict.supported and not quote_occurs(verdict.evidence, haystack):
                     raise ValueError(
                         f"statement {verdict.statement_index} is marked supported, but its "
                         f"evidence {verdict.evidence!r} does not occur in the contexts; copy "

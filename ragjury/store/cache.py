@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
 from ragjury.config import Settings
-from ragjury.schemas import ChunkFailed, Event, MetricScored, StepFailed
-from ragjury.store.db import Store
+from ragjury.schemas import ChunkFailed, Event, MetricScored
+from ragjury.store.base import Store
 
 _EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
 
 def carries_failure(event: BaseModel) -> bool:
     """True for an output that records a failure: such a step is tried again next time."""
-    if isinstance(event, ChunkFailed | StepFailed):
+    if isinstance(event, ChunkFailed):
         return True
     if isinstance(event, MetricScored):
         return event.result.outcome == "failed"
@@ -68,22 +67,15 @@ class StepCache:
     async def get(self, key: str) -> list[Any] | None:
         if not self.enabled:
             return None
-        row = await self.store.fetchone("SELECT output FROM steps WHERE key = ?", (key,))
-        if row is None:
+        output = await self.store.get_step(key)
+        if output is None:
             self.misses += 1
             return None
         self.hits += 1
-        return list(_EVENTS.validate_json(row[0]))
+        return list(_EVENTS.validate_json(output))
 
     async def put(self, key: str, role: str, events: Sequence[BaseModel]) -> None:
         if not self.enabled:
             return
         output = "[" + ",".join(event.model_dump_json() for event in events) + "]"
-        await self.store.write_one(
-            "INSERT OR REPLACE INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?)",
-            (key, role, output, time.time()),
-        )
-
-    async def count_by_agent(self) -> dict[str, int]:
-        rows = await self.store.fetchall("SELECT agent, COUNT(*) FROM steps GROUP BY agent")
-        return {str(agent): int(n) for agent, n in rows}
+        await self.store.put_step(key, role, output)

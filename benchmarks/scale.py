@@ -1,0 +1,137 @@
+"""Scale: `ragjury evaluate` from start to written outputs at growing sizes, as a user runs it.
+
+Each size runs the real command line in its own process on a JSONL file of generated
+samples: keywords only (no LLM call: what is left is ragjury's own bookkeeping), and
+faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping). It
+reports seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per
+item, each with its ratio to the smallest size: flat ratios mean linear time and flat memory.
+
+    python benchmarks/scale.py                      # 1k, 10k, 100k keywords; 1k, 10k faithfulness
+    python benchmarks/scale.py --quick              # 1k, 4k keywords; 500, 2k faithfulness
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _harness import FakeEndpoint, base_parser, quiet, show, write_result
+
+_RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--keywords", type=str, default=None, help="sizes, e.g. 1000,10000")
+    parser.add_argument("--faithfulness", type=str, default=None, help="sizes, e.g. 1000")
+    args = parser.parse_args(argv)
+    args.keywords = _sizes(args.keywords or ("1000,4000" if args.quick else "1000,10000,100000"))
+    args.faithfulness = _sizes(args.faithfulness or ("500,2000" if args.quick else "1000,10000"))
+    return args
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
+def write_samples(path: Path, n: int) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            sentence = f"Setting {i} is value {i}."
+            record = {
+                "id": f"s{i}",
+                "question": f"What is setting {i}?",
+                "answer": sentence,
+                "contexts": [sentence],
+                "must_contain": [f"value {i}"],
+            }
+            out.write(json.dumps(record) + "\n")
+
+
+def run_evaluate(work: Path, samples: Path, metric: str, base_url: str | None) -> dict[str, Any]:
+    db = work / "run.db"
+    command = [
+        sys.executable, "-c", _RUN_CLI, "evaluate", str(samples), "--metrics", metric,
+        "--db", str(db), "--out", str(work / "results.jsonl"),
+        "--summary", str(work / "summary.json"), "--concurrency", "16",
+    ]  # fmt: skip
+    if base_url is not None:
+        command += ["--base-url", base_url, "--api-key", "scale", "--model", "fake-model"]
+    started = time.perf_counter()
+    with (work / "stderr.txt").open("w", encoding="utf-8") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        errors = (work / "stderr.txt").read_text(encoding="utf-8")
+        raise RuntimeError(f"ragjury evaluate exited {status}:\n{errors[-2000:]}")
+    summary = json.loads((work / "summary.json").read_text(encoding="utf-8"))
+    db_bytes = sum(p.stat().st_size for p in work.glob("run.db*"))
+    return {
+        "seconds": round(seconds, 2),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "db_bytes": db_bytes,
+        "failed": summary["metrics"][metric]["failed"],
+        "scored": summary["metrics"][metric]["scored"],
+    }
+
+
+def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        work = tmp / f"{metric}-{n}"
+        work.mkdir()
+        samples = work / "samples.jsonl"
+        write_samples(samples, n)
+        measured = run_evaluate(work, samples, metric, base_url)
+        rows.append(
+            {
+                "metric": metric,
+                "samples": n,
+                **measured,
+                "items_per_second": round(n / measured["seconds"], 1),
+                "ms_per_item": round(1000 * measured["seconds"] / n, 3),
+                "db_bytes_per_item": round(measured["db_bytes"] / n),
+            }
+        )
+    first = rows[0]
+    for row in rows:
+        row["time_per_item_ratio"] = round(row["ms_per_item"] / first["ms_per_item"], 2)
+        row["rss_ratio"] = round(row["peak_rss_mib"] / first["peak_rss_mib"], 2)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet()
+    with tempfile.TemporaryDirectory() as folder, FakeEndpoint(latency_ms=0.0) as fake:
+        tmp = Path(folder)
+        rows = measure(tmp, "keywords", args.keywords, None)
+        rows += measure(tmp, "faithfulness", args.faithfulness, fake.base_url)
+    result = {"settings": {"quick": args.quick}, "sizes": rows}
+    path = write_result("scale", result, args.out)
+    columns = [
+        "metric", "samples", "seconds", "items/s", "ms/item", "time ratio", "peak RSS MiB",
+        "RSS ratio", "db bytes/item", "failed",
+    ]  # fmt: skip
+    table = [
+        [
+            r["metric"], r["samples"], r["seconds"], r["items_per_second"], r["ms_per_item"],
+            r["time_per_item_ratio"], r["peak_rss_mib"], r["rss_ratio"], r["db_bytes_per_item"],
+            r["failed"],
+        ]
+        for r in rows
+    ]  # fmt: skip
+    show("ragjury evaluate at growing sizes (ratios to the smallest)", columns, table, path)
+    return 0 if all(r["failed"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

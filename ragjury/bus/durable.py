@@ -1,0 +1,173 @@
+"""A durable bus on a :class:`~ragjury.store.base.Store`: messages are rows, claimed under
+leases on the database's clock, so any process on the same database can take any message.
+
+* A group's workers in this process share one claim: the worker that finds nothing buffered
+  claims as many messages as there are idle workers, so one process never holds more than it
+  can work.
+* Publishing in this process wakes the receiving groups here at once; messages from other
+  processes are found by polling, from 50 ms up to ``poll_interval`` while idle (a
+  PostgreSQL store will wake them with LISTEN/NOTIFY instead).
+* ``ack`` stores the replies and deletes the message in one transaction, so a crash between
+  the two cannot lose the replies nor publish them twice.
+* A delivery that keeps failing (its handler raised, or its worker died) is taken out after
+  ``max_deliveries`` and its item fails with the reason; it never jams the queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+import structlog
+
+from ragjury.bus.base import Delivery, Message
+from ragjury.errors import BusError
+from ragjury.schemas import ENVELOPE_ADAPTER
+from ragjury.store.base import OutgoingMessage, Store, StoredMessage
+
+log = structlog.get_logger("ragjury.bus")
+
+_FIRST_POLL = 0.05
+
+
+def _outgoing(message: Message) -> OutgoingMessage:
+    envelope = message.envelope
+    return OutgoingMessage(
+        group=message.group,
+        kind=envelope.kind,
+        job_id=envelope.job_id or "",
+        item_key=envelope.correlation_id,
+        body=envelope.model_dump_json(),
+    )
+
+
+class _DurableSubscription:
+    def __init__(self, bus: DurableBus, group: str) -> None:
+        self._bus = bus
+        self.group = group
+        self._buffer: deque[StoredMessage] = deque()
+        self._claiming = anyio.Lock()
+        self._idle = 0
+        self.wake = anyio.Event()
+
+    @property
+    def buffered(self) -> list[int]:
+        return [m.id for m in self._buffer]
+
+    async def deliveries(self) -> AsyncIterator[Delivery]:
+        bus = self._bus
+        while not bus.closed:
+            if not self._buffer:
+                self._idle += 1
+                try:
+                    await self._refill()
+                finally:
+                    self._idle -= 1
+                continue
+            stored = self._buffer.popleft()
+            try:
+                envelope = ENVELOPE_ADAPTER.validate_json(stored.body)
+            except ValueError as exc:  # e.g. written by a newer ragjury: never handleable here
+                reason = f"unreadable {self.group} message: {exc}"
+                await bus.store.nack_message(stored.id, reason, max_attempts=1, retry_after=0)
+                await bus.store.fail_item(stored.job_id, stored.item_key, reason)
+                continue
+            bus.held.add(stored.id)
+            yield Delivery(envelope, self.group, stored.id, stored.attempts)
+
+    async def _refill(self) -> None:
+        bus = self._bus
+        async with self._claiming:
+            poll = _FIRST_POLL
+            while not self._buffer and not bus.closed:
+                claim = await bus.store.claim_messages(
+                    bus.owner,
+                    [self.group],
+                    max(1, self._idle),
+                    lease_seconds=bus.lease_seconds,
+                    max_attempts=bus.max_deliveries,
+                    job_ids=bus.job_ids,
+                )
+                if claim.dead:
+                    log.warning("messages_taken_out", group=self.group, count=claim.dead)
+                if claim.messages:
+                    self._buffer.extend(claim.messages)
+                    return
+                with anyio.move_on_after(poll):
+                    await self.wake.wait()
+                if self.wake.is_set():
+                    self.wake = anyio.Event()
+                    poll = _FIRST_POLL
+                else:
+                    poll = min(poll * 2, bus.poll_interval)
+
+
+class DurableBus:
+    """A :class:`~ragjury.bus.base.Bus` whose messages live in ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        *,
+        lease_seconds: float = 30.0,
+        max_deliveries: int = 5,
+        poll_interval: float = 0.5,
+        job_ids: Sequence[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.max_deliveries = max_deliveries
+        self.poll_interval = poll_interval
+        self.job_ids = list(job_ids) if job_ids is not None else None
+        self.held: set[int] = set()
+        self.closed = False
+        self._subscriptions: dict[str, _DurableSubscription] = {}
+
+    def subscribe(self, group: str) -> _DurableSubscription:
+        if self.closed:
+            raise BusError(f"cannot subscribe {group!r}: the bus is closed")
+        return self._subscriptions.setdefault(group, _DurableSubscription(self, group))
+
+    def _wake(self, messages: Sequence[Message]) -> None:
+        for group in {m.group for m in messages}:
+            subscription = self._subscriptions.get(group)
+            if subscription is not None:
+                subscription.wake.set()
+
+    async def publish(self, messages: Sequence[Message]) -> None:
+        if self.closed:
+            raise BusError("cannot publish: the bus is closed")
+        await self.store.put_messages([_outgoing(m) for m in messages])
+        self._wake(messages)
+
+    async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
+        await self.store.ack_message(delivery.receipt, [_outgoing(m) for m in replies])
+        self.held.discard(delivery.receipt)
+        self._wake(replies)
+
+    async def nack(self, delivery: Delivery, error: str) -> bool:
+        retry_after = min(0.2 * 2 ** (delivery.attempt - 1), 10.0)
+        dead = await self.store.nack_message(
+            delivery.receipt, error, max_attempts=self.max_deliveries, retry_after=retry_after
+        )
+        self.held.discard(delivery.receipt)
+        return dead
+
+    async def renew(self) -> None:
+        ids = sorted(self.held.union(*(s.buffered for s in self._subscriptions.values())))
+        await self.store.renew_messages(self.owner, ids, self.lease_seconds)
+
+    async def aclose(self) -> None:
+        """Stop delivering; give back what is held or buffered, so others take it at once."""
+        if self.closed:
+            return
+        self.closed = True
+        for subscription in self._subscriptions.values():
+            subscription.wake.set()
+        ids = sorted(self.held.union(*(s.buffered for s in self._subscriptions.values())))
+        with anyio.CancelScope(shield=True):
+            await self.store.release_messages(self.owner, ids)
+        self.held.clear()

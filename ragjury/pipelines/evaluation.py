@@ -1,0 +1,274 @@
+"""Answer evaluation: samples in, one judgement per requested metric out.
+
+``SampleSubmitted`` goes to the agents of the requested metrics and to the sample
+aggregator; each metric ends in exactly one ``MetricScored`` (scored, not_applicable or
+failed); the aggregator's ``SampleScored`` is the terminal event. A sample without an answer
+is first sent to the user's RAG target, when there is one.
+
+Adding a metric means writing its agent(s) and one entry in :data:`METRICS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+from pydantic import BaseModel
+
+from ragjury.agents import (
+    ConfidenceScorer,
+    CorrectnessJudge,
+    KeywordChecker,
+    RubricJudge,
+    SampleAggregator,
+    SimilarityScorer,
+    StatementSplitter,
+    VerdictJudge,
+)
+from ragjury.agents.joins import JoinState
+from ragjury.config import EvaluationOptions, Settings
+from ragjury.evaluation.targets import Target, TargetError
+from ragjury.llm import LLM
+from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
+from ragjury.prompts import Prompt
+from ragjury.schemas import (
+    Failure,
+    MetricName,
+    MetricResult,
+    Sample,
+    SampleScored,
+    SampleSubmitted,
+)
+from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
+from ragjury.store.cache import fingerprint, llm_fingerprint
+
+PROMPT_NAMES = ("splitter", "verdict", "correctness", "rubric")
+
+
+@dataclass(frozen=True)
+class _Context:
+    llm: LLM
+    settings: Settings
+    options: EvaluationOptions
+    prompts: Mapping[str, Prompt]
+
+    def prompt(self, name: str) -> Prompt:
+        return self.prompts.get(name) or Prompt.builtin(name)
+
+    @property
+    def model(self) -> str:
+        return llm_fingerprint(self.settings)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric's agents (role -> how to build it) and whether it calls the judge LLM."""
+
+    agents: Mapping[str, Callable[[_Context], Step]]
+    needs_llm: bool
+
+
+METRICS: dict[MetricName, Metric] = {
+    "faithfulness": Metric(
+        {
+            "statement_splitter": lambda c: Step(
+                StatementSplitter(c.llm, c.prompt("splitter")),
+                fingerprint(c.model, c.prompt("splitter").version),
+            ),
+            "verdict_judge": lambda c: Step(
+                VerdictJudge(c.llm, c.prompt("verdict"), c.options),
+                fingerprint(
+                    c.model,
+                    c.prompt("verdict").version,
+                    c.options.verdict_batch,
+                    c.options.context_window_chars,
+                    c.options.faithfulness_threshold,
+                ),
+            ),
+        },
+        needs_llm=True,
+    ),
+    "correctness": Metric(
+        {
+            "correctness_judge": lambda c: Step(
+                CorrectnessJudge(c.llm, c.prompt("correctness"), c.options),
+                fingerprint(
+                    c.model, c.prompt("correctness").version, c.options.correctness_threshold
+                ),
+            )
+        },
+        needs_llm=True,
+    ),
+    "rubric": Metric(
+        {
+            "rubric_judge": lambda c: Step(
+                RubricJudge(c.llm, c.prompt("rubric"), c.options),
+                fingerprint(c.model, c.prompt("rubric").version, c.options.rubric_threshold),
+            )
+        },
+        needs_llm=True,
+    ),
+    "keywords": Metric({"keyword_checker": lambda c: Step(KeywordChecker(c.options))}, False),
+    "similarity": Metric(
+        {
+            "similarity_scorer": lambda c: Step(
+                SimilarityScorer(c.llm, c.options),
+                fingerprint(
+                    c.settings.base_url,
+                    c.settings.embedding_model,
+                    c.options.similarity_threshold,
+                ),
+            )
+        },
+        needs_llm=True,
+    ),
+    "confidence": Metric({"confidence_scorer": lambda c: Step(ConfidenceScorer())}, False),
+}
+
+
+def choose_metrics(
+    samples: Sequence[Sample], requested: Sequence[MetricName] | None
+) -> tuple[MetricName, ...]:
+    """The metrics of a run: as requested, or faithfulness plus what the data allows."""
+    if requested:
+        return tuple(dict.fromkeys(requested))
+    chosen: list[MetricName] = ["faithfulness"]
+    if any(s.reference for s in samples):
+        chosen.append("correctness")
+    if any(s.must_contain or s.must_not_contain or s.must_not_start_with for s in samples):
+        chosen.append("keywords")
+    return tuple(chosen)
+
+
+def needs_llm(metrics: Sequence[MetricName]) -> bool:
+    return any(METRICS[m].needs_llm for m in metrics)
+
+
+def result_record(scored: SampleScored) -> dict[str, Any]:
+    """The exported form of a judged sample (the README documents these fields)."""
+    metrics: dict[str, Any] = {}
+    for name, result in scored.metrics.items():
+        entry: dict[str, Any] = {
+            "outcome": result.outcome,
+            "score": result.score,
+            "passing": result.passing,
+            "reason": result.reason,
+            **result.details,
+            "llm_calls": result.llm_calls,
+        }
+        if result.error is not None:
+            entry["error"] = result.error.model_dump()
+        metrics[name] = entry
+    sample = scored.sample
+    return {
+        "id": sample.id,
+        "question": sample.question,
+        "answer": sample.answer,
+        "contexts": list(sample.contexts),
+        "reference": sample.reference,
+        "passing": scored.passing,
+        "reason": scored.reason,
+        "metrics": metrics,
+    }
+
+
+def all_failed(sample: Sample, metrics: Sequence[MetricName], error: Failure) -> SampleScored:
+    return SampleScored(sample=sample, metrics={m: MetricResult.failed(error) for m in metrics})
+
+
+class EvaluationPipeline(Steps):
+    kind: ClassVar[JobKind] = "evaluate"
+    roles: ClassVar[tuple[str, ...]] = (
+        *(role for metric in METRICS.values() for role in metric.agents),
+        "sample_aggregator",
+    )
+    llm_roles: ClassVar[frozenset[str]] = frozenset(
+        role for metric in METRICS.values() if metric.needs_llm for role in metric.agents
+    )
+    terminal: ClassVar[type[BaseModel]] = SampleScored
+
+    def __init__(
+        self,
+        job: Job,
+        settings: Settings,
+        llm: LLM,
+        store: Store,
+        *,
+        target: Target | None = None,
+        target_limiter: anyio.CapacityLimiter | None = None,
+    ) -> None:
+        options = EvaluationOptions.model_validate(job.options["evaluate"])
+        prompts = job_prompts(job)
+        self.metrics: tuple[MetricName, ...] = tuple(job.options.get("metrics", ()))
+        context = _Context(llm, settings, options, prompts)
+        steps = {
+            role: build(context) for m in self.metrics for role, build in METRICS[m].agents.items()
+        }
+        steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
+        super().__init__(steps)
+        self._target = target
+        self._target_limiter = target_limiter or anyio.CapacityLimiter(settings.concurrency)
+
+    @staticmethod
+    def options(
+        settings: Settings, metrics: Sequence[MetricName], prompts: Mapping[str, Prompt]
+    ) -> dict[str, Any]:
+        """What an evaluation job stores with its items: options, metrics and custom prompts."""
+        return {
+            "evaluate": settings.evaluate.model_dump(mode="json"),
+            "metrics": list(metrics),
+            "prompts": {name: prompt.source for name, prompt in sorted(prompts.items())},
+        }
+
+    @staticmethod
+    def item(sample: Sample) -> tuple[str, Sample]:
+        return sample.id, sample
+
+    async def first_events(self, item: Item) -> list[BaseModel]:
+        """The sample, answered first by the RAG target when it has no answer and there is
+        one; a target that fails ends the sample at once, every metric failed."""
+        sample = Sample.model_validate(item.payload)
+        if sample.answer is None and self._target is not None:
+            async with self._target_limiter:
+                try:
+                    reply = await self._target.answer(sample.question)
+                except TargetError as exc:
+                    error = Failure(stage="target", attempts=1, message=str(exc))
+                    return [all_failed(sample, self.metrics, error)]
+            sample = sample.model_copy(
+                update={
+                    "answer": reply.answer,
+                    "contexts": sample.contexts or reply.contexts,
+                    "answer_logprobs": reply.logprobs,
+                }
+            )
+            return [SampleSubmitted(sample=sample, metrics=self.metrics, answered_by_target=True)]
+        return [SampleSubmitted(sample=sample, metrics=self.metrics)]
+
+    def results(self, terminal: SampleScored) -> ItemResults:
+        return ItemResults(
+            samples=[(result_record(terminal), terminal.model_dump_json())],
+            report={"answered_by_target": terminal.answered_by_target},
+            transient_failures=transient_failures([terminal]),
+        )
+
+    def failed(
+        self, item_key: str, payload: Mapping[str, Any] | None, reason: str
+    ) -> ItemResults | None:
+        if payload is None:
+            return None
+        try:
+            sample = Sample.model_validate(payload)
+        except ValueError:
+            return None
+        error = Failure(stage="worker", attempts=0, message=reason)
+        scored = all_failed(sample, self.metrics, error)
+        return ItemResults(
+            samples=[(result_record(scored), scored.model_dump_json())],
+            report={"answered_by_target": False},
+        )
+
+    def public(self, terminal: SampleScored) -> list[BaseModel]:
+        return [terminal]

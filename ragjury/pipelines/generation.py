@@ -1,0 +1,218 @@
+"""Dataset generation: documents in, critic-filtered question/answer pairs out.
+
+``DocumentSubmitted -> chunker -> ChunkReady -> generator -> QuestionsDrafted -> deduplicator
+-> PairDrafted -> three critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
+DocumentJudged`` (terminal). The collector also hears of the chunks (``DocumentChunked``),
+failed chunks, drafted questions and dropped duplicates, so it knows when a document is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from ragjury.agents import (
+    Aggregator,
+    Chunker,
+    Collector,
+    Deduplicator,
+    Generator,
+    GroundednessCritic,
+    RelevanceCritic,
+    StandaloneCritic,
+)
+from ragjury.agents.joins import JoinState
+from ragjury.config import GenerationOptions, Settings
+from ragjury.llm import LLM
+from ragjury.output import pair_record
+from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
+from ragjury.prompts import Prompt
+from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
+from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
+from ragjury.store.cache import fingerprint, llm_fingerprint
+
+PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
+
+
+@dataclass
+class GenerationCounts:
+    """A generation job's counts: the sum of its finished documents' reports."""
+
+    documents: int = 0
+    documents_submitted: int = 0
+    documents_done: int = 0
+    chunks: int = 0
+    chunks_failed: int = 0
+    pairs_drafted: int = 0
+    duplicates_dropped: int = 0
+    kept: int = 0
+    rejected: int = 0
+    failed: int = 0
+    failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def judged(self) -> int:
+        return self.kept + self.rejected + self.failed
+
+    def add_report(self, report: Mapping[str, Any]) -> None:
+        """Add one finished document's report (see :func:`report_of`)."""
+        for f in fields(self):
+            if f.name in report and f.name != "failed_chunks":
+                setattr(self, f.name, getattr(self, f.name) + int(report[f.name]))
+        self.failed_chunks.extend(report.get("failed_chunks", ()))
+        self.documents_done += 1
+
+
+def report_of(judged: DocumentJudged) -> dict[str, Any]:
+    """A finished document's counts, as stored with it."""
+    outcomes = [pair.outcome for pair in judged.pairs]
+    return {
+        "chunks": judged.chunks,
+        "chunks_failed": judged.chunks_failed,
+        "pairs_drafted": judged.pairs_drafted,
+        "duplicates_dropped": judged.duplicates_dropped,
+        "kept": outcomes.count("kept"),
+        "rejected": outcomes.count("rejected"),
+        "failed": outcomes.count("failed"),
+        "failed_chunks": list(judged.failed_chunks),
+    }
+
+
+class GenerationPipeline(Steps):
+    kind: ClassVar[JobKind] = "generate"
+    roles: ClassVar[tuple[str, ...]] = (
+        "chunker",
+        "generator",
+        "deduplicator",
+        "groundedness_critic",
+        "relevance_critic",
+        "standalone_critic",
+        "aggregator",
+        "collector",
+    )
+    llm_roles: ClassVar[frozenset[str]] = frozenset(
+        {"generator", "groundedness_critic", "relevance_critic", "standalone_critic"}
+    )
+    terminal: ClassVar[type[BaseModel]] = DocumentJudged
+
+    def __init__(self, job: Job, settings: Settings, llm: LLM, store: Store) -> None:
+        options = GenerationOptions.model_validate(job.options["generate"])
+        prompts = job_prompts(job)
+
+        def prompt(name: str) -> Prompt:
+            return prompts.get(name) or Prompt.builtin(name)
+
+        joins = JoinState(store, job.id)
+        model = llm_fingerprint(settings)
+        super().__init__(
+            {
+                "chunker": Step(Chunker(options)),
+                "generator": Step(
+                    Generator(llm, prompt("generator"), options),
+                    fingerprint(
+                        model,
+                        prompt("generator").version,
+                        options.questions_per_chunk,
+                        options.answer_style,
+                    ),
+                ),
+                "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
+                "groundedness_critic": Step(
+                    GroundednessCritic(llm, prompt("groundedness")),
+                    fingerprint(model, prompt("groundedness").version),
+                ),
+                "relevance_critic": Step(
+                    RelevanceCritic(llm, prompt("relevance"), audience=options.audience),
+                    fingerprint(model, prompt("relevance").version, options.audience),
+                ),
+                "standalone_critic": Step(
+                    StandaloneCritic(llm, prompt("standalone")),
+                    fingerprint(model, prompt("standalone").version),
+                ),
+                "aggregator": Step(Aggregator(options.min_score, joins)),
+                "collector": Step(Collector(joins)),
+            }
+        )
+
+    @staticmethod
+    def options(settings: Settings, prompts: Mapping[str, Prompt]) -> dict[str, Any]:
+        """What a generation job stores with its items: the options and any custom prompts."""
+        return {
+            "generate": settings.generate.model_dump(mode="json"),
+            "prompts": {name: prompt.source for name, prompt in sorted(prompts.items())},
+        }
+
+    @staticmethod
+    def item(document: Document) -> tuple[str, Document]:
+        return document.id, document
+
+    async def first_events(self, item: Item) -> list[BaseModel]:
+        return [DocumentSubmitted(document=Document.model_validate(item.payload))]
+
+    def results(self, terminal: DocumentJudged) -> ItemResults:
+        return ItemResults(
+            pairs=[pair_record(judged) for judged in terminal.pairs],
+            report=report_of(terminal),
+            transient_failures=transient_failures([terminal]),
+        )
+
+    def failed(
+        self, item_key: str, payload: Mapping[str, Any] | None, reason: str
+    ) -> ItemResults | None:
+        return None
+
+    def public(self, terminal: DocumentJudged) -> list[BaseModel]:
+        return [*terminal.pairs, terminal]
+
+
+def summarise(
+    counts: GenerationCounts, llm: LLM, *, wall_seconds: float, skipped: Sequence[dict[str, str]]
+) -> dict[str, Any]:
+    """The ``--summary`` JSON."""
+    return {
+        "documents": counts.documents,
+        "documents_skipped": len(skipped),
+        "documents_not_submitted": counts.documents - counts.documents_submitted,
+        "chunks": counts.chunks,
+        "chunks_failed": counts.chunks_failed,
+        "pairs_drafted": counts.pairs_drafted,
+        "duplicates_dropped": counts.duplicates_dropped,
+        "kept": counts.kept,
+        "rejected": counts.rejected,
+        "failed": counts.failed,
+        "llm_calls": llm.usage.requests,
+        "prompt_tokens": llm.usage.prompt_tokens,
+        "completion_tokens": llm.usage.completion_tokens,
+        "wall_seconds": round(wall_seconds, 3),
+        "by_stage": llm.usage.by_stage(),
+        "skipped": list(skipped),
+        "failed_chunks": counts.failed_chunks,
+        "model": llm.settings.model,
+    }
+
+
+async def generation_counts(store: Store, job_id: str) -> GenerationCounts:
+    """What the store holds of a generation job: the sum of its finished documents' reports."""
+    counts = GenerationCounts()
+    for report in await store.reports(job_id):
+        counts.add_report(report)
+    # the stored pairs are what is exported (and what databases of ragjury 0.1 have)
+    outcomes = await store.pair_outcomes(job_id)
+    counts.kept = outcomes.get("kept", 0)
+    counts.rejected = outcomes.get("rejected", 0)
+    counts.failed = outcomes.get("failed", 0)
+    return counts
+
+
+__all__ = [
+    "PROMPT_NAMES",
+    "GenerationCounts",
+    "GenerationPipeline",
+    "PairJudged",
+    "generation_counts",
+    "report_of",
+    "summarise",
+]

@@ -1,0 +1,260 @@
+"""A worker process's service: intake of queued items, the runtime's workers, the bus, and
+how they start and stop. ``ragjury serve`` runs it until a signal; ``generate``,
+``evaluate`` and ``Jury`` run it until their job is done.
+
+* **Intake** claims queued items (at most ``--items-in-flight`` started by this process and
+  not yet ended), publishes each item's first events and marks it started. It stops taking
+  items when the budget is spent: ``--max-tokens`` / ``--max-cost`` count every call
+  recorded in the store since this process started, by any process, so daemons that share a
+  database stop together.
+* **Workers** (:class:`~ragjury.runtime.Runtime`) handle the messages of their roles for any
+  job. ``--agents`` chooses the roles (``intake`` is one of them).
+* **Stopping**: intake stops at once; the items this process started get ``--grace``
+  seconds to end; then the workers stop and everything held goes back to the bus for others.
+  Nothing finished is lost, and nothing is waited for in memory: whether a job is done is
+  asked of the store.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from ragjury.bus import Bus, DurableBus
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError
+from ragjury.evaluation.targets import Target
+from ragjury.llm import LLM
+from ragjury.pipelines import ROLES
+from ragjury.runtime import EventListener, Runtime
+from ragjury.store.base import Item, Store
+from ragjury.store.cache import StepCache
+
+log = structlog.get_logger("ragjury.service")
+
+INTAKE = "intake"
+
+
+def intake_capacity(settings: Settings) -> int:
+    """Items one intake keeps started at once: ``--items-in-flight``, else 2 x concurrency."""
+    return settings.items_in_flight or max(4, 2 * settings.concurrency)
+
+
+def new_owner() -> str:
+    """A process's name in the leases it holds."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass
+class ServiceCounts:
+    started: int = 0
+    done: int = 0
+    failed: int = 0
+    released: int = 0
+    """Claimed items given back unstarted when the service stopped."""
+
+
+class Service:
+    """Intake and workers of one process over ``store``; :meth:`run` until done or stopped."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        llm: LLM,
+        *,
+        roles: Sequence[str] = ROLES,
+        intake: bool = True,
+        job_ids: Sequence[str] | None = None,
+        on_event: EventListener | None = None,
+        on_output: EventListener | None = None,
+        target: Target | None = None,
+        bus: Bus | None = None,
+    ) -> None:
+        self.settings, self.store, self.llm = settings, store, llm
+        self.owner = new_owner()
+        self.job_ids = list(job_ids) if job_ids is not None else None
+        self.intake = intake
+        self.bus: Bus = bus or DurableBus(
+            store,
+            self.owner,
+            lease_seconds=settings.lease_seconds,
+            max_deliveries=settings.max_deliveries,
+            poll_interval=settings.poll_interval,
+            job_ids=self.job_ids,
+        )
+        self.cache = StepCache(store, enabled=settings.cache)
+        self.runtime = Runtime(
+            store,
+            self.bus,
+            settings,
+            llm,
+            roles=roles,
+            cache=self.cache,
+            on_event=on_event,
+            on_output=on_output,
+            target=target,
+        )
+        self.counts = ServiceCounts()
+        self.stopping = anyio.Event()
+        self.budget_stopped = False
+        self._claimed: dict[int, Item] = {}
+        self._started_at = time.time()
+
+    @property
+    def agents(self) -> list[str]:
+        return ([INTAKE] if self.intake else []) + list(self.runtime.roles)
+
+    def stop(self) -> None:
+        """Take no new item; give the items this process started the grace period."""
+        if not self.stopping.is_set():
+            log.info("service_stopping", owner=self.owner)
+        self.stopping.set()
+
+    async def run(
+        self,
+        *,
+        until_done: bool = False,
+        stop: anyio.Event | None = None,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> ServiceCounts:
+        """Work until stopped (``stop`` set, or :meth:`stop`) or, with ``until_done``, until
+        the jobs (``job_ids``, or all) have nothing unfinished."""
+        released = await self.store.register_worker(self.owner, self.agents)
+        if released:
+            log.info("released_from_dead_processes", count=released)
+        refused = False
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.runtime.run)
+                tg.start_soon(self._heartbeat)
+                if stop is not None:
+                    tg.start_soon(self._stop_when_set, stop)
+
+                async def refuse() -> None:
+                    nonlocal refused
+                    await self.llm.fatal.wait()
+                    refused = True
+                    log.error("endpoint_refused", error=str(self.llm.fatal_error))
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(refuse)
+                log.info("service_started", owner=self.owner, agents=self.agents)
+                task_status.started()
+                if self.intake:
+                    async with anyio.create_task_group() as starting:
+                        await self._intake(starting, until_done)
+                await self._finish()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.bus.aclose()
+                if self._claimed:
+                    self.counts.released += await self.store.release_items(
+                        self.owner, list(self._claimed)
+                    )
+                await self.store.unregister_worker(self.owner)
+        self.counts.done, self.counts.failed = self.runtime.finished, self.runtime.failed
+        if refused and self.llm.fatal_error is not None:
+            raise ConfigurationError(
+                f"{self.llm.fatal_error.message}. Nothing is lost: unfinished work stays queued "
+                f"in {self.store.location}, and the same command resumes it."
+            ) from self.llm.fatal_error
+        return self.counts
+
+    async def _stop_when_set(self, stop: anyio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.lease_seconds / 4)
+            await self.store.heartbeat(self.owner)
+
+    async def _budget_spent(self) -> bool:
+        """Whether --max-tokens / --max-cost is reached, counting every process's calls."""
+        budget = self.llm.budget
+        if budget.max_tokens is not None or budget.max_cost is not None:
+            totals = await self.store.call_totals(since=self._started_at)
+            budget.tokens = max(
+                budget.tokens, int(totals["prompt_tokens"]) + int(totals["completion_tokens"])
+            )
+            budget.cost = max(budget.cost, float(totals["cost_known_usd"] or 0.0))
+        return budget.exhausted
+
+    async def _intake(self, starting: anyio.abc.TaskGroup, until_done: bool) -> None:
+        capacity = intake_capacity(self.settings)
+        while not self.stopping.is_set():
+            if await self._budget_spent():
+                log.warning("budget_reached", reason=self.llm.budget.reason)
+                self.budget_stopped = True
+                return
+            free = capacity - await self.store.unfinished_items(self.owner)
+            items = await self.store.claim_items(
+                self.owner,
+                free,
+                lease_seconds=self.settings.lease_seconds,
+                job_ids=self.job_ids,
+                max_attempts=self.settings.max_deliveries,
+            )
+            for item in items:
+                self._claimed[item.id] = item
+                starting.start_soon(self._start, item)
+            if until_done and not items and await self.store.unfinished(self.job_ids) == 0:
+                return
+            # an item that ends in another process frees room here too: poll as well
+            await self._wait_for_change(self.settings.poll_interval)
+
+    async def _start(self, item: Item) -> None:
+        """Publish an item's first events (its RAG target asked first, if it needs one)."""
+        runtime = self.runtime
+        try:
+            pipeline = await runtime.pipeline(item.job_id)
+            events = await pipeline.first_events(item)
+            messages = await runtime.dispatch(pipeline, item.job_id, item.key, events)
+            await self.bus.publish(messages)
+            await self.store.items_started([item.id])
+        except Exception as exc:  # a record that cannot start must not stop the others
+            log.exception("item_start_failed", job=item.job_id, item=item.key)
+            await runtime.fail(item.job_id, item.key, f"{type(exc).__name__}: {exc}", item.payload)
+        finally:
+            self._claimed.pop(item.id, None)
+        self.counts.started += 1
+
+    async def _wait_for_change(self, seconds: float, *, or_stop: bool = True) -> None:
+        """Until an item ends here, ``seconds`` pass or (``or_stop``) a stop is asked for."""
+        events = [self.runtime.changed, *([self.stopping] if or_stop else [])]
+        with anyio.move_on_after(seconds):
+            async with anyio.create_task_group() as tg:
+
+                async def wait(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+
+                for event in events:
+                    tg.start_soon(wait, event)
+
+    async def _finish(self) -> None:
+        """Wait for what this process owes once its intake is over (the jobs are done, a
+        stop was asked for, or the budget is spent): the items it started, within the grace
+        period once stopped. A process without intake owes nothing once stopped."""
+        if not self.intake:
+            await self.stopping.wait()
+            return
+        deadline = math.inf
+        while await self.store.unfinished_items(self.owner) > 0:
+            now = time.monotonic()
+            if self.stopping.is_set() and deadline == math.inf:
+                deadline = now + self.settings.grace
+            if now >= deadline:
+                log.info("grace_over", owner=self.owner)
+                return
+            wait = min(self.settings.poll_interval, deadline - now)
+            await self._wait_for_change(wait, or_stop=not self.stopping.is_set())

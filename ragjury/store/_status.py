@@ -1,0 +1,98 @@
+"""What a SQLite database holds, for ``ragjury status``: items per state and job, LLM use per
+stage, throughput, messages waiting per agent, and the workers serving them."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragjury.store.sqlite import SQLiteStore
+
+_LIVE_SECONDS = 120.0
+"""A worker that has not beaten its heart for this long is taken for dead."""
+
+
+async def status(store: SQLiteStore) -> dict[str, Any]:
+    now = time.time()
+    doc: dict[str, Any] = {"db": store.location, **await store.counts()}
+    jobs = []
+    for job_id, kind, created_at in await store.read(
+        "SELECT id, kind, created_at FROM jobs ORDER BY rowid"
+    ):
+        jobs.append(
+            {"id": job_id, "kind": kind, "created_at": created_at, **await store.counts([job_id])}
+        )
+    doc["jobs"] = jobs
+
+    cached = {
+        str(agent): int(n)
+        for agent, n in await store.read("SELECT agent, COUNT(*) FROM steps GROUP BY agent")
+    }
+    stages: dict[str, dict[str, int]] = {}
+    for stage, calls, requests, prompt, completion, failed in await store.read(
+        "SELECT stage, COUNT(*), SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), "
+        "SUM(error IS NOT NULL AND error NOT LIKE 'in flight%') FROM llm_calls "
+        "GROUP BY stage ORDER BY stage"
+    ):
+        stages[str(stage)] = {
+            "structured_calls": int(calls),
+            "llm_calls": int(requests or 0),
+            "prompt_tokens": int(prompt or 0),
+            "completion_tokens": int(completion or 0),
+            "failed_calls": int(failed or 0),
+            "cached_steps": cached.get(str(stage), 0),
+        }
+    for agent, n in cached.items():
+        stages.setdefault(agent, {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        stages[agent]["cached_steps"] = n
+    doc["stages"] = stages
+    doc["tokens"] = {
+        "prompt": sum(s.get("prompt_tokens", 0) for s in stages.values()),
+        "completion": sum(s.get("completion_tokens", 0) for s in stages.values()),
+    }
+
+    [(done, first, last)] = await store.read(
+        "SELECT COUNT(*), MIN(finished_at), MAX(finished_at) FROM items "
+        "WHERE state = 'done' AND finished_at IS NOT NULL"
+    )
+    [(recent,)] = await store.read(
+        "SELECT COUNT(*) FROM items WHERE state = 'done' AND finished_at >= ?", (now - 60,)
+    )
+    span = (last - first) if done and done > 1 and first is not None else None
+    doc["throughput"] = {
+        "items_done_last_minute": int(recent),
+        "items_per_minute": round(60 * (done - 1) / span, 2) if span else None,
+    }
+
+    db_now = await store.now()
+    workers = []
+    serving: set[str] = set()
+    for owner, host, pid, agents, heartbeat in await store.read(
+        "SELECT owner, host, pid, agents, heartbeat FROM workers ORDER BY started_at"
+    ):
+        live = db_now - heartbeat < _LIVE_SECONDS
+        [(held,)] = await store.read(
+            f"SELECT COUNT(*) FROM messages WHERE lease_owner = ? AND available_at > {db_now}",
+            (owner,),
+        )
+        if live:
+            serving.update(str(agents).split(","))
+        workers.append(
+            {
+                "owner": owner,
+                "host": host,
+                "pid": int(pid),
+                "agents": str(agents).split(","),
+                "messages_held": int(held),
+                "seconds_since_heartbeat": round(db_now - heartbeat, 1),
+                "live": live,
+            }
+        )
+    doc["daemons"] = workers
+    waiting = await store.waiting_messages()
+    doc["agents"] = {
+        group: {"messages_waiting": n, "served": group in serving} for group, n in waiting.items()
+    }
+    doc["waiting_for_workers"] = sorted(g for g in waiting if g not in serving)
+    return doc

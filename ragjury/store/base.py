@@ -1,0 +1,320 @@
+"""The store interface: everything ragjury keeps, behind methods that yield no driver objects.
+
+A store holds the jobs and their items (the intake queue), the messages of the durable bus
+(claimed under leases on the database's clock), the join state of the aggregating agents
+(atomic per item), the items' results, the step cache, every LLM call and the workers that
+are running. :class:`~ragjury.store.sqlite.SQLiteStore` implements it on one file; a
+PostgreSQL store implements the same methods (``tests/store_contract.py`` is the suite both
+must pass).
+
+Item states: ``queued`` -> ``processing`` (claimed by an intake, under a lease, until its
+first messages are published) -> ``running`` (its messages are on the bus) -> ``done`` or
+``failed``. Users see ``processing`` for both of the middle states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ragjury.llm.usage import CallStats
+
+JobKind = Literal["generate", "evaluate"]
+STATES: tuple[str, ...] = ("queued", "processing", "done", "failed")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: JobKind
+    options: dict[str, Any]
+    created: bool = False
+    """True when this call created the job; False when an identical job already existed."""
+    size: int = 0
+    """How many items the job has."""
+    retried: int = 0
+    """Finished items put back in the queue because an LLM step of theirs failed at the
+    endpoint (see :attr:`ItemResults.transient_failures`)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One document or sample of a job, as the intake claimed it."""
+
+    id: int
+    job_id: str
+    key: str
+    position: int
+    payload: dict[str, Any]
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ItemResults:
+    """What finishing an item stores: export records (pairs or samples) and a report."""
+
+    pairs: Sequence[dict[str, Any]] = ()
+    samples: Sequence[tuple[dict[str, Any], str]] = ()
+    """(export record, SampleScored JSON) per sample."""
+    report: dict[str, Any] | None = None
+    transient_failures: int = 0
+    """Failure records that say the endpoint failed, not the model. When the same job is
+    submitted again, an item with any is done again, its other steps from the cache."""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message of the durable bus as a worker claimed it."""
+
+    id: int
+    group: str
+    body: str
+    """The envelope as JSON."""
+    attempts: int
+    job_id: str
+    item_key: str
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A message to put on the durable bus: one row per receiving group."""
+
+    group: str
+    kind: str
+    job_id: str
+    item_key: str
+    body: str
+
+
+@dataclass
+class Claim:
+    """What one claim of messages returned."""
+
+    messages: list[StoredMessage] = field(default_factory=list)
+    dead: int = 0
+    """Messages taken out at this claim: delivered ``max_attempts`` times and never
+    acknowledged (each killed or crashed its worker); their items were failed."""
+
+
+@dataclass(frozen=True)
+class QuestionDecision:
+    """The deduplicator's stored decision on one drafted pair."""
+
+    pair_id: str
+    duplicate_of: str | None
+    similarity: float | None
+
+
+ItemsFactory = Callable[[], Iterable[tuple[str, Any]]]
+DedupDecide = Callable[
+    [Sequence[tuple[int, str, str]], Sequence[tuple[str, str]]], list[QuestionDecision]
+]
+"""(new kept questions since the caller's cursor as (row, pair id, question), the pairs to
+decide as (pair id, question)) -> a decision per pair, in order."""
+
+
+class Store(Protocol):
+    """The methods every store implements. Open with ``async with``."""
+
+    location: str
+    """Where it is, for messages (a path, or a URL with any password redacted)."""
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def now(self) -> float:
+        """The database's clock, in seconds since the epoch (leases are measured on it)."""
+        ...
+
+    # runs and LLM calls ---------------------------------------------------------------
+    async def start_run(self, command: str, settings: Mapping[str, Any]) -> str: ...
+
+    async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None: ...
+
+    async def open_call(self, run_id: str, stats: CallStats) -> int:
+        """Record a call as it is sent (in flight); its record, for :meth:`record_call`."""
+        ...
+
+    async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
+        """Record a finished call (updating its in-flight record, if it has one)."""
+        ...
+
+    async def call_totals(
+        self, *, run_id: str | None = None, since: float | None = None
+    ) -> dict[str, Any]:
+        """Requests, tokens and cost of a run's calls, or of every call recorded since the
+        time ``since`` (all processes: what a shared budget counts)."""
+        ...
+
+    # jobs and items -------------------------------------------------------------------
+    async def submit(
+        self,
+        kind: JobKind,
+        options: Mapping[str, Any],
+        items: ItemsFactory,
+        *,
+        batch: int = 500,
+        batch_bytes: int = 4 * 1024 * 1024,
+    ) -> Job:
+        """Create a job of ``items`` ((key, payload) in order; a function returning a fresh
+        iterator, read twice) or find the identical one (then put back its items that
+        finished with endpoint failures)."""
+        ...
+
+    async def job(self, job_id: str) -> Job: ...
+
+    async def claim_items(
+        self,
+        owner: str,
+        limit: int,
+        *,
+        lease_seconds: float,
+        job_ids: Sequence[str] | None = None,
+        max_attempts: int = 5,
+    ) -> list[Item]:
+        """Take up to ``limit`` queued items (or items whose intake lease ran out); an item
+        taken ``max_attempts`` times without starting is failed instead."""
+        ...
+
+    async def items_started(self, item_ids: Sequence[int]) -> None:
+        """The items' first messages are on the bus: they no longer need an intake lease."""
+        ...
+
+    async def release_items(self, owner: str, item_ids: Sequence[int]) -> int:
+        """Put claimed items that were never started back in the queue."""
+        ...
+
+    async def unfinished_items(self, owner: str) -> int:
+        """Items this owner started that are not done or failed (its intake's in-flight)."""
+        ...
+
+    async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
+        """Store the results and mark the item done, unless it is done already (False)."""
+        ...
+
+    async def fail_item(
+        self, job_id: str, key: str, error: str, results: ItemResults | None = None
+    ) -> bool:
+        """Mark the item failed with ``error`` (and any results), unless it is finished."""
+        ...
+
+    async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]: ...
+
+    async def unfinished(self, job_ids: Sequence[str] | None = None) -> int: ...
+
+    async def reports(self, job_id: str) -> list[dict[str, Any]]: ...
+
+    async def failed_items(self, job_id: str) -> list[dict[str, Any]]: ...
+
+    async def pair_outcomes(self, job_id: str) -> dict[str, int]: ...
+
+    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]: ...
+
+    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]: ...
+
+    def scored(self, job_id: str) -> AsyncIterator[str]:
+        """The SampleScored JSON of a job's samples, in input order."""
+        ...
+
+    # the durable bus ------------------------------------------------------------------
+    async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None: ...
+
+    async def claim_messages(
+        self,
+        owner: str,
+        groups: Sequence[str],
+        limit: int,
+        *,
+        lease_seconds: float,
+        max_attempts: int,
+        job_ids: Sequence[str] | None = None,
+    ) -> Claim: ...
+
+    async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
+        """Put ``replies`` on the bus and remove the message, in one transaction."""
+        ...
+
+    async def nack_message(
+        self, message_id: int, error: str, *, max_attempts: int, retry_after: float
+    ) -> bool:
+        """The handler failed: offer the message again after ``retry_after`` seconds, or, once
+        it has been delivered ``max_attempts`` times, take it out (True: the caller fails its
+        item). Messages found at a claim already delivered ``max_attempts`` times (their
+        workers died) are taken out there, and their items failed by the store."""
+        ...
+
+    async def renew_messages(
+        self, owner: str, message_ids: Sequence[int], lease_seconds: float
+    ) -> None: ...
+
+    async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
+        """Give back messages this owner holds without handling them (a clean stop)."""
+        ...
+
+    async def waiting_messages(self) -> dict[str, int]:
+        """Messages not yet acknowledged, per group."""
+        ...
+
+    # join state -----------------------------------------------------------------------
+    async def join(
+        self, job_id: str, item_key: str, parts: Mapping[str, str], prefix: str
+    ) -> dict[str, str]:
+        """Add ``parts`` (name -> value; a name already present keeps its first value) to the
+        item's join state and return the parts whose names start with ``prefix`` (a
+        non-empty string), atomically."""
+        ...
+
+    async def decide_questions(
+        self,
+        job_id: str,
+        pairs: Sequence[tuple[str, str]],
+        since: int,
+        decide: DedupDecide,
+    ) -> tuple[list[QuestionDecision], int]:
+        """The deduplicator's step, serialised per job across processes: decisions already
+        stored for these pairs are returned as they were; otherwise ``decide`` sees the
+        questions kept since row ``since`` and the pairs, and its decisions are stored.
+        Returns the decisions and the new cursor."""
+        ...
+
+    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+        """The submitted document or sample of an item."""
+        ...
+
+    # the step cache -------------------------------------------------------------------
+    async def get_step(self, key: str) -> str | None: ...
+
+    async def put_step(self, key: str, agent: str, output: str) -> None: ...
+
+    # workers --------------------------------------------------------------------------
+    async def register_worker(self, owner: str, agents: Sequence[str]) -> int:
+        """Record a running worker process; release what dead processes of this host held
+        (the number of messages and items released)."""
+        ...
+
+    async def heartbeat(self, owner: str) -> None: ...
+
+    async def unregister_worker(self, owner: str) -> None: ...
+
+    async def status(self) -> dict[str, Any]:
+        """The ``ragjury status --json`` document."""
+        ...
+
+    async def prune(self, before: float) -> dict[str, int]:
+        """Delete what ended before the time ``before``: jobs whose every item finished then
+        (with their items and results), cached steps and run and call records made then.
+        Unfinished jobs are kept whole. Returns the rows deleted per table."""
+        ...
+
+    async def compact(self) -> None:
+        """Give the space of deleted rows back to the file system."""
+        ...
+
+
+def sqlite_path(store: Store) -> Path | None:
+    """The file of a SQLite store, or None."""
+    path = getattr(store, "path", None)
+    return path if isinstance(path, Path) else None

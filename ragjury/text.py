@@ -1,0 +1,51 @@
+"""Text that every later step can encode: lone surrogates and control characters repaired.
+
+Python's ``json`` accepts ``"\\ud800"`` (a lone UTF-16 surrogate), and a JSON string may
+carry NUL and other control characters; none of them can be written as UTF-8 or shown to a
+model, and one such record used to crash every command. Intake repairs them (a lone
+surrogate becomes U+FFFD, a control character other than tab and line breaks is dropped) and
+says which record it repaired.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clean_text(text: str) -> tuple[str, list[str]]:
+    """``text`` repaired, and what was repaired (empty when nothing was)."""
+    repairs = []
+    text, surrogates = _SURROGATE.subn("\ufffd", text)
+    if surrogates:
+        repairs.append(f"{surrogates} lone surrogate(s) replaced by U+FFFD")
+    text, controls = _CONTROL.subn("", text)
+    if controls:
+        repairs.append(f"{controls} control character(s) removed")
+    return text, repairs
+
+
+def clean_value(value: Any) -> tuple[Any, list[str]]:
+    """Every string in ``value`` (nested lists and dicts, keys too) repaired, and what was."""
+    if isinstance(value, str):
+        return clean_text(value)
+    repairs: list[str] = []
+    if isinstance(value, list | tuple):
+        items = []
+        for item in value:
+            cleaned, found = clean_value(item)
+            items.append(cleaned)
+            repairs += found
+        return type(value)(items), repairs
+    if isinstance(value, dict):
+        mapping = {}
+        for key, item in value.items():
+            clean_key, found_key = clean_value(key)
+            cleaned, found = clean_value(item)
+            mapping[clean_key] = cleaned
+            repairs += found_key + found
+        return mapping, repairs
+    return value, repairs

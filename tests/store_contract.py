@@ -1,0 +1,298 @@
+"""The store contract: what every :class:`~ragjury.store.base.Store` must do.
+
+``tests/test_store.py`` runs these against SQLite; a PostgreSQL store adds itself to the
+``store`` fixture there and must pass the same tests. Leases are on the database's clock,
+so "a lease ran out" is a lease of 0 seconds, and "held" is one of a minute.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from ragjury.errors import InputError
+from ragjury.llm.usage import CallStats
+from ragjury.store.base import ItemResults, OutgoingMessage, QuestionDecision, Store
+
+HELD, RAN_OUT = 60.0, 0.0
+
+
+async def _job(store: Store, n: int, kind: str = "evaluate") -> str:
+    job = await store.submit(kind, {"x": 1}, lambda: [(f"s{i}", {"i": i}) for i in range(n)])  # type: ignore[arg-type]  # a literal kind
+    return job.id
+
+
+def _message(job_id: str, key: str, group: str = "g", body: str = "{}") -> OutgoingMessage:
+    return OutgoingMessage(group=group, kind="k", job_id=job_id, item_key=key, body=body)
+
+
+async def test_submitting_the_same_batch_twice_finds_the_same_job(store: Store) -> None:
+    first = await store.submit("generate", {"a": 1}, lambda: [("d1", {"t": "x"})])
+    second = await store.submit("generate", {"a": 1}, lambda: [("d1", {"t": "x"})])
+    other = await store.submit("generate", {"a": 2}, lambda: [("d1", {"t": "x"})])
+    assert [first.created, second.created, other.created] == [True, False, True]
+    assert first.id == second.id != other.id
+    assert (await store.counts())["queued"] == 2
+    assert (await store.job(first.id)).options == {"a": 1}
+    with pytest.raises(InputError, match="repeated: d1"):
+        await store.submit("generate", {}, lambda: [("d1", {}), ("d1", {})])
+
+
+async def test_submitting_large_documents_holds_a_few_mib_not_the_whole_batch(
+    store: Store,
+) -> None:
+    def documents() -> Iterator[tuple[str, dict[str, str]]]:
+        for n in range(40):  # 40 documents of 1 MiB, made fresh on each pass
+            yield f"d{n}", {"text": f"{n} " + "x" * (1024 * 1024)}
+
+    tracemalloc.start()
+    try:
+        job = await store.submit("generate", {}, documents)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert job.size == 40
+    assert peak < 16 * 1024 * 1024  # about 4 MiB of rows at once, not 40 MiB
+    items = await store.claim_items("a", 40, lease_seconds=HELD)
+    assert [(i.key, i.position) for i in items] == [(f"d{n}", n) for n in range(40)]
+
+
+async def test_an_item_lease_that_runs_out_lets_another_intake_take_it(store: Store) -> None:
+    await _job(store, 3)
+    assert [i.key for i in await store.claim_items("a", 2, lease_seconds=HELD)] == ["s0", "s1"]
+    (late,) = await store.claim_items("b", 5, lease_seconds=RAN_OUT)
+    assert late.key == "s2"
+    assert await store.claim_items("b", 5, lease_seconds=HELD) == []  # never its own again
+    (taken,) = await store.claim_items("a", 5, lease_seconds=HELD)
+    assert (taken.key, taken.attempts) == ("s2", 2)
+
+
+async def test_an_item_taken_too_often_without_starting_is_failed_with_the_reason(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 1)
+    for n in range(3):
+        assert len(await store.claim_items(f"a{n}", 1, lease_seconds=RAN_OUT, max_attempts=3)) == 1
+    assert await store.claim_items("z", 1, lease_seconds=HELD, max_attempts=3) == []
+    assert (await store.counts())["failed"] == 1
+    [failed] = await store.failed_items(job_id)
+    assert "3 process(es) took this item" in failed["error"]
+
+
+async def test_released_and_started_items_leave_the_intake_queue(store: Store) -> None:
+    await _job(store, 3)
+    items = await store.claim_items("a", 3, lease_seconds=HELD)
+    assert await store.unfinished_items("a") == 3
+    assert await store.release_items("a", [items[0].id]) == 1
+    await store.items_started([items[1].id])
+    again = await store.claim_items("b", 5, lease_seconds=HELD)
+    assert [(i.key, i.attempts) for i in again] == [("s0", 1)]  # a release uses no attempt
+    assert await store.claim_items("c", 5, lease_seconds=HELD) == []  # started: not claimable
+    assert await store.unfinished_items("a") == 2
+    assert (await store.counts())["processing"] == 3
+
+
+async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> None:
+    job_id = await _job(store, 2)
+    record = {"id": "s0", "question": "q", "answer": "a", "metrics": {}}
+    results = ItemResults(samples=[(record, '{"x": 1}')], report={"r": 1})
+    assert await store.finish_item(job_id, "s0", results) is True
+    assert await store.finish_item(job_id, "s0", results) is False  # a late duplicate
+    assert await store.fail_item(job_id, "s0", "too late") is False
+    assert await store.fail_item(job_id, "s1", "broken", results=None) is True
+    assert [r async for r in store.samples([job_id])] == [record]
+    assert [s async for s in store.scored(job_id)] == ['{"x": 1}']
+    assert await store.reports(job_id) == [{"r": 1}]
+    assert await store.failed_items(job_id) == [{"item": "s1", "error": "broken"}]
+    assert await store.counts([job_id]) == {"queued": 0, "processing": 0, "done": 1, "failed": 1}
+    assert await store.unfinished([job_id]) == 0
+
+
+async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:
+    job = await store.submit("generate", {}, lambda: [(f"d{i:03}", {}) for i in range(450)])
+    for i in reversed(range(450)):  # finished in reverse: still read in submission order
+        pair = {"id": f"p{i}", "outcome": "kept", "question": "q", "source": "s"}
+        await store.finish_item(job.id, f"d{i:03}", ItemResults(pairs=[pair], report={}))
+    ids = [r["id"] async for r in store.pairs([job.id])]
+    assert ids == [f"p{i}" for i in range(450)]
+    assert await store.pair_outcomes(job.id) == {"kept": 450}
+
+
+async def test_messages_are_claimed_by_group_under_a_lease(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a", "1"), _message(job_id, "s0", "b", "2")])
+    claim = await store.claim_messages("w1", ["a"], 5, lease_seconds=HELD, max_attempts=5)
+    assert [(m.group, m.body, m.attempts, m.item_key) for m in claim.messages] == [
+        ("a", "1", 1, "s0")
+    ]
+    held = await store.claim_messages("w2", ["a", "b"], 5, lease_seconds=HELD, max_attempts=5)
+    assert [m.body for m in held.messages] == ["2"]  # "1" is w1's while its lease runs
+    assert await store.waiting_messages() == {"a": 1, "b": 1}
+
+
+async def test_an_acknowledged_message_is_replaced_by_its_replies_at_once(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    (message,) = (
+        await store.claim_messages("w", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    ).messages
+    await store.ack_message(message.id, [_message(job_id, "s0", "b", "r1")])
+    assert await store.waiting_messages() == {"b": 1}
+    claim = await store.claim_messages("w", ["a", "b"], 5, lease_seconds=HELD, max_attempts=5)
+    assert [m.body for m in claim.messages] == ["r1"]
+
+
+async def test_replies_to_a_finished_item_are_dropped(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a"), _message(job_id, "s0", "c")])
+    (message,) = (
+        await store.claim_messages("w", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    ).messages
+    await store.finish_item(job_id, "s0", ItemResults(report={}))
+    await store.ack_message(message.id, [_message(job_id, "s0", "b")])
+    assert await store.waiting_messages() == {}  # its leftovers went with it
+
+
+async def test_a_dead_workers_message_comes_back_after_its_lease(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    await store.claim_messages("dead", ["a"], 1, lease_seconds=RAN_OUT, max_attempts=5)
+    claim = await store.claim_messages("alive", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    assert [m.attempts for m in claim.messages] == [2]
+
+
+async def test_renewed_messages_stay_with_their_worker(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    claim = await store.claim_messages("w", ["a"], 1, lease_seconds=RAN_OUT, max_attempts=5)
+    await store.renew_messages("w", [m.id for m in claim.messages], HELD)
+    assert (
+        await store.claim_messages("x", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    ).messages == []
+    await store.release_messages("w", [m.id for m in claim.messages])
+    again = await store.claim_messages("x", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    assert [m.attempts for m in again.messages] == [1]  # a release gives the attempt back
+
+
+async def test_a_message_that_keeps_killing_workers_is_taken_out_and_its_item_failed(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 2)
+    await store.put_messages([_message(job_id, "s0", "a"), _message(job_id, "s1", "a")])
+    for _ in range(3):
+        await store.claim_messages("w", ["a"], 1, lease_seconds=RAN_OUT, max_attempts=3)
+    claim = await store.claim_messages("w", ["a"], 5, lease_seconds=HELD, max_attempts=3)
+    assert claim.dead == 1
+    assert [m.item_key for m in claim.messages] == ["s1"]  # the queue goes on
+    [failed] = await store.failed_items(job_id)
+    assert failed["item"] == "s0"
+    assert "poison message" in failed["error"]
+
+
+async def test_a_failed_handler_gets_the_message_again_then_it_is_taken_out(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    for attempt in (1, 2):
+        (m,) = (
+            await store.claim_messages("w", ["a"], 1, lease_seconds=HELD, max_attempts=2)
+        ).messages
+        assert m.attempts == attempt
+        dead = await store.nack_message(m.id, "boom", max_attempts=2, retry_after=0)
+        assert dead is (attempt == 2)
+    assert await store.waiting_messages() == {}
+
+
+async def test_joins_keep_the_first_value_and_answer_by_prefix(store: Store) -> None:
+    job_id = await _job(store, 1)
+    assert await store.join(job_id, "s0", {"p:1:a": "x"}, "p:1:") == {"p:1:a": "x"}
+    await store.join(job_id, "s0", {"p:2:a": "y"}, "p:2:")
+    state = await store.join(job_id, "s0", {"p:1:a": "changed", "p:1:b": "z"}, "p:1:")
+    assert state == {"p:1:a": "x", "p:1:b": "z"}
+    await store.finish_item(job_id, "s0", ItemResults(report={}))
+    assert await store.join(job_id, "s0", {}, "p:") == {}  # an ended item's state is gone
+
+
+async def test_question_decisions_are_stored_once_and_replayed(store: Store) -> None:
+    job_id = await _job(store, 1, "generate")
+    seen: list[Sequence[tuple[int, str, str]]] = []
+
+    def keep_all(
+        kept: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
+    ) -> list[QuestionDecision]:
+        seen.append(kept)
+        return [QuestionDecision(pid, None, None) for pid, _ in pairs]
+
+    decisions, cursor = await store.decide_questions(job_id, [("p1", "q1")], 0, keep_all)
+    assert decisions == [QuestionDecision("p1", None, None)]
+    again, _ = await store.decide_questions(job_id, [("p1", "q1")], cursor, keep_all)
+    assert again == decisions
+    assert len(seen) == 1
+    await store.decide_questions(job_id, [("p2", "q2")], 0, keep_all)
+    assert [q for _, _, q in seen[-1]] == ["q1"]  # the kept questions since the cursor
+
+
+async def test_the_step_cache_and_call_records(store: Store) -> None:
+    assert await store.get_step("k") is None
+    await store.put_step("k", "generator", "[]")
+    assert await store.get_step("k") == "[]"
+    run_id = await store.start_run("generate", {"model": "m"})
+    stats = CallStats(stage="generator", requests=2, prompt_tokens=10, completion_tokens=5)
+    await store.record_call(run_id, stats, None)
+    totals = await store.call_totals(run_id=run_id)
+    assert (totals["llm_calls"], totals["prompt_tokens"], totals["completion_tokens"]) == (2, 10, 5)
+    assert (await store.call_totals(since=0.0))["prompt_tokens"] == 10
+    await store.finish_run(run_id, {"ok": True})
+
+
+async def test_workers_are_listed_and_a_dead_one_on_this_host_is_released(store: Store) -> None:
+    job_id = await _job(store, 1)
+    await store.register_worker("w1", ["generator"])
+    await store.put_messages([_message(job_id, "s0", "generator")])
+    await store.claim_messages("w1", ["generator"], 1, lease_seconds=HELD, max_attempts=5)
+    status = await store.status()
+    assert [w["owner"] for w in status["daemons"]] == ["w1"]
+    assert status["agents"]["generator"] == {"messages_waiting": 1, "served": True}
+    assert status["waiting_for_workers"] == []
+    await store.unregister_worker("w1")
+    assert (await store.status())["waiting_for_workers"] == ["generator"]
+
+
+async def test_pruning_deletes_what_ended_before_the_cutoff_and_keeps_unfinished_jobs(
+    store: Store,
+) -> None:
+    import time
+
+    done = await store.submit("evaluate", {"j": "done"}, lambda: [("a", {}), ("b", {})])
+    open_job = await store.submit("evaluate", {"j": "open"}, lambda: [("c", {}), ("d", {})])
+    records = {key: {"id": key, "question": "q", "answer": "x", "metrics": {}} for key in "abc"}
+    for job_id, key in ((done.id, "a"), (done.id, "b"), (open_job.id, "c")):
+        results = ItemResults(samples=[(records[key], "{}")], report={})
+        await store.finish_item(job_id, key, results)
+    await store.put_step("k", "generator", "[]")
+    run_id = await store.start_run("evaluate", {})
+    await store.record_call(run_id, CallStats(stage="x", requests=1), None)
+    await store.finish_run(run_id, {})
+
+    assert await store.prune(time.time() - 3600) == dict.fromkeys(
+        (
+            "pairs",
+            "samples",
+            "questions",
+            "joins",
+            "messages",
+            "items",
+            "jobs",
+            "steps",
+            "llm_calls",
+            "runs",
+        ),
+        0,
+    )  # nothing is an hour old
+    deleted = await store.prune(time.time() + 1)
+    assert (deleted["jobs"], deleted["items"], deleted["samples"]) == (1, 2, 2)
+    assert (deleted["steps"], deleted["llm_calls"], deleted["runs"]) == (1, 1, 1)
+    assert [r async for r in store.samples()] == [records["c"]]  # the unfinished job's, kept
+    assert await store.counts() == {"queued": 1, "processing": 0, "done": 1, "failed": 0}
+    await store.compact()

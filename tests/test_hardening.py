@@ -1,0 +1,314 @@
+"""What a fault and bad-input campaign found: no input jams or crashes a command, no secret
+is stored, exit codes CI can trust, permanent errors are not retried, a hung endpoint fails
+in reasonable time with a message that names --timeout, and a killed run is on the books."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_daemon import Daemon, daemons, endpoint, serve, states, until
+
+from ragjury.cli import main
+
+from conftest import read_jsonl, read_summary, script_happy_path
+from evalfakes import script_judges
+from fakeopenai import FakeOpenAI, chat_json, error
+
+__all__ = ["daemons"]  # the fixture, shared with test_daemon
+
+BAD = Path(__file__).parent / "data" / "bad"
+
+
+def evaluate(fake: FakeOpenAI | None, tmp_path: Path, samples: Path, *extra: str) -> int:
+    args = ["evaluate", str(samples), "--out", str(tmp_path / "results.jsonl")]
+    args += ["--summary", str(tmp_path / "summary.json"), "--db", str(tmp_path / "run.db")]
+    return main([*args, *(endpoint(fake) if fake else []), *extra])
+
+
+def samples_file(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+SAMPLE = {
+    "id": "s1",
+    "question": "Capital of Japan?",
+    "answer": "Tokyo is the capital of Japan.",
+    "contexts": ["Tokyo is the capital of Japan."],
+}
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def test_bad_sample_records_are_repaired_or_named_and_the_rest_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert evaluate(None, tmp_path, BAD / "samples.jsonl", "--metrics", "keywords") == 1
+    err = capsys.readouterr().err
+    judged = {r["id"]: r for r in read_jsonl(tmp_path / "results.jsonl")}
+    assert set(judged) == {"ok1", "surrogate", "nul", "ok2"}  # every good record, repaired
+    assert "\ufffd" in judged["surrogate"]["answer"]
+    assert "\x00" not in judged["nul"]["answer"]
+    assert all(r["metrics"]["keywords"]["outcome"] == "scored" for r in judged.values())
+    assert "input_repaired" in err
+    assert "samples.jsonl:4" in err  # the wrong types, named by line
+    assert "samples.jsonl:5" in err  # a list where a record should be
+
+
+def test_bad_documents_are_repaired_or_named_and_a_corrupt_pdf_skipped_quietly(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_happy_path(fake)
+    out = tmp_path / "kept.jsonl"
+    out.write_text("an earlier output\n", encoding="utf-8")
+    args = ["generate", str(BAD / "documents.jsonl"), str(BAD / "corrupt.pdf"), "--out", str(out)]
+    args += ["--db", str(tmp_path / "run.db"), "--whole-documents", *endpoint(fake)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    kept = read_jsonl(out)
+    assert {r["question"] for r in kept} == {
+        "What is setting alpha?",
+        "What is setting \ufffd beta?",
+        "What is setting gamma?",
+    }
+    assert "documents.jsonl:4" in err  # the record whose text is a number
+    assert "corrupt.pdf" in err
+    assert "EOF marker" not in err.replace("unreadable PDF", "")  # pypdf's own noise is quiet
+
+
+def test_submit_and_serve_take_bad_records_and_finish_the_queue(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_judges(fake)
+    db = tmp_path / "queue.db"
+    args = ["submit", "--samples", str(BAD / "samples.jsonl"), "--db", str(db)]
+    assert main([*args, "--metrics", "keywords,faithfulness"]) == 0
+    daemon = serve(daemons, fake, db, "bad")
+    until(lambda: states(db)["done"] == 4, "the four good records done")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert states(db) == {"done": 4}
+
+
+def test_a_crash_never_truncates_an_earlier_output(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    out.write_text('{"id": "from an earlier run"}\n', encoding="utf-8")
+    samples = samples_file(tmp_path, [SAMPLE])
+    # nothing listens there: the run stops with a configuration error after opening --out
+    dead = ["--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "--max-transport-retries", "0"]
+    code = main(
+        ["evaluate", str(samples), "--out", str(out), "--db", str(tmp_path / "r.db"), *dead]
+    )
+    assert code == 2
+    assert out.read_text(encoding="utf-8") == '{"id": "from an earlier run"}\n'
+    assert not list(tmp_path.glob(".results.jsonl.*"))  # no partial file left behind
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+
+def test_a_password_in_the_base_url_is_never_stored_or_printed(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    url = fake.base_url.replace("http://", "http://alice:hunter2@")
+    samples = samples_file(tmp_path, [SAMPLE])
+    args = ["evaluate", str(samples), "--out", str(tmp_path / "r.jsonl")]
+    assert (
+        main([*args, "--db", str(tmp_path / "run.db"), "--base-url", url, "--api-key", "sk-x"]) == 0
+    )
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("run.db*"))
+    assert b"hunter2" not in stored
+    assert b"sk-x" not in stored
+    assert b"alice:***@" in stored  # the URL is kept, redacted
+    assert stat.S_IMODE((tmp_path / "run.db").stat().st_mode) == 0o600
+    dead = url.rsplit(":", 1)[0] + ":9/v1"  # the same credentials at a closed port
+    code = main(["evaluate", str(samples), "--out", str(tmp_path / "r.jsonl"), "--db",
+                 str(tmp_path / "other.db"), "--base-url", dead, "--api-key", "k",
+                 "--max-transport-retries", "0", "--no-cache"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "alice:***@" in err
+    assert "hunter2" not in err
+
+
+# -- exit codes -----------------------------------------------------------------------------
+
+
+def test_exit_code_4_when_every_judgement_failed(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.fallback(error(503, "overloaded"))  # answered, but always failing
+    samples = samples_file(tmp_path, [SAMPLE, {**SAMPLE, "id": "s2"}])
+    code = evaluate(fake, tmp_path, samples, "--max-transport-retries", "0")
+    assert code == 4
+    assert read_summary(tmp_path)["metrics"]["faithfulness"]["failed"] == 2
+
+
+def test_exit_code_4_when_more_failed_than_max_failed(fake: FakeOpenAI, tmp_path: Path) -> None:
+    script_judges(fake)
+    broken = {**SAMPLE, "id": "s2", "answer": "Tokyo is the capital."}
+    fake.route("statement_splitter", chat_json({"statements": ["Tokyo is the capital."]}))
+    fake.route("verdict_judge", error(500))  # every verdict fails: one failure per sample
+    samples = samples_file(tmp_path, [SAMPLE, broken])
+    args = ("--metrics", "faithfulness,keywords", "--max-transport-retries", "0")
+    assert evaluate(fake, tmp_path, samples, *args, "--max-failed", "5") == 0
+    assert evaluate(fake, tmp_path, samples, *args, "--max-failed", "1") == 4
+
+
+# -- permanent errors, prompt size, hung endpoints -----------------------------------------
+
+
+def test_a_400_is_permanent_quoted_and_not_sent_again_by_a_rerun(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    message = "This model's maximum context length is 8192 tokens. Please reduce the length."
+    fake.fallback(error(400, message))
+    samples = samples_file(tmp_path, [SAMPLE])
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness")
+    failed = read_jsonl(tmp_path / "results.jsonl")[0]["metrics"]["faithfulness"]
+    assert failed["outcome"] == "failed"
+    assert "400" in failed["error"]["message"]
+    assert "maximum context length is 8192 tokens" in failed["error"]["message"]
+    assert failed["error"]["transient"] is False
+    assert len(fake.requests) == 1  # not retried
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness")
+    assert len(fake.requests) == 1  # nor asked again by the same command
+
+
+def test_a_prompt_larger_than_max_prompt_tokens_fails_without_a_request(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    huge = {**SAMPLE, "answer": "Tokyo is the capital. " * 5000}  # about 27,000 tokens
+    samples = samples_file(tmp_path, [huge])
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness", "--max-prompt-tokens", "4000")
+    failed = read_jsonl(tmp_path / "results.jsonl")[0]["metrics"]["faithfulness"]
+    assert failed["outcome"] == "failed"
+    assert "more than --max-prompt-tokens 4,000" in failed["reason"]
+    assert fake.requests == []
+
+
+def test_a_hung_endpoint_fails_after_two_requests_naming_timeout(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.fallback(chat_json({"statements": []}, delay=5.0))
+    samples = samples_file(tmp_path, [SAMPLE])
+    started = time.monotonic()
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness", "--timeout", "0.5")
+    assert time.monotonic() - started < 4.5  # not --max-transport-retries (6) timeouts
+    failed = read_jsonl(tmp_path / "results.jsonl")[0]["metrics"]["faithfulness"]
+    assert "did not answer within --timeout 0.5 s (2 request(s))" in failed["reason"]
+    assert len(fake.requests) == 2
+
+
+# -- a killed run ---------------------------------------------------------------------------
+
+
+def test_a_killed_runs_calls_in_flight_are_on_the_books_and_the_run_is_closed(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.fallback(chat_json({"statements": []}, delay=30.0))
+    samples = samples_file(tmp_path, [SAMPLE, {**SAMPLE, "id": "s2"}])
+    db = tmp_path / "run.db"
+    command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out",
+               str(tmp_path / "r.jsonl"), "--db", str(db), *endpoint(fake),
+               "--metrics", "faithfulness"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: fake.in_flight == 2, "both calls in flight")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    with sqlite3.connect(db) as conn:
+        in_flight = conn.execute("SELECT COUNT(*) FROM llm_calls WHERE error LIKE 'in flight%'")
+        assert in_flight.fetchone() == (2,)  # recorded when sent
+    fake.fallback(chat_json({"statements": []}))
+    assert evaluate(fake, tmp_path, samples, "--metrics", "faithfulness") == 0  # resumes
+    with sqlite3.connect(db) as conn:
+        runs = conn.execute("SELECT command, finished_at, summary FROM runs ORDER BY started_at")
+        first, second = runs.fetchall()
+        killed = conn.execute("SELECT COUNT(*) FROM llm_calls WHERE error LIKE '%was killed%'")
+        assert killed.fetchone() == (2,)
+    assert first[1] is not None
+    assert json.loads(first[2])["killed"] is True
+    assert second[1] is not None
+
+
+# -- the small ones -------------------------------------------------------------------------
+
+
+def test_an_unpriced_model_with_no_calls_has_an_unknown_cost(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    samples = samples_file(tmp_path, [{**SAMPLE, "must_contain": ["Tokyo"]}])
+    args = ("--metrics", "keywords", "--model", "my-own-model")
+    assert evaluate(fake, tmp_path, samples, *args) == 0
+    summary = read_summary(tmp_path)
+    assert summary["cost_usd"] is None
+    assert summary["unpriced_models"] == ["my-own-model"]
+
+
+def test_debug_logging_says_more_than_info(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    samples = samples_file(tmp_path, [SAMPLE])
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness", "--log-level", "info")
+    info = capsys.readouterr().err
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness", "--log-level", "debug",
+             "--no-cache")  # fmt: skip
+    debug = capsys.readouterr().err
+    assert '"event": "llm_request"' not in info
+    assert '"event": "llm_request"' in debug
+    assert "message_received" in debug
+
+
+def test_the_summary_is_written_when_generate_finds_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "docs"
+    empty.mkdir()
+    (empty / "blank.md").write_text("   \n", encoding="utf-8")
+    summary = tmp_path / "summary.json"
+    code = main(["generate", str(empty), "--out", str(tmp_path / "o.jsonl"), "--summary",
+                 str(summary), "--db", str(tmp_path / "r.db")])  # fmt: skip
+    assert code == 1
+    written = json.loads(summary.read_text(encoding="utf-8"))
+    assert written["documents"] == 0
+    assert written["skipped"][0]["reason"] == "empty"
+
+
+def test_similarity_never_exceeds_one() -> None:
+    from ragjury.agents.scorers import cosine
+
+    assert cosine([0.1, 0.2, 0.3], [0.1, 0.2, 0.3]) == 1.0
+    assert cosine([1.0, 0.0], [-1.0, 0.0]) == -1.0
+
+
+def test_evidence_is_matched_as_models_cite_it_and_invented_text_still_fails() -> None:
+    from ragjury.schemas.responses import normalise_text, quote_occurs
+
+    contexts = normalise_text(
+        "Building evals is hard. You should start small. Then grow the set over time."
+    )
+    for cited in (
+        "[1] Building evals is hard.",
+        "Context 2: You should start small",
+        "\u201cThen grow the set\u201d",
+        "Building evals is hard ... grow the set over time",
+        "Building evals is hard\u2026 You should start small",
+    ):
+        assert quote_occurs(cited, contexts), cited
+    for invented in ("Building evals is easy", "[1]", "...", "evals ... set", "Start big."):
+        assert not quote_occurs(invented, contexts), invented

@@ -1,0 +1,93 @@
+"""The store contract (``tests/store_contract.py``) on every store implementation, and what
+is particular to SQLite: migrating an older database, refusing a newer one."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
+
+from ragjury.errors import ConfigurationError
+from ragjury.store import SQLiteStore, Store, open_store, parse_location
+from ragjury.store.base import QuestionDecision
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    async with SQLiteStore(tmp_path / "contract.db") as opened:
+        yield opened
+
+
+_VERSION_1 = """
+CREATE TABLE runs (id TEXT PRIMARY KEY, command TEXT NOT NULL, started_at TEXT NOT NULL,
+    finished_at TEXT, settings TEXT NOT NULL, summary TEXT);
+CREATE TABLE jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL UNIQUE,
+    options TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE items (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, key TEXT NOT NULL,
+    position INTEGER NOT NULL, payload TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'queued',
+    lease_owner TEXT, lease_expires REAL, attempts INTEGER NOT NULL DEFAULT 0, report TEXT,
+    error TEXT, created_at REAL NOT NULL, finished_at REAL, UNIQUE (job_id, key));
+CREATE TABLE pairs (job_id TEXT NOT NULL, id TEXT NOT NULL, item_id INTEGER NOT NULL,
+    position INTEGER NOT NULL, outcome TEXT NOT NULL, question TEXT NOT NULL,
+    source TEXT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (job_id, id));
+CREATE TABLE samples (job_id TEXT NOT NULL, id TEXT NOT NULL, item_id INTEGER NOT NULL,
+    position INTEGER NOT NULL, record TEXT NOT NULL, scored TEXT NOT NULL,
+    PRIMARY KEY (job_id, id));
+CREATE TABLE steps (key TEXT PRIMARY KEY, agent TEXT NOT NULL, output TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE llm_calls (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,
+    stage TEXT NOT NULL, requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL, latency_ms REAL NOT NULL, statuses TEXT NOT NULL,
+    error TEXT, created_at TEXT NOT NULL);
+INSERT INTO jobs VALUES ('j1', 'generate', 'k', '{}', '2026-01-01');
+INSERT INTO items (job_id, key, position, payload, state, lease_owner, created_at)
+    VALUES ('j1', 'd0', 0, '{}', 'done', NULL, 0), ('j1', 'd1', 1, '{}', 'processing', 'x', 0);
+INSERT INTO pairs VALUES ('j1', 'p0', 1, 0, 'kept', 'Old question?', 's', '{"id": "p0"}');
+"""
+
+
+async def test_a_ragjury_0_1_database_is_upgraded_on_open(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(_VERSION_1)
+    async with SQLiteStore(db) as store:
+        counts = await store.counts()
+        assert (counts["done"], counts["queued"]) == (1, 1)  # its held item starts again
+        assert [r async for r in store.pairs()] == [{"id": "p0"}]
+        kept: list[str] = []
+
+        def record(kept_rows, pairs):  # type: ignore[no-untyped-def]  # a test probe
+            kept.extend(q for _, _, q in kept_rows)
+            return [QuestionDecision(pid, None, None) for pid, _ in pairs]
+
+        await store.decide_questions("j1", [], 0, record)
+        await store.decide_questions("j1", [("p9", "New?")], 0, record)
+        assert kept == ["Old question?"]  # the deduplicator knows the old questions
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+
+
+async def test_a_database_from_a_newer_ragjury_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(ConfigurationError, match=r"newer ragjury.*schema 99.*Upgrade"):
+        async with SQLiteStore(db):
+            pass
+
+
+def test_db_is_parsed_as_a_location() -> None:
+    assert parse_location("queue.db").path == Path("queue.db")
+    url = parse_location("postgresql://me:secret@db.internal/ragjury")
+    assert url.kind == "postgresql"
+    assert "secret" not in str(url)
+    assert "me:***@db.internal" in str(url)
+    with pytest.raises(ConfigurationError, match="unknown scheme 'mysql'"):
+        parse_location("mysql://x/y")
+    with pytest.raises(ConfigurationError, match=r"PostgreSQL is not supported.*yet"):
+        open_store("postgresql://me:secret@db.internal/ragjury")

@@ -40,6 +40,7 @@ from ragjury.store.base import (
     JobKind,
     OutgoingMessage,
     QuestionDecision,
+    RunRecord,
     StoredMessage,
 )
 
@@ -310,6 +311,20 @@ class SQLiteStore:
             )
         )
 
+    async def latest_run(self, job_id: str) -> RunRecord | None:
+        rows = await self._read(
+            "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
+            "WHERE summary IS NOT NULL AND json_extract(summary, '$.job') = ? "
+            "ORDER BY finished_at DESC, rowid DESC LIMIT 1",
+            (job_id,),
+        )
+        if not rows:
+            return None
+        run_id, command, started, finished, settings, summary = rows[0]
+        return RunRecord(
+            str(run_id), str(command), started, finished, json.loads(settings), json.loads(summary)
+        )
+
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
     ) -> dict[str, Any]:
@@ -391,6 +406,19 @@ class SQLiteStore:
         if not rows:
             raise KeyError(job_id)
         return Job(id=job_id, kind=rows[0][0], options=json.loads(rows[0][1]))
+
+    async def jobs(self, *, limit: int | None = None) -> list[Job]:
+        sql = (
+            "SELECT id, kind, options, (SELECT COUNT(*) FROM items WHERE items.job_id = jobs.id) "
+            "FROM jobs ORDER BY rowid DESC"
+        )
+        rows = await self._read(
+            sql + ("" if limit is None else " LIMIT ?"), (() if limit is None else (limit,))
+        )
+        return [
+            Job(id=str(i), kind=kind, options=json.loads(options), size=int(size))
+            for i, kind, options, size in rows
+        ]
 
     async def claim_items(
         self,

@@ -24,7 +24,9 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ragjury.config import Settings
-from ragjury.jury import EvaluationResult, Jury
+from ragjury.jobs import scored_samples
+from ragjury.jury import Jury
+from ragjury.results import EvaluationResult
 from ragjury.schemas import MetricName, MetricResult, Sample
 
 _SHOWN_CHARS = 300
@@ -134,14 +136,10 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
 
     async def _stored(self, job: str, sample: Sample) -> EvaluationResult:
         """The job's stored result: the one place this module reads the store."""
-        from ragjury.runs import scored_samples
-
         assert self._jury is not None
         for scored in await scored_samples(await self._jury.store(), job):
             if scored.sample.id == sample.id:
-                return EvaluationResult(
-                    sample=scored.sample, metrics={str(k): v for k, v in scored.metrics.items()}
-                )
+                return EvaluationResult.from_scored(scored)
         raise AssertionError(
             f"ragjury could not judge the sample (job {job} in {self.settings.db} has no "
             "result for it): see the log above, or `ragjury status --db` for the job"

@@ -20,8 +20,7 @@ from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
 from ragjury.prompts import Prompt
 from ragjury.schemas import METRICS, Failure, MetricName, MetricResult, Sample, SampleScored
-from ragjury.store import Store
-from ragjury.store.queue import Queue
+from ragjury.store import Store, open_store
 
 Kind = Literal["evaluation", "dataset"]
 _RECORD_FIELDS = ("outcome", "score", "passing", "reason", "error", "llm_calls")
@@ -179,61 +178,57 @@ def prompt_versions(prompts: Mapping[str, Prompt], metrics: Iterable[str]) -> di
 async def records_from_db(path: Path, job: str | None) -> Loaded:
     """A job's records and its latest run summary, from the database at ``path``.
 
-    The one place the reports read the store: ``job`` (default: the newest job) decides
-    whether they are judged samples (with their contexts) or judged pairs."""
+    The one place the reports read the store (through :class:`~ragjury.store.Store`, so
+    any store will do): ``job`` (default: the newest job) decides whether they are judged
+    samples (with their contexts) or judged pairs."""
     if not await anyio.Path(path).exists():
         raise InputError(f"no database at {str(path)!r}; give the --db the run used")
-    async with Store(path) as store:
+    async with open_store(path) as store:
         if job is None:
-            row = await store.fetchone("SELECT id FROM jobs ORDER BY rowid DESC LIMIT 1")
-            if row is None:
+            newest = await store.jobs(limit=1)
+            if not newest:
                 raise InputError(f"{path} holds no job yet; run evaluate or generate first")
-            job = str(row[0])
-        queue = Queue(store)
-        try:
-            found = await queue.job(job)
-        except KeyError:
-            rows = await store.fetchall("SELECT id, kind FROM jobs ORDER BY rowid DESC LIMIT 5")
-            known = ", ".join(f"{i} ({k})" for i, k in rows) or "none"
-            raise InputError(f"no job {job!r} in {path}; newest jobs: {known}") from None
-        summary = await _run_summary(store, job)
+            found = newest[0]
+        else:
+            try:
+                found = await store.job(job)
+            except KeyError:
+                jobs = await store.jobs(limit=5)
+                known = ", ".join(f"{j.id} ({j.kind})" for j in jobs) or "none"
+                raise InputError(f"no job {job!r} in {path}; newest jobs: {known}") from None
+        where = f"{path} job {found.id}"
+        summary = await _run_summary(store, found.id)
         if found.kind == "generate":
-            pairs = [record async for record in queue.pairs([job])]
-            return Loaded("dataset", pairs, f"{path} job {job}", summary)
-        records = [record async for record in queue.samples([job])]
+            pairs = [record async for record in store.pairs([found.id])]
+            return Loaded("dataset", pairs, where, summary)
+        records = [record async for record in store.samples([found.id])]
         samples = {}
-        for text in await queue.scored(job):
-            scored = SampleScored.model_validate_json(text)
-            samples[scored.sample.id] = scored.sample
+        async for text in store.scored(found.id):
+            sample = SampleScored.model_validate_json(text).sample
+            samples[sample.id] = sample
         for record in records:
-            sample = samples.get(str(record["id"]))
-            if sample is not None:
-                record["contexts"] = list(sample.contexts)
-                record["reference"] = sample.reference
+            judged = samples.get(str(record["id"]))
+            if judged is not None:
+                record["contexts"] = list(judged.contexts)
+                record["reference"] = judged.reference
         custom = {
-            name: Prompt(name=name, source=source, origin=f"job {job}")
+            name: Prompt(name=name, source=source, origin=f"job {found.id}")
             for name, source in found.options.get("prompts", {}).items()
         }
         summary.setdefault(
             "prompt_versions", prompt_versions(custom, found.options.get("metrics", []))
         )
-        return Loaded("evaluation", records, f"{path} job {job}", summary)
+        return Loaded("evaluation", records, where, summary)
 
 
 async def _run_summary(store: Store, job: str) -> dict[str, Any]:
     """The summary of the newest finished run of ``job``, with its endpoint and times."""
-    row = await store.fetchone(
-        "SELECT summary, settings, started_at, finished_at FROM runs "
-        "WHERE summary IS NOT NULL AND json_extract(summary, '$.job') = ? "
-        "ORDER BY finished_at DESC LIMIT 1",
-        (job,),
-    )
-    if row is None:
+    run = await store.latest_run(job)
+    if run is None or run.summary is None:
         return {"job": job}
-    summary: dict[str, Any] = json.loads(row[0])
-    settings: dict[str, Any] = json.loads(row[1])
-    summary.setdefault("model", settings.get("model"))
-    summary.setdefault("base_url", settings.get("base_url"))
-    summary.setdefault("started_at", row[2])
-    summary.setdefault("finished_at", row[3])
+    summary = dict(run.summary)
+    summary.setdefault("model", run.settings.get("model"))
+    summary.setdefault("base_url", run.settings.get("base_url"))
+    summary.setdefault("started_at", run.started_at)
+    summary.setdefault("finished_at", run.finished_at)
     return summary

@@ -21,8 +21,8 @@ from ragjury.pricing import load_price_file
 log = structlog.get_logger("ragjury.cli")
 
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
-# 3 (a budget stopped the run), 4 (a CI gate failed; see report/gates.py) and 130 (stopped
-# by a signal; see commands/_run.py).
+# 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
+# failed) and 130 (stopped by a signal); see commands/_run.py.
 EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
 
 # Flags that map one-to-one onto GenerationOptions fields.

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ragjury.cli import main
+from ragjury.commands._run import EXIT_RESULTS
 from ragjury.report.compare import bootstrap_interval, compare
-from ragjury.report.gates import EXIT_GATE
 
 from conftest import read_summary
 from evalfakes import script_judges
@@ -145,11 +145,11 @@ def test_a_regression_beyond_the_allowed_drop_exits_with_the_gate_code(
     capsys.readouterr()
     code = main(["compare", base, cand, "--json", "--fail-on-regression", "faithfulness=0.1"])
 
-    assert code == EXIT_GATE
+    assert code == EXIT_RESULTS
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines()[-1] == (
-        "ragjury: gate failed: faithfulness mean 0.625 -> 0.4375, 0.1875 worse, more than 0.1 "
-        "(--fail-on-regression faithfulness=0.1)"
+        "ragjury compare: gate failed: faithfulness mean 0.625 -> 0.4375, 0.1875 worse, "
+        "more than 0.1 (--fail-on-regression faithfulness=0.1)"
     )
     gates = json.loads(captured.out)["gates"]
     assert gates == [

@@ -16,7 +16,7 @@ from rich.console import Console
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.report.compare import check_regressions, compare
-from ragjury.report.gates import EXIT_GATE, parse_regressions, reason_line
+from ragjury.report.gates import parse_regressions
 from ragjury.report.load import Loaded, load_files, records_from_db
 
 COMMANDS = ("report", "compare")
@@ -173,11 +173,9 @@ async def compare_command(args: argparse.Namespace, settings: Settings) -> int:
         if not console.is_terminal:
             console = Console(width=120)
         console.print(comparison_view(comparison))
-    reason = reason_line(comparison.gates)
-    if reason is None:
-        return 0
-    print(reason, file=sys.stderr)
-    return EXIT_GATE
+    from ragjury.commands._run import results_gate
+
+    return results_gate(Console(stderr=True), "compare", comparison.gates) or 0
 
 
 COMMAND_FUNCTIONS = {"report": report_command, "compare": compare_command}

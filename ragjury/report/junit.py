@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ragjury.report.gates import GateResult
@@ -112,9 +111,8 @@ def junit_tree(
     return ET.ElementTree(root)
 
 
-def write_junit(
-    path: Path, records: Iterable[dict[str, Any]], gates: Sequence[GateResult] = ()
-) -> None:
+def junit_xml(records: Iterable[dict[str, Any]], gates: Sequence[GateResult] = ()) -> str:
+    """The ``--junit`` file's text."""
     tree = junit_tree(records, gates)
     ET.indent(tree)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    return ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n"

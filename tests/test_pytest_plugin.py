@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from test_readme import PYTEST_SUITE
+
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 
@@ -72,7 +74,7 @@ def pytest_session(
 
 def readme_example() -> str:
     blocks = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
-    examples = [str(b) for b in blocks if "def test_" in b and "jury" in b]
+    examples = [str(b) for b in blocks if b.startswith(PYTEST_SUITE)]
     assert len(examples) == 1
     return examples[0]
 

@@ -167,7 +167,9 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The database, logging, the step cache and shutdown: shared by the working commands."""
     parser.add_argument(
-        "--db", help="SQLite database file: queue, results, step cache (default ragjury.db)"
+        "--db",
+        help="where ragjury keeps the queue, results and step cache: a SQLite file, or a "
+        "postgresql://user@host/db URL for workers on several machines (default ragjury.db)",
     )
     parser.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
@@ -371,7 +373,7 @@ def _add_queue_commands(commands: Any) -> None:
         help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
         "the record field SOURCE (repeatable), e.g. --field question=query",
     )
-    submit.add_argument("--db", type=Path, help="SQLite database (default ragjury.db)")
+    submit.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
     submit.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
     )
@@ -415,7 +417,7 @@ def _add_queue_commands(commands: Any) -> None:
     status = commands.add_parser(
         "status", help="what the queue holds: items per state, per stage, tokens, throughput"
     )
-    status.add_argument("--db", help="SQLite database file (default ragjury.db)")
+    status.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     prune = commands.add_parser(
@@ -426,7 +428,7 @@ def _add_queue_commands(commands: Any) -> None:
         "and the run and LLM call records made before then, and give the space back (VACUUM). "
         "Unfinished jobs are kept whole; export what you want to keep first.",
     )
-    prune.add_argument("--db", help="SQLite database file (default ragjury.db)")
+    prune.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
     prune.add_argument("--older-than", required=True, help="an age: 30d, 12h, 90m or 3600s")
     prune.add_argument(
         "--no-vacuum",
@@ -441,7 +443,7 @@ def _add_queue_commands(commands: Any) -> None:
         description="Write what the database holds, in the same formats as generate and "
         "evaluate, in submission order.",
     )
-    export.add_argument("--db", help="SQLite database file (default ragjury.db)")
+    export.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
     export.add_argument("--out", type=Path, help="kept pairs of every generation job")
     export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
     export.add_argument("--results", type=Path, help="judged samples of every evaluation job")

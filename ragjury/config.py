@@ -199,6 +199,13 @@ class Settings(BaseSettings):
         """Defaults < ragjury.toml < RAGJURY_* / OPENAI_* variables < ``overrides`` (CLI flags)."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
 
+    @property
+    def db_shown(self) -> str:
+        """``db`` as messages may show it: a URL's password redacted."""
+        from ragjury.urls import redacted
+
+        return redacted(self.db)
+
     @field_validator("db", mode="before")
     @classmethod
     def _db_location(cls, value: Any) -> Any:

@@ -29,6 +29,10 @@ class InputError(RagjuryError):
     """An input path or record cannot be used."""
 
 
+class StoreUnavailableError(RagjuryError):
+    """The database server stayed out of reach longer than ragjury waits for it."""
+
+
 class BusError(RagjuryError):
     """The bus was used after it closed, or in a way it does not support."""
 

@@ -104,7 +104,9 @@ class Jury:
         self.llm  # noqa: B018 - raises outside 'async with'
         async with self._store_lock:
             if self._store is None:
-                self._store = await open_store(self.settings.db).__aenter__()
+                self._store = await open_store(
+                    self.settings.db, concurrency=self.settings.concurrency
+                ).__aenter__()
         return self._store
 
     async def evaluate_one(

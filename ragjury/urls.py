@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
+
+_QUERY_SECRET = re.compile(r"(?i)\b(password|passwd|pwd|api[_-]?key|token|secret)=[^&#]*")
 
 
 def redacted(url: str) -> str:
@@ -12,8 +15,10 @@ def redacted(url: str) -> str:
         password = parts.password
     except ValueError:  # not a URL we can take apart: show nothing of what follows a '@'
         return url.rsplit("@", 1)[-1] if "@" in url else url
+    if parts.query:
+        parts = parts._replace(query=_QUERY_SECRET.sub(r"\1=***", parts.query))
     if password is None:
-        return url
+        return urlunsplit(parts)
     host = parts.hostname or ""
     if parts.port is not None:
         host += f":{parts.port}"

@@ -17,6 +17,7 @@ import pytest
 from ragjury.config import GenerationOptions, Settings
 
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+from pgserver import PostgresServer, start_or_skip
 
 CRITIC_AGENTS = ("groundedness_critic", "relevance_critic", "standalone_critic")
 _WANTED = re.compile(r"Write exactly (\d+) question")
@@ -45,6 +46,22 @@ class ManualClock:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server for the session (see ``tests/pgserver.py``)."""
+    server = start_or_skip()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> str:
+    """The URL of a fresh database of its own on the session's server."""
+    return postgres.database()
 
 
 @pytest.fixture

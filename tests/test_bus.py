@@ -1,8 +1,6 @@
-"""The bus contract on every bus: the in-memory one and the durable one on a SQLite store.
-
-A PostgreSQL bus joins the ``make_bus`` fixture and must pass the same tests. Tests marked
-for one kind of bus check what only it promises (backpressure in memory; leases and other
-processes for a durable bus).
+"""The bus contract on every bus: the in-memory one, and the durable one on a SQLite store
+and on a PostgreSQL store. Tests for one kind of bus check what only it promises
+(backpressure in memory; leases and other processes for a durable bus, on both stores).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import pytest
 from ragjury.bus import Bus, Delivery, DurableBus, MemoryBus, Message
 from ragjury.errors import BusError, ConfigurationError
 from ragjury.schemas import Document, DocumentSubmitted, Envelope
-from ragjury.store import SQLiteStore
+from ragjury.store import open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +27,15 @@ def envelope(key: str, job_id: str, text: str = "x") -> Envelope:
     return Envelope(correlation_id=key, job_id=job_id, payload=DocumentSubmitted(document=document))
 
 
-@pytest.fixture(params=["memory", "durable"])
+@pytest.fixture(params=["sqlite", "postgresql"])
+def durable_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a durable bus keeps its messages."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "bus.db")
+
+
+@pytest.fixture(params=["memory", "durable", "durable-postgresql"])
 async def make_bus(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[tuple[MakeBus, str]]:
@@ -44,7 +50,10 @@ async def make_bus(
         yield memory, "job"
         await shared.aclose()
         return
-    async with SQLiteStore(tmp_path / "bus.db") as store:
+    db = str(tmp_path / "bus.db")
+    if request.param == "durable-postgresql":
+        db = request.getfixturevalue("pg_url")
+    async with open_store(db) as store:
         job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS])
 
         async def durable(owner: str = "w", lease: float = 30.0) -> Bus:
@@ -157,9 +166,9 @@ def test_a_memory_bus_buffer_must_be_positive() -> None:
 
 
 async def test_a_dead_workers_delivery_goes_to_another_process_after_its_lease(
-    tmp_path: Path,
+    durable_db: str,
 ) -> None:
-    async with SQLiteStore(tmp_path / "bus.db") as store:
+    async with open_store(durable_db) as store:
         job = await store.submit("generate", {}, lambda: [("d0", {})])
         dying = DurableBus(store, "dying", lease_seconds=0.3, poll_interval=0.05)
         living = DurableBus(store, "living", lease_seconds=30, poll_interval=0.05)
@@ -172,8 +181,8 @@ async def test_a_dead_workers_delivery_goes_to_another_process_after_its_lease(
         await living.aclose()
 
 
-async def test_renewing_keeps_a_slow_delivery_from_other_processes(tmp_path: Path) -> None:
-    async with SQLiteStore(tmp_path / "bus.db") as store:
+async def test_renewing_keeps_a_slow_delivery_from_other_processes(durable_db: str) -> None:
+    async with open_store(durable_db) as store:
         job = await store.submit("generate", {}, lambda: [("d0", {})])
         slow = DurableBus(store, "slow", lease_seconds=0.3, poll_interval=0.05)
         other = DurableBus(store, "other", lease_seconds=30, poll_interval=0.05)
@@ -189,8 +198,8 @@ async def test_renewing_keeps_a_slow_delivery_from_other_processes(tmp_path: Pat
         await other.aclose()
 
 
-async def test_closing_gives_back_what_was_held_for_others_at_once(tmp_path: Path) -> None:
-    async with SQLiteStore(tmp_path / "bus.db") as store:
+async def test_closing_gives_back_what_was_held_for_others_at_once(durable_db: str) -> None:
+    async with open_store(durable_db) as store:
         job = await store.submit("generate", {}, lambda: [("d0", {})])
         stopping = DurableBus(store, "stopping", lease_seconds=60, poll_interval=0.05)
         await stopping.publish([Message("a", envelope("d0", job.id))])
@@ -202,10 +211,10 @@ async def test_closing_gives_back_what_was_held_for_others_at_once(tmp_path: Pat
         await other.aclose()
 
 
-async def test_an_unreadable_message_fails_its_item_and_the_rest_go_on(tmp_path: Path) -> None:
+async def test_an_unreadable_message_fails_its_item_and_the_rest_go_on(durable_db: str) -> None:
     from ragjury.store.base import OutgoingMessage
 
-    async with SQLiteStore(tmp_path / "bus.db") as store:
+    async with open_store(durable_db) as store:
         job = await store.submit("generate", {}, lambda: [("d0", {}), ("d1", {})])
         await store.put_messages(
             [OutgoingMessage("a", "k", job.id, "d0", '{"payload": {"kind": "from_the_future"}}')]

@@ -17,9 +17,12 @@ from ragjury.store.base import QuestionDecision
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with SQLiteStore(tmp_path / "contract.db") as opened:
+    db = str(tmp_path / "contract.db")
+    if request.param == "postgresql":
+        db = request.getfixturevalue("pg_url")
+    async with open_store(db) as opened:
         yield opened
 
 

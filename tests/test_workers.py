@@ -1,9 +1,10 @@
-"""Agent workers in separate processes on one SQLite database.
+"""Agent workers in separate processes on one database, SQLite or PostgreSQL.
 
 Three ``serve`` processes, one of them ``--agents`` for two agents only, killed with SIGKILL
 at random moments and restarted: every item ends exactly once and as a single-process run
-ends it, and the only LLM requests asked twice are ones in flight at a kill. Also: a poison
-record in a served queue, and ``status`` naming the agents that wait for workers.
+ends it, and the only LLM requests asked twice are ones in flight at a kill. On PostgreSQL,
+also a server restart in the middle of a run. Also: a poison record in a served queue, and
+``status`` naming the agents that wait for workers.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from test_daemon import Daemon, daemons, endpoint, script_slowly, slow, spawn, states, until
+from test_daemon import Daemon, daemons, endpoint, script_slowly, slow, spawn, until
 
 from ragjury.cli import main
 from ragjury.prompts import Prompt
+from ragjury.store import open_store
 
 from conftest import read_jsonl, write_qa_document
 from evalfakes import script_judges, splitter_reply, verdict_reply
 from fakeopenai import FakeOpenAI
+from pgserver import PostgresServer, binaries
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
 
@@ -55,15 +59,35 @@ def samples(path: Path, n: int, *, poison: int | None = None) -> Path:
     return path
 
 
-def export(db: Path, out: Path) -> list[dict[str, Any]]:
+def states(db: str | Path) -> Counter[str]:
+    """Items per state, read through the store (``processing`` includes running)."""
+
+    async def read() -> dict[str, int]:
+        async with open_store(str(db)) as store:
+            return await store.counts()
+
+    return Counter(anyio.run(read))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def queue_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the workers share."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "queue.db")
+
+
+def export(db: str | Path, out: Path) -> list[dict[str, Any]]:
     args = ["export", "--db", str(db), "--out", str(out), "--rejected", f"{out}.r"]
     args += ["--results", f"{out}.s"]
     assert main(args) == 0
     return read_jsonl(out) + read_jsonl(Path(f"{out}.r")) + read_jsonl(Path(f"{out}.s"))
 
 
-def worker(started: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str) -> Daemon:
-    log = db.parent / f"{name}-{len(started)}.log"
+def worker(
+    started: list[Daemon], fake: FakeOpenAI, db: str | Path, logs: Path, name: str, *extra: str
+) -> Daemon:
+    log = logs / f"{name}-{len(started)}.log"
     args = ["serve", "--db", str(db), *endpoint(fake), "--lease", "3", "--concurrency", "2"]
     args += ["--items-in-flight", "3", "--log-level", "info", *extra]
     daemon = Daemon(spawn(args, log), log)
@@ -91,7 +115,12 @@ def script(fake: FakeOpenAI, kind: str) -> None:
     ],
 )
 def test_workers_in_three_processes_killed_at_random_lose_and_repeat_nothing(
-    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon], kind: str, split: str
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    daemons: list[Daemon],
+    kind: str,
+    split: str,
+    queue_db: str,
 ) -> None:
     rng = random.Random(f"{kind}-kills")
     script(fake, kind)
@@ -111,11 +140,11 @@ def test_workers_in_three_processes_killed_at_random_lose_and_repeat_nothing(
     reference = export(tmp_path / "solo.db", tmp_path / "solo-export.jsonl")
     steps_per_run = len(requests_after(fake, 0))
 
-    db = tmp_path / "queue.db"
-    assert main([*submitted, "--db", str(db)]) == 0
+    db = queue_db
+    assert main([*submitted, "--db", db]) == 0
     start = len(fake.requests)
     roles = [(), (), ("--agents", split)]
-    processes = [worker(daemons, fake, db, f"w{i}", *roles[i]) for i in range(3)]
+    processes = [worker(daemons, fake, db, tmp_path, f"w{i}", *roles[i]) for i in range(3)]
     in_flight_at_kills = killed = 0
     for _ in range(KILLS):
         time.sleep(rng.uniform(0.2, 0.8))
@@ -126,7 +155,7 @@ def test_workers_in_three_processes_killed_at_random_lose_and_repeat_nothing(
         in_flight_at_kills += fake.in_flight  # an upper bound on the victim's own
         processes[victim].process.kill()
         assert processes[victim].wait() == -signal.SIGKILL
-        processes[victim] = worker(daemons, fake, db, f"w{victim}", *roles[victim])
+        processes[victim] = worker(daemons, fake, db, tmp_path, f"w{victim}", *roles[victim])
     assert killed == KILLS  # every kill landed while there was work
     until(lambda: states(db)["done"] == n, f"all {n} items done", timeout=120)
     for process in processes:
@@ -146,6 +175,51 @@ def test_workers_in_three_processes_killed_at_random_lose_and_repeat_nothing(
     assert repeated <= in_flight_at_kills
 
 
+def test_a_postgresql_restart_in_the_middle_of_a_run_loses_and_repeats_nothing(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script(fake, "evaluate")
+    n = 10
+    data = samples(tmp_path / "samples.jsonl", n)
+    solo = ["evaluate", str(data), "--out", str(tmp_path / "solo.jsonl"), *endpoint(fake)]
+    assert main([*solo, "--metrics", "faithfulness", "--db", str(tmp_path / "solo.db")]) == 0
+    reference = export(tmp_path / "solo.db", tmp_path / "solo-export.jsonl")
+    steps_per_run = len(requests_after(fake, 0))
+
+    bin_dir = binaries()
+    assert bin_dir is not None, "the postgresql fixture would have skipped"
+    server = PostgresServer(bin_dir)  # a server of its own: this test restarts it
+    try:
+        db = server.database()
+        assert (
+            main(["submit", "--samples", str(data), "--metrics", "faithfulness", "--db", db]) == 0
+        )
+        start = len(fake.requests)
+        processes = [worker(daemons, fake, db, tmp_path, f"w{i}") for i in range(2)]
+        until(lambda: 2 <= states(db)["done"] < n - 2, "some items done, not all")
+        server.stop()  # a fast shutdown: its clients' connections are cut
+        in_flight_at_restart = fake.in_flight
+        time.sleep(2)
+        server.start()
+        until(lambda: states(db)["done"] == n, f"all {n} items done", timeout=120)
+        for process in processes:
+            process.signal(signal.SIGTERM)
+        assert [p.wait() for p in processes] == [0, 0]
+        logs = "".join(p.stderr() for p in processes)
+        assert "database_unreachable" in logs
+        assert "database_reachable_again" in logs
+
+        records = export(db, tmp_path / "export.jsonl")
+        assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, reference))
+        asked = requests_after(fake, start)
+        assert len(asked) == steps_per_run
+        # the workers kept their LLM calls going while the database was away: at most the
+        # calls then in flight (whose results could not be stored) were asked again
+        assert sum(asked.values()) - len(asked) <= in_flight_at_restart + 2 * 2
+    finally:
+        server.close()
+
+
 def test_a_poison_record_in_a_served_queue_fails_alone(
     fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
 ) -> None:
@@ -160,7 +234,7 @@ def test_a_poison_record_in_a_served_queue_fails_alone(
     db = tmp_path / "queue.db"
     args = ["submit", "--samples", str(data), "--db", str(db), "--metrics", "faithfulness"]
     assert main([*args, "--prompt", f"splitter={fragile}"]) == 0
-    process = worker(daemons, fake, db, "poisoned")
+    process = worker(daemons, fake, db, tmp_path, "poisoned")
     until(lambda: states(db)["done"] == 5 and states(db)["failed"] == 1, "5 done, 1 failed")
     process.signal(signal.SIGTERM)
     assert process.wait() == 0
@@ -184,7 +258,9 @@ def test_status_names_the_agents_waiting_for_workers(
     db = tmp_path / "queue.db"
     docs = documents(tmp_path / "docs", 2)
     assert main(["submit", str(docs), "--db", str(db), "--whole-documents"]) == 0
-    front = worker(daemons, fake, db, "front", "--agents", "intake,chunker,generator,deduplicator")
+    front = worker(
+        daemons, fake, db, tmp_path, "front", "--agents", "intake,chunker,generator,deduplicator"
+    )
 
     def waiting() -> list[str]:
         capsys.readouterr()
@@ -198,7 +274,7 @@ def test_status_names_the_agents_waiting_for_workers(
     assert main(["status", "--db", str(db)]) == 0
     assert "no worker is serving it" in capsys.readouterr().out
 
-    back = worker(daemons, fake, db, "back")
+    back = worker(daemons, fake, db, tmp_path, "back")
     until(lambda: states(db)["done"] == 2, "both documents done once every agent has a worker")
     for process in (front, back):
         process.signal(signal.SIGTERM)

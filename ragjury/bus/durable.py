@@ -4,9 +4,11 @@ leases on the database's clock, so any process on the same database can take any
 * A group's workers in this process share one claim: the worker that finds nothing buffered
   claims as many messages as there are idle workers, so one process never holds more than it
   can work.
-* Publishing in this process wakes the receiving groups here at once; messages from other
-  processes are found by polling, from 50 ms up to ``poll_interval`` while idle (a
-  PostgreSQL store will wake them with LISTEN/NOTIFY instead).
+* Publishing in this process wakes the receiving groups here at once. Messages from other
+  processes wake them too when the store can say so (PostgreSQL's LISTEN/NOTIFY, see
+  ``watch``): then an idle group polls from ``poll_interval`` up to ``watched_poll`` seconds
+  apart, only for messages that become due without being published (retries, leases that
+  ran out). Otherwise they are found by polling, from 50 ms up to ``poll_interval``.
 * ``ack`` stores the replies and deletes the message in one transaction, so a crash between
   the two cannot lose the replies nor publish them twice.
 * A delivery that keeps failing (its handler raised, or its worker died) is taken out after
@@ -16,7 +18,7 @@ leases on the database's clock, so any process on the same database can take any
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
 import structlog
@@ -29,6 +31,7 @@ from ragjury.store.base import OutgoingMessage, Store, StoredMessage
 log = structlog.get_logger("ragjury.bus")
 
 _FIRST_POLL = 0.05
+Watch = Callable[[Callable[[str], None]], Awaitable[bool]]
 
 
 def _outgoing(message: Message) -> OutgoingMessage:
@@ -79,7 +82,7 @@ class _DurableSubscription:
     async def _refill(self) -> None:
         bus = self._bus
         async with self._claiming:
-            poll = _FIRST_POLL
+            poll = await bus.first_poll()
             while not self._buffer and not bus.closed:
                 claim = await bus.store.claim_messages(
                     bus.owner,
@@ -98,9 +101,9 @@ class _DurableSubscription:
                     await self.wake.wait()
                 if self.wake.is_set():
                     self.wake = anyio.Event()
-                    poll = _FIRST_POLL
+                    poll = await bus.first_poll()
                 else:
-                    poll = min(poll * 2, bus.poll_interval)
+                    poll = min(poll * 2, await bus.longest_poll())
 
 
 class DurableBus:
@@ -114,6 +117,7 @@ class DurableBus:
         lease_seconds: float = 30.0,
         max_deliveries: int = 5,
         poll_interval: float = 0.5,
+        watched_poll: float = 5.0,
         job_ids: Sequence[str] | None = None,
     ) -> None:
         self.store = store
@@ -121,6 +125,8 @@ class DurableBus:
         self.lease_seconds = lease_seconds
         self.max_deliveries = max_deliveries
         self.poll_interval = poll_interval
+        self.watched_poll = watched_poll
+        self._watch: Watch | None = getattr(store, "watch", None)
         self.job_ids = list(job_ids) if job_ids is not None else None
         self.held: set[int] = set()
         self.closed = False
@@ -130,6 +136,22 @@ class DurableBus:
         if self.closed:
             raise BusError(f"cannot subscribe {group!r}: the bus is closed")
         return self._subscriptions.setdefault(group, _DurableSubscription(self, group))
+
+    async def _watched(self) -> bool:
+        """Whether other processes' messages wake this one (restoring a lost watch)."""
+        return self._watch is not None and await self._watch(self._woken)
+
+    async def first_poll(self) -> float:
+        return self.poll_interval if await self._watched() else _FIRST_POLL
+
+    async def longest_poll(self) -> float:
+        return self.watched_poll if await self._watched() else self.poll_interval
+
+    def _woken(self, group: str) -> None:
+        """A store's notice: ``group`` has new messages (``*``: any group may)."""
+        for name, subscription in self._subscriptions.items():
+            if group in (name, "*"):
+                subscription.wake.set()
 
     def _wake(self, messages: Sequence[Message]) -> None:
         for group in {m.group for m in messages}:
@@ -171,3 +193,6 @@ class DurableBus:
         with anyio.CancelScope(shield=True):
             await self.store.release_messages(self.owner, ids)
         self.held.clear()
+        unwatch = getattr(self.store, "unwatch", None)
+        if unwatch is not None:
+            unwatch(self._woken)

@@ -162,11 +162,11 @@ def stopped_early(
         )
         return None
     if budget is not None:
-        message, code = f"{budget} The rest stays queued in {settings.db}.", EXIT_BUDGET
+        message, code = f"{budget} The rest stays queued in {settings.db_shown}.", EXIT_BUDGET
     elif unfinished:
         message, code = (
             f"ragjury: stopped with {unfinished} of {total} {what}(s) not finished; they stay "
-            f"queued in {settings.db}.",
+            f"queued in {settings.db_shown}.",
             EXIT_INTERRUPTED,
         )
     else:
@@ -197,7 +197,7 @@ async def recorded_run(
     """The store, the run row and the LLM for one command; the heap is settled first
     (:mod:`ragjury.heap`), since this process is ragjury's own."""
     heap.settle()
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
         recorded = settings.model_dump(mode="json", exclude={"api_key"})
         for name in ("base_url", "db"):  # a password in a URL is never stored
             if recorded.get(name):

@@ -182,7 +182,7 @@ async def _work(
     done = (await run.store.counts([job.id]))["done"]
     if not job.created:
         console.print(
-            f"ragjury: resuming job {job.id} from {settings.db}: {done} of {total} sample(s) "
+            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done} of {total} sample(s) "
             f"already judged{retried_text(job, 'sample')}",
             markup=False,
             highlight=False,

@@ -156,7 +156,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
     if not job.created:
         done = await run.store.counts([job.id])
         console.print(
-            f"ragjury: resuming job {job.id} from {settings.db}: {done['done']} document(s) "
+            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done['done']} document(s) "
             f"done, {done['queued'] + done['processing']} to go{retried_text(job, 'document')}",
             markup=False,
             highlight=False,

@@ -50,7 +50,7 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             "--field maps the fields of --samples records; documents take --text-field and "
             "--id-field instead"
         )
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
             options = settings.generate
@@ -101,11 +101,13 @@ async def _say_submitted(
     console: Console, store: Store, job: Job, what: str, settings: Settings
 ) -> None:
     if job.created:
-        console.print(f"ragjury: queued {what} as job {job.id} in {settings.db}", markup=False)
+        console.print(
+            f"ragjury: queued {what} as job {job.id} in {settings.db_shown}", markup=False
+        )
         return
     counts = await store.counts([job.id])
     console.print(
-        f"ragjury: the same work is already job {job.id} in {settings.db} "
+        f"ragjury: the same work is already job {job.id} in {settings.db_shown} "
         f"({counts['done']} done, {counts['queued'] + counts['processing']} to go, "
         f"{counts['failed']} failed); nothing added",
         markup=False,
@@ -167,14 +169,14 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
 def _existing_db(settings: Settings) -> None:
     if not parse_location(settings.db).exists:
         raise ConfigurationError(
-            f"there is no database at {str(settings.db)!r}; pass the --db that `submit`, "
+            f"there is no database at {settings.db_shown!r}; pass the --db that `submit`, "
             "`generate` or `evaluate` used"
         )
 
 
 async def status_command(args: argparse.Namespace, settings: Settings) -> int:
     _existing_db(settings)
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
         status = await store.status()
     if args.json:
         print(json.dumps(status, indent=2))
@@ -220,12 +222,28 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
             + ", ".join(status["waiting_for_workers"])
             + " (start `ragjury serve --agents ...` for them)"
         )
-    for worker in status["daemons"]:
-        state = "live" if worker["live"] else "silent"
-        console.print(
-            f"worker {worker['owner']} ({worker['host']} pid {worker['pid']}, {state}): "
-            f"{', '.join(worker['agents'])}; holds {worker['messages_held']} message(s)"
+    if status["daemons"]:
+        workers = Table(
+            "host",
+            "pid",
+            "worker",
+            "state",
+            "agents",
+            "messages held",
+            "items held",
+            title="workers (leases held per host and agent group)",
         )
+        for worker in status["daemons"]:
+            workers.add_row(
+                worker["host"],
+                str(worker["pid"]),
+                worker["owner"],
+                "live" if worker["live"] else f"silent {worker['seconds_since_heartbeat']} s",
+                ", ".join(worker["agents"]),
+                str(worker["messages_held"]),
+                str(worker["items_held"]),
+            )
+        console.print(workers)
     return 0
 
 
@@ -247,7 +265,7 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     }
     console = _console()
     written = {"kept": 0, "rejected": 0, "samples": 0}
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
         counts = await store.counts(args.jobs)
         with contextlib.ExitStack() as stack:
             kept_writer = (
@@ -315,14 +333,14 @@ async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
     console = _console()
     path = parse_location(settings.db).path
     size_before = _size(path)
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
         deleted = await store.prune(time.time() - age)
         if args.vacuum:
             await store.compact()
     gone = ", ".join(f"{n} {table}" for table, n in deleted.items() if n) or "nothing"
     console.print(
         f"ragjury prune: deleted {gone} (finished more than {args.older_than} ago; unfinished "
-        f"jobs are kept whole); {settings.db}: {size_before / 1e6:.1f} MB -> "
+        f"jobs are kept whole); {settings.db_shown}: {size_before / 1e6:.1f} MB -> "
         f"{_size(path) / 1e6:.1f} MB",
         markup=False,
     )

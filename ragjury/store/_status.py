@@ -1,24 +1,37 @@
-"""What a SQLite database holds, for ``ragjury status``: items per state and job, LLM use per
-stage, throughput, messages waiting per agent, and the workers serving them."""
+"""What a store holds, for ``ragjury status``: items per state and job, LLM use per stage,
+throughput, messages waiting per agent, and the workers (host, agents, leases held) serving
+them. The queries are plain SQL that SQLite and PostgreSQL both run (``?`` placeholders)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ragjury.store.sqlite import SQLiteStore
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 _LIVE_SECONDS = 120.0
 """A worker that has not beaten its heart for this long is taken for dead."""
 
 
-async def status(store: SQLiteStore) -> dict[str, Any]:
+class _Readable(Protocol):
+    location: str
+    job_order: str
+    """The column that orders jobs as they were created."""
+
+    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]: ...
+
+    async def now(self) -> float: ...
+
+    async def waiting_messages(self) -> dict[str, int]: ...
+
+
+async def status(store: _Readable) -> dict[str, Any]:
     now = time.time()
     doc: dict[str, Any] = {"db": store.location, **await store.counts()}
     jobs = []
     for job_id, kind, created_at in await store.read(
-        "SELECT id, kind, created_at FROM jobs ORDER BY rowid"
+        f"SELECT id, kind, created_at FROM jobs ORDER BY {store.job_order}"
     ):
         jobs.append(
             {"id": job_id, "kind": kind, "created_at": created_at, **await store.counts([job_id])}
@@ -32,7 +45,8 @@ async def status(store: SQLiteStore) -> dict[str, Any]:
     stages: dict[str, dict[str, int]] = {}
     for stage, calls, requests, prompt, completion, failed in await store.read(
         "SELECT stage, COUNT(*), SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), "
-        "SUM(error IS NOT NULL AND error NOT LIKE 'in flight%') FROM llm_calls "
+        "SUM(CASE WHEN error IS NOT NULL AND error NOT LIKE 'in flight%' THEN 1 ELSE 0 END) "
+        "FROM llm_calls "
         "GROUP BY stage ORDER BY stage"
     ):
         stages[str(stage)] = {
@@ -73,8 +87,13 @@ async def status(store: SQLiteStore) -> dict[str, Any]:
     ):
         live = db_now - heartbeat < _LIVE_SECONDS
         [(held,)] = await store.read(
-            f"SELECT COUNT(*) FROM messages WHERE lease_owner = ? AND available_at > {db_now}",
-            (owner,),
+            "SELECT COUNT(*) FROM messages WHERE lease_owner = ? AND available_at > ?",
+            (owner, db_now),
+        )
+        [(items,)] = await store.read(
+            "SELECT COUNT(*) FROM items WHERE lease_owner = ? AND state = 'processing' "
+            "AND lease_expires > ?",
+            (owner, db_now),
         )
         if live:
             serving.update(str(agents).split(","))
@@ -85,6 +104,7 @@ async def status(store: SQLiteStore) -> dict[str, Any]:
                 "pid": int(pid),
                 "agents": str(agents).split(","),
                 "messages_held": int(held),
+                "items_held": int(items),
                 "seconds_since_heartbeat": round(db_now - heartbeat, 1),
                 "live": live,
             }

@@ -1,5 +1,5 @@
-"""``--db``: where the store lives. A path is a SQLite file; a ``postgresql://`` URL is a
-PostgreSQL database (the next implementation of :class:`~ragjury.store.base.Store`)."""
+"""``--db``: where the store lives. A path is a SQLite file (processes on one machine); a
+``postgresql://`` URL is a PostgreSQL database (processes on any number of machines)."""
 
 from __future__ import annotations
 

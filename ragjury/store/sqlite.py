@@ -9,26 +9,40 @@ serve`` several times on one machine). Leases are measured on the database's clo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
 import sqlite3
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel
 
-from ragjury.errors import ConfigurationError, InputError
+from ragjury.errors import ConfigurationError
 from ragjury.llm.usage import CallStats
 from ragjury.store import _schema
+from ragjury.store._common import (
+    IN_FLIGHT,
+    KILLED,
+    PAGE,
+    UNFINISHED_STATES,
+    abandoned,
+    alive,
+    encode,
+    iso,
+    job_key,
+    job_record,
+    job_summary_pattern,
+    latest_run_of,
+    pair_row,
+    poison,
+    sample_row,
+    totals,
+)
 from ragjury.store.base import (
     STATES,
     Claim,
@@ -56,40 +70,16 @@ _INSERT_MESSAGE = (
     "INSERT INTO messages (grp, kind, job_id, item_key, body, available_at, created_at) "
     f"VALUES (?, ?, ?, ?, ?, {_NOW}, {_NOW})"
 )
-_UNFINISHED = "('queued', 'processing', 'running')"
+_UNFINISHED = str(UNFINISHED_STATES)
 _INSERT_CALL = (
     "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
     "latency_ms, statuses, error, created_at, model, cost_usd) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_IN_FLIGHT = "in flight: sent, not yet answered"
-_KILLED = "in flight when its process was killed: never answered"
-_PAGE = 200
-
-
-def _iso(timestamp: float | None = None) -> str:
-    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
-    return moment.isoformat()
-
-
-def _encode(payload: Any) -> str:
-    if isinstance(payload, BaseModel):
-        return payload.model_dump_json()
-    return json.dumps(payload, sort_keys=True)
 
 
 def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _all(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -108,6 +98,8 @@ def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str]:
 
 class SQLiteStore:
     """``async with SQLiteStore(path) as store:`` opens (and creates or upgrades) the file."""
+
+    job_order = "rowid"
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -252,20 +244,20 @@ class SQLiteStore:
                 "SELECT id, pid FROM runs WHERE host = ? AND finished_at IS NULL",
                 (host,),
             ):
-                if other_pid is None or _alive(int(other_pid)):
+                if other_pid is None or alive(int(other_pid)):
                     continue
                 conn.execute(
                     "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
-                    (_iso(), json.dumps({"killed": True, "pid": other_pid}), other),
+                    (iso(), json.dumps({"killed": True, "pid": other_pid}), other),
                 )
                 conn.execute(
                     "UPDATE llm_calls SET error = ? WHERE run_id = ? AND error = ?",
-                    (_KILLED, other, _IN_FLIGHT),
+                    (KILLED, other, IN_FLIGHT),
                 )
             conn.execute(
                 "INSERT INTO runs (id, command, started_at, settings, host, pid) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, command, _iso(), text, host, pid),
+                (run_id, command, iso(), text, host, pid),
             )
 
         await self._write(start)
@@ -276,12 +268,12 @@ class SQLiteStore:
         await self._write(
             lambda c: c.execute(
                 "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
-                (_iso(), text, run_id),
+                (iso(), text, run_id),
             )
         )
 
     async def open_call(self, run_id: str, stats: CallStats) -> int:
-        row = (run_id, stats.stage, 0, 0, 0, 0.0, "[]", _IN_FLIGHT, _iso(), stats.model, None)
+        row = (run_id, stats.stage, 0, 0, 0, 0.0, "[]", IN_FLIGHT, iso(), stats.model, None)
         cursor = await self._write(lambda c: c.execute(_INSERT_CALL, row))
         return int(cursor.lastrowid or 0)
 
@@ -295,7 +287,7 @@ class SQLiteStore:
             round(stats.latency_seconds * 1000, 1),
             json.dumps(stats.statuses),
             error,
-            _iso(),
+            iso(),
             stats.model,
             stats.cost_usd,
         )
@@ -314,16 +306,10 @@ class SQLiteStore:
     async def latest_run(self, job_id: str) -> RunRecord | None:
         rows = await self._read(
             "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
-            "WHERE summary IS NOT NULL AND json_extract(summary, '$.job') = ? "
-            "ORDER BY finished_at DESC, rowid DESC LIMIT 1",
-            (job_id,),
+            "WHERE summary LIKE ? ORDER BY finished_at DESC, rowid DESC",
+            (job_summary_pattern(job_id),),
         )
-        if not rows:
-            return None
-        run_id, command, started, finished, settings, summary = rows[0]
-        return RunRecord(
-            str(run_id), str(command), started, finished, json.loads(settings), json.loads(summary)
-        )
+        return latest_run_of(rows, job_id)
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
@@ -334,20 +320,14 @@ class SQLiteStore:
             params.append(run_id)
         if since is not None:
             where += " AND created_at >= ?"
-            params.append(_iso(since))
+            params.append(iso(since))
         [row] = await self._read(
             "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
             "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
             f"COUNT(*) - COUNT(cost_usd) FROM llm_calls WHERE {where}",
             params,
         )
-        return {
-            "llm_calls": row[0],
-            "prompt_tokens": row[1],
-            "completion_tokens": row[2],
-            "cost_usd": None if row[4] else row[3],
-            "cost_known_usd": row[3],
-        }
+        return totals(row)
 
     # jobs and items -----------------------------------------------------------------
     async def submit(
@@ -359,37 +339,27 @@ class SQLiteStore:
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
     ) -> Job:
-        digest = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
-        seen: Counter[str] = Counter()
-        for key, payload in items():
-            seen[key] += 1
-            digest.update(b"\0" + key.encode() + b"\0" + _encode(payload).encode())
-        repeated = sorted(k for k, n in seen.items() if n > 1)
-        if repeated:
-            raise InputError(
-                f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
-                f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
-            )
-        if not seen:
+        key_of_job, size = job_key(kind, options, items)
+        if not size:
             return Job(id="", kind=kind, options=dict(options), created=False, size=0)
-        job_key, now = digest.hexdigest(), time.time()
-        found = await self._read("SELECT id FROM jobs WHERE key = ?", (job_key,))
+        now = time.time()
+        found = await self._read("SELECT id FROM jobs WHERE key = ?", (key_of_job,))
         if found:
             job_id = str(found[0][0])
             retried = await self._write(lambda c: _requeue_transient(c, job_id))
-            return Job(job_id, kind, dict(options), size=len(seen), retried=retried)
+            return Job(job_id, kind, dict(options), size=size, retried=retried)
         job_id = uuid.uuid4().hex[:12]
         text = json.dumps(options, default=str)
 
         def insert(conn: Conn) -> None:
             conn.execute(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, kind, job_key, text, _iso(now)[:19]),
+                (job_id, kind, key_of_job, text, iso(now)[:19]),
             )
             rows: list[Row] = []
             held = 0
             for position, (key, payload) in enumerate(items()):
-                encoded = _encode(payload)
+                encoded = encode(payload)
                 rows.append((job_id, key, position, encoded, now))
                 held += len(encoded)
                 if len(rows) >= batch or held >= batch_bytes:
@@ -399,7 +369,7 @@ class SQLiteStore:
             conn.executemany(_INSERT_ITEM, rows)
 
         await self._write(insert)
-        return Job(id=job_id, kind=kind, options=dict(options), created=True, size=len(seen))
+        return Job(id=job_id, kind=kind, options=dict(options), created=True, size=size)
 
     async def job(self, job_id: str) -> Job:
         rows = await self._read("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
@@ -415,10 +385,7 @@ class SQLiteStore:
         rows = await self._read(
             sql + ("" if limit is None else " LIMIT ?"), (() if limit is None else (limit,))
         )
-        return [
-            Job(id=str(i), kind=kind, options=json.loads(options), size=int(size))
-            for i, kind, options, size in rows
-        ]
+        return [job_record(row) for row in rows]
 
     async def claim_items(
         self,
@@ -452,13 +419,7 @@ class SQLiteStore:
             for row in rows:
                 item_id, attempts = int(row[0]), int(row[5])
                 if attempts >= max_attempts:
-                    _fail(
-                        conn,
-                        str(row[1]),
-                        str(row[2]),
-                        f"abandoned: {attempts} process(es) took this item and never started "
-                        "it (killed or crashed while preparing it); see their logs",
-                    )
+                    _fail(conn, str(row[1]), str(row[2]), abandoned(attempts))
                     continue
                 conn.execute(
                     "UPDATE items SET state = 'processing', lease_owner = ?, "
@@ -617,13 +578,13 @@ class SQLiteStore:
         a page at a time: no statement stays open between pages, and each page starts where
         the last ended (no OFFSET to scan again)."""
         page = f"SELECT value, k1, k2, k3 FROM ({sql}) WHERE (k1, k2, k3) > (?, ?, ?) "
-        page += f"ORDER BY k1, k2, k3 LIMIT {_PAGE}"
+        page += f"ORDER BY k1, k2, k3 LIMIT {PAGE}"
         after: tuple[Any, ...] = (-1, -1, -1)
         while True:
             rows = await self._read(page, (*params, *after))
             for row in rows:
                 yield row[0]
-            if len(rows) < _PAGE:
+            if len(rows) < PAGE:
                 return
             after = tuple(rows[-1][1:])
 
@@ -663,15 +624,8 @@ class SQLiteStore:
             ):
                 if attempts >= max_attempts:
                     found.dead += 1
-                    why = last_error or "its worker died each time (killed, or crashed the process)"
                     conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-                    _fail(
-                        conn,
-                        job_id,
-                        key,
-                        f"poison message: the {group} agent was given this item's message "
-                        f"{attempts} time(s) and never finished it; last error: {why}",
-                    )
+                    _fail(conn, job_id, key, poison(group, attempts, last_error))
                     continue
                 taken.append(int(message_id))
                 found.messages.append(
@@ -847,7 +801,7 @@ class SQLiteStore:
             for other, other_pid in _all(
                 conn, "SELECT owner, pid FROM workers WHERE host = ? AND owner != ?", (host, owner)
             ):
-                if _alive(int(other_pid)) and int(other_pid) != pid:
+                if alive(int(other_pid)) and int(other_pid) != pid:
                     continue
                 # A process of this host that is gone: what it held is free now, not when
                 # its leases run out. Its deliveries still count as attempts.
@@ -885,7 +839,7 @@ class SQLiteStore:
         return await status(self)
 
     async def prune(self, before: float) -> dict[str, int]:
-        iso = _iso(before)
+        cutoff = iso(before)
         old_jobs = (
             "SELECT id FROM jobs WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = jobs.id "
             f"AND (i.state IN {_UNFINISHED} OR i.finished_at >= ?))"
@@ -910,10 +864,10 @@ class SQLiteStore:
                 "DELETE FROM steps WHERE created_at < ?", (before,)
             ).rowcount
             deleted["llm_calls"] = conn.execute(
-                "DELETE FROM llm_calls WHERE created_at < ?", (iso,)
+                "DELETE FROM llm_calls WHERE created_at < ?", (cutoff,)
             ).rowcount
             deleted["runs"] = conn.execute(
-                "DELETE FROM runs WHERE started_at < ? AND finished_at IS NOT NULL", (iso,)
+                "DELETE FROM runs WHERE started_at < ? AND finished_at IS NOT NULL", (cutoff,)
             ).rowcount
             return deleted
 
@@ -1022,27 +976,12 @@ def _store_results(
         "INSERT OR REPLACE INTO pairs "
         "(job_id, id, item_id, position, outcome, question, source, record) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                job_id,
-                record["id"],
-                item_id,
-                index,
-                record["outcome"],
-                record["question"],
-                record["source"],
-                json.dumps(record, ensure_ascii=False),
-            )
-            for index, record in enumerate(results.pairs)
-        ],
+        [pair_row(job_id, item_id, n, record) for n, record in enumerate(results.pairs)],
     )
     conn.executemany(
         "INSERT OR REPLACE INTO samples (job_id, id, item_id, position, record, scored) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (job_id, record["id"], item_id, position, json.dumps(record, ensure_ascii=False), s)
-            for record, s in results.samples
-        ],
+        [sample_row(job_id, item_id, position, r, s) for r, s in results.samples],
     )
 
 

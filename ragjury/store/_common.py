@@ -1,0 +1,139 @@
+"""What every store does the same way, whatever its database: job keys, encodings, the
+texts of the errors it stores, and whether a process of this host is still alive."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from ragjury.errors import InputError
+from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
+
+IN_FLIGHT = "in flight: sent, not yet answered"
+KILLED = "in flight when its process was killed: never answered"
+UNFINISHED_STATES = ("queued", "processing", "running")
+PAGE = 200
+"""Rows per page when records are streamed."""
+
+
+def iso(timestamp: float | None = None) -> str:
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+    return moment.isoformat()
+
+
+def encode(payload: Any) -> str:
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json()
+    return json.dumps(payload, sort_keys=True)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of this host with ``pid`` is running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def job_key(kind: JobKind, options: Mapping[str, Any], items: ItemsFactory) -> tuple[str, int]:
+    """The key of a job (a hash of what it does and its items) and how many items it has;
+    refuses items that share an id."""
+    digest = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
+    seen: Counter[str] = Counter()
+    for key, payload in items():
+        seen[key] += 1
+        digest.update(b"\0" + key.encode() + b"\0" + encode(payload).encode())
+    repeated = sorted(k for k, n in seen.items() if n > 1)
+    if repeated:
+        raise InputError(
+            f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
+            f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
+        )
+    return digest.hexdigest(), len(seen)
+
+
+def abandoned(attempts: int) -> str:
+    return (
+        f"abandoned: {attempts} process(es) took this item and never started it (killed or "
+        "crashed while preparing it); see their logs"
+    )
+
+
+def poison(group: str, attempts: int, last_error: str | None) -> str:
+    why = last_error or "its worker died each time (killed, or crashed the process)"
+    return (
+        f"poison message: the {group} agent was given this item's message {attempts} time(s) "
+        f"and never finished it; last error: {why}"
+    )
+
+
+def totals(row: Sequence[Any]) -> dict[str, Any]:
+    """``call_totals`` from (requests, prompt, completion, known cost, calls without cost)."""
+    return {
+        "llm_calls": int(row[0]),
+        "prompt_tokens": int(row[1]),
+        "completion_tokens": int(row[2]),
+        "cost_usd": None if row[4] else float(row[3]),
+        "cost_known_usd": float(row[3]),
+    }
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    """A run from (id, command, started_at, finished_at, settings JSON, summary JSON)."""
+    run_id, command, started, finished, settings, summary = row
+    return RunRecord(
+        id=str(run_id),
+        command=str(command),
+        started_at=str(started),
+        finished_at=None if finished is None else str(finished),
+        settings=json.loads(settings),
+        summary=None if summary is None else json.loads(summary),
+    )
+
+
+def job_summary_pattern(job_id: str) -> str:
+    """A LIKE pattern for the summaries that may name ``job_id``: matched as text, then
+    checked by :func:`latest_run_of` (a summary is JSON as Python writes it, which may hold
+    NaN; parsing it in the database would fail the whole query)."""
+    return f'%"job": {json.dumps(job_id)}%'
+
+
+def latest_run_of(rows: Sequence[Sequence[Any]], job_id: str) -> RunRecord | None:
+    """The first of ``rows`` (newest first) whose summary names ``job_id``."""
+    runs = (run_record(row) for row in rows)
+    return next((r for r in runs if r.summary and r.summary.get("job") == job_id), None)
+
+
+def job_record(row: Sequence[Any]) -> Job:
+    """A job from (id, kind, options JSON, number of items)."""
+    job_id, kind, options, size = row
+    return Job(id=str(job_id), kind=kind, options=json.loads(options), size=int(size))
+
+
+def pair_row(job_id: str, item_id: int, index: int, record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        job_id,
+        record["id"],
+        item_id,
+        index,
+        record["outcome"],
+        record["question"],
+        record["source"],
+        json.dumps(record, ensure_ascii=False),
+    )
+
+
+def sample_row(
+    job_id: str, item_id: int, position: int, record: Mapping[str, Any], scored: str
+) -> tuple[Any, ...]:
+    return (job_id, record["id"], item_id, position, json.dumps(record, ensure_ascii=False), scored)

@@ -1,0 +1,162 @@
+"""The PostgreSQL schema: its migrations, applied in order, and the version they reach.
+
+Everything lives in one schema of its own (``ragjury``), so a database shared with other
+applications keeps its names. The version is a row in ``ragjury.meta``. A newer ragjury
+applies the migrations an older database lacks (under an advisory lock, so processes that
+start together do it once); an older ragjury refuses a newer database with a message.
+
+Version 1 is what a one-process store needs (runs, LLM calls, jobs, items, results, the step
+cache); version 2 adds what lets processes on many machines share the work: the durable bus
+(``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
+running ``workers``.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "ragjury"
+
+MIGRATION_LOCK = 0x7261676A7572  # "ragjur": one advisory lock id for every migration
+
+META = """
+CREATE SCHEMA IF NOT EXISTS ragjury;
+CREATE TABLE IF NOT EXISTS ragjury.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    command TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    settings TEXT NOT NULL,
+    summary TEXT,
+    host TEXT,
+    pid INTEGER
+);
+CREATE TABLE jobs (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    options TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE items (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'queued',
+    lease_owner TEXT,
+    lease_expires DOUBLE PRECISION,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    transient_failures INTEGER NOT NULL DEFAULT 0,
+    report TEXT,
+    error TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION,
+    started_by TEXT,
+    UNIQUE (job_id, key)
+);
+CREATE INDEX items_state ON items(state, id);
+CREATE INDEX items_job ON items(job_id, state, id);
+CREATE INDEX items_started ON items(started_by, state);
+CREATE TABLE pairs (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    job_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    item_id BIGINT NOT NULL,
+    position INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    question TEXT NOT NULL,
+    source TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (job_id, id)
+);
+CREATE TABLE samples (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    job_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    item_id BIGINT NOT NULL,
+    position INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    scored TEXT NOT NULL,
+    PRIMARY KEY (job_id, id)
+);
+CREATE INDEX samples_order ON samples(job_id, position, seq);
+CREATE TABLE steps (
+    key TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    output TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE llm_calls (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    latency_ms DOUBLE PRECISION NOT NULL,
+    statuses TEXT NOT NULL,
+    error TEXT,
+    created_at TEXT NOT NULL,
+    model TEXT,
+    cost_usd DOUBLE PRECISION
+);
+CREATE INDEX llm_calls_run ON llm_calls(run_id, stage);
+CREATE INDEX llm_calls_created ON llm_calls(created_at);
+""",
+    ),
+    (
+        2,
+        """
+CREATE TABLE messages (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    grp TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    item_key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    available_at DOUBLE PRECISION NOT NULL,
+    lease_owner TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX messages_ready ON messages(grp, available_at, id);
+CREATE INDEX messages_item ON messages(job_id, item_key);
+CREATE INDEX messages_owner ON messages(lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE TABLE joins (
+    job_id TEXT NOT NULL,
+    item_key TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (job_id, item_key, name)
+);
+CREATE TABLE questions (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    pair_id TEXT NOT NULL,
+    question TEXT NOT NULL,
+    duplicate_of TEXT,
+    similarity DOUBLE PRECISION,
+    UNIQUE (job_id, pair_id)
+);
+CREATE TABLE workers (
+    owner TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    agents TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    heartbeat DOUBLE PRECISION NOT NULL
+);
+""",
+    ),
+)
+
+VERSION = MIGRATIONS[-1][0]

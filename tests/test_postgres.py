@@ -1,0 +1,261 @@
+"""What is particular to the PostgreSQL store (the contract suites run on it in
+``test_store.py`` and ``test_bus.py``): its schema's versions, connecting and logging in,
+passwords kept out of everything ragjury writes, claims by concurrent processes, waking by
+NOTIFY, and riding out a server restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import asyncpg
+import pytest
+from structlog.testing import capture_logs
+
+from ragjury.cli import main
+from ragjury.errors import ConfigurationError
+from ragjury.store import _pg_schema, open_store
+from ragjury.store.base import ItemResults, OutgoingMessage
+from ragjury.store.postgres import PostgresStore, migrate
+
+from pgserver import PASSWORD, PostgresServer
+
+pytestmark = pytest.mark.anyio
+
+
+def _message(job_id: str, key: str, group: str = "g") -> OutgoingMessage:
+    return OutgoingMessage(group=group, kind="k", job_id=job_id, item_key=key, body="{}")
+
+
+async def test_an_older_schema_is_upgraded_and_a_newer_one_refused(pg_url: str) -> None:
+    conn = await asyncpg.connect(pg_url, server_settings={"search_path": "ragjury"})
+    try:
+        await conn.execute(_pg_schema.META)
+        await migrate(conn, 0, 1)  # a database as the first version left it
+        await conn.execute(
+            "INSERT INTO jobs (id, kind, key, options, created_at) "
+            "VALUES ('old', 'evaluate', 'k', '{}', '2026-01-01')"
+        )
+        assert not await conn.fetchval("SELECT to_regclass('ragjury.messages') IS NOT NULL")
+    finally:
+        await conn.close()
+    async with open_store(pg_url) as store:  # upgraded on open, its data kept
+        assert (await store.job("old")).kind == "evaluate"
+        await store.put_messages([_message("old", "x")])
+        assert await store.waiting_messages() == {"g": 1}
+    conn = await asyncpg.connect(pg_url)
+    try:
+        assert await conn.fetchval(
+            "SELECT value FROM ragjury.meta WHERE key = 'schema_version'"
+        ) == str(_pg_schema.VERSION)
+        await conn.execute("UPDATE ragjury.meta SET value = '99' WHERE key = 'schema_version'")
+    finally:
+        await conn.close()
+    with pytest.raises(ConfigurationError, match=r"newer ragjury \(database schema 99"):
+        async with open_store(pg_url):
+            pass
+
+
+async def test_processes_opening_a_new_database_at_once_create_the_schema_once(
+    pg_url: str,
+) -> None:
+    async def open_one() -> None:
+        async with open_store(pg_url) as store:
+            await store.counts()
+
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(open_one)
+
+
+async def test_connection_problems_are_named_with_the_fix(
+    postgres: PostgresServer, pg_url: str
+) -> None:
+    wrong = pg_url.replace(PASSWORD, "wrong-password")
+    with pytest.raises(ConfigurationError, match=r"cannot log in.*PGPASSWORD") as caught:
+        async with open_store(wrong):
+            pass
+    assert "wrong-password" not in str(caught.value)
+    missing = postgres.url("no_such_db")
+    with pytest.raises(ConfigurationError, match=r"no_such_db does not exist.*createdb"):
+        async with open_store(missing):
+            pass
+    closed = f"postgresql://ragjury:{PASSWORD}@127.0.0.1:1/x"
+    with pytest.raises(ConfigurationError, match=r"cannot connect.*server is running") as caught:
+        async with PostgresStore(closed, connect_timeout=2):
+            pass
+    assert PASSWORD not in str(caught.value)
+
+
+def test_the_password_can_come_from_pgpassword_or_pgpass_and_is_never_written(
+    postgres: PostgresServer, pg_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        json.dumps({"id": "s1", "question": "q?", "answer": "Paris", "keywords": ["Paris"]}) + "\n"
+    )
+    bare = pg_url.replace(f":{PASSWORD}@", "@")
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    args = ["evaluate", str(samples), "--metrics", "keywords", "--db", bare]
+    args += ["--out", str(tmp_path / "out.jsonl"), "--log-level", "debug"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "ragjury", *args], env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{postgres.port}:*:ragjury:{PASSWORD}\n")
+    pgpass.chmod(0o600)
+    env = {**os.environ, "PGPASSFILE": str(pgpass)}
+    env.pop("PGPASSWORD", None)
+    ran2 = subprocess.run(
+        [sys.executable, "-m", "ragjury", "status", "--db", bare, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ran2.returncode == 0, ran2.stderr
+    # with the password in the URL too: it shows nowhere, and is stored nowhere
+    assert main([*args[:-4], "--db", pg_url, "--out", str(tmp_path / "o2.jsonl")]) == 0
+    printed = capfd.readouterr()
+    for text in (ran.stdout, ran.stderr, ran2.stdout, ran2.stderr, printed.out, printed.err):
+        assert PASSWORD not in text
+
+    async def stored() -> str:
+        conn = await asyncpg.connect(pg_url)
+        try:
+            rows = await conn.fetch("SELECT settings, coalesce(summary, '') FROM ragjury.runs")
+            return json.dumps([tuple(r) for r in rows])
+        finally:
+            await conn.close()
+
+    text = anyio.run(stored)
+    assert "127.0.0.1" in text  # the location is there, redacted
+    assert PASSWORD not in text
+
+
+def test_without_the_driver_the_message_names_the_extra(pg_url: str) -> None:
+    code = (
+        "import sys; sys.modules['asyncpg'] = None\n"  # as if the extra were not installed
+        "from ragjury.cli import main\n"
+        f"sys.exit(main(['status', '--db', {pg_url!r}]))"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert ran.returncode != 0
+    assert "pip install 'ragjury[postgres]'" in ran.stderr
+    assert PASSWORD not in ran.stderr + ran.stdout
+
+
+async def test_concurrent_claims_from_several_processes_never_share_a_message(
+    pg_url: str,
+) -> None:
+    n = 300
+    async with open_store(pg_url) as setup:
+        job = await setup.submit("evaluate", {}, lambda: [(f"s{i}", {}) for i in range(n)])
+        await setup.put_messages([_message(job.id, f"s{i}") for i in range(n)])
+    taken: list[int] = []
+
+    async def worker(store: PostgresStore, owner: str) -> None:
+        while True:
+            claim = await store.claim_messages(owner, ["g"], 7, lease_seconds=60, max_attempts=5)
+            if not claim.messages:
+                return
+            taken.extend(m.id for m in claim.messages)
+
+    # four pools: as four processes would, each with several connections at once
+    stores = [PostgresStore(pg_url, pool_size=4) for _ in range(4)]
+    for store in stores:
+        await store.__aenter__()
+    try:
+        async with anyio.create_task_group() as group:
+            for p, store in enumerate(stores):
+                for w in range(3):
+                    group.start_soon(worker, store, f"p{p}w{w}")
+    finally:
+        for store in stores:
+            await store.__aexit__(None, None, None)
+    assert len(taken) == n
+    assert len(set(taken)) == n
+
+
+async def test_joins_from_two_processes_at_once_both_see_both_parts(pg_url: str) -> None:
+    async with (
+        PostgresStore(pg_url, pool_size=8) as one,
+        PostgresStore(pg_url, pool_size=8) as two,
+    ):
+        job = await one.submit("evaluate", {}, lambda: [(f"s{i}", {}) for i in range(60)])
+        complete: list[str] = []
+
+        async def add(store: PostgresStore, key: str, part: str) -> None:
+            state = await store.join(job.id, key, {f"p:{part}": part}, "p:")
+            if len(state) == 2:
+                complete.append(key)
+
+        async with anyio.create_task_group() as group:
+            for i in range(60):
+                group.start_soon(add, one, f"s{i}", "a")
+                group.start_soon(add, two, f"s{i}", "b")
+        # whoever came second saw the first's part: every item completes exactly once
+        assert sorted(complete) == sorted(f"s{i}" for i in range(60))
+
+
+async def test_a_message_put_by_another_process_wakes_a_watcher(pg_url: str) -> None:
+    async with open_store(pg_url) as listening, open_store(pg_url) as other:
+        job = await other.submit("evaluate", {}, lambda: [("s0", {})])
+        woken = anyio.Event()
+        groups: list[str] = []
+
+        def wake(group: str) -> None:
+            groups.append(group)
+            woken.set()
+
+        assert isinstance(listening, PostgresStore)
+        assert await listening.watch(wake) is True
+        await other.put_messages([_message(job.id, "s0", "verdict_judge")])
+        with anyio.fail_after(5):
+            await woken.wait()
+        assert groups == ["verdict_judge"]
+
+
+async def test_operations_wait_out_a_server_restart_and_lose_nothing(tmp_path: Path) -> None:
+    server = PostgresServer(_bin())
+    try:
+        url = server.database()
+        async with PostgresStore(url, pool_size=4) as store:
+            job = await store.submit("evaluate", {}, lambda: [(f"s{i}", {}) for i in range(20)])
+            for i in range(10):
+                await store.finish_item(job.id, f"s{i}", ItemResults(report={"i": i}))
+            await anyio.to_thread.run_sync(server.stop)
+            with capture_logs() as logs, anyio.fail_after(60):
+                async with anyio.create_task_group() as group:
+
+                    async def finish_rest() -> None:  # issued while the server is down
+                        for i in range(10, 20):
+                            await store.finish_item(job.id, f"s{i}", ItemResults(report={"i": i}))
+
+                    group.start_soon(finish_rest)
+                    await anyio.sleep(1.5)
+                    await anyio.to_thread.run_sync(server.start)
+            events = [entry["event"] for entry in logs]
+            assert events.count("database_unreachable") == 1  # said once, not per retry
+            assert "database_reachable_again" in events
+            assert await store.counts([job.id]) == {
+                "queued": 0,
+                "processing": 0,
+                "done": 20,
+                "failed": 0,
+            }
+            assert [r["i"] for r in await store.reports(job.id)] == list(range(20))
+    finally:
+        server.close()
+
+
+def _bin() -> Path:
+    from pgserver import binaries
+
+    found = binaries()
+    assert found is not None
+    return found

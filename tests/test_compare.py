@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_report import page_data
 
 from ragjury.cli import main
 from ragjury.commands._run import EXIT_RESULTS
@@ -17,6 +18,7 @@ from ragjury.report.compare import bootstrap_interval, compare
 from conftest import read_summary
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
+from pgserver import PASSWORD
 from reportruns import write_jsonl
 
 
@@ -174,9 +176,15 @@ def test_the_comparison_page_escapes_what_models_wrote(tmp_path: Path) -> None:
     assert "<script>" not in html  # the comparison page has no script at all
 
 
-def test_compare_reads_two_jobs_from_the_database(
-    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_compare_and_report_read_jobs_from_either_store(
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
+    db = str(tmp_path / "ragjury.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
     script_judges(fake)
     sample = {
         "id": "eiffel",
@@ -198,7 +206,7 @@ def test_compare_reads_two_jobs_from_the_database(
                 "--summary",
                 str(tmp_path / "summary.json"),
                 "--db",
-                str(tmp_path / "ragjury.db"),
+                db,
                 "--base-url",
                 fake.base_url,
                 "--api-key",
@@ -209,13 +217,22 @@ def test_compare_reads_two_jobs_from_the_database(
         jobs.append(read_summary(tmp_path)["job"])
     capsys.readouterr()
 
-    code = main(["compare", "--db", str(tmp_path / "ragjury.db"), *jobs, "--json"])
+    code = main(["compare", "--db", db, *jobs, "--json"])
 
     assert code == 0
     faith = json.loads(capsys.readouterr().out)["metrics"][0]
     assert faith["baseline_mean"] == 1.0
     assert faith["candidate_mean"] == 0.0
     assert faith["regressed"] == 1
+    page = tmp_path / "report.html"
+    assert main(["report", "--db", db, "--out", str(page)]) == 0  # the newest job
+    html = page.read_text(encoding="utf-8")
+    assert f"job {jobs[1]}" in html
+    data = page_data(html)
+    assert [s["answer"] for s in data["samples"]] == ["The Eiffel Tower is in Rome."]
+    assert data["samples"][0]["contexts"] == ["The Eiffel Tower is in Paris."]
+    if kind == "postgresql":  # the page names the database without its password
+        assert PASSWORD not in html + json.dumps(data)
 
 
 def test_a_repeated_id_is_refused_with_the_id(

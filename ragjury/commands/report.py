@@ -18,6 +18,7 @@ from ragjury.errors import ConfigurationError, InputError
 from ragjury.report.compare import check_regressions, compare
 from ragjury.report.gates import parse_regressions
 from ragjury.report.load import Loaded, load_files, records_from_db
+from ragjury.urls import redacted
 
 COMMANDS = ("report", "compare")
 
@@ -51,7 +52,9 @@ def add_report_commands(commands: Any) -> None:
     report.add_argument(
         "--rejected", type=Path, help="the rejected pairs of a dataset (`generate --rejected`)"
     )
-    report.add_argument("--db", type=Path, help="read a job from this database instead")
+    report.add_argument(
+        "--db", help="read a job from this database instead (a file, or a postgresql:// URL)"
+    )
     report.add_argument("--job", help="the job to read from --db (default: the newest)")
     report.add_argument("--title", help="the page title")
 
@@ -65,7 +68,10 @@ def add_report_commands(commands: Any) -> None:
     )
     comp.add_argument("baseline", help="results JSONL (or a job id with --db)")
     comp.add_argument("candidate", help="results JSONL (or a job id with --db)")
-    comp.add_argument("--db", type=Path, help="BASELINE and CANDIDATE are jobs in this database")
+    comp.add_argument(
+        "--db",
+        help="BASELINE and CANDIDATE are jobs in this database (a file, or a postgresql:// URL)",
+    )
     comp.add_argument("--out", type=Path, help="also write the comparison as an HTML page")
     comp.add_argument("--json", action="store_true", help="print JSON instead of tables")
     comp.add_argument(
@@ -139,7 +145,9 @@ async def _records(args: argparse.Namespace, which: str) -> list[dict[str, Any]]
     if args.db is not None:
         loaded = await records_from_db(args.db, value)
         if loaded.kind != "evaluation":
-            raise InputError(f"job {value!r} in {args.db} is a generation job; compare judged runs")
+            raise InputError(
+                f"job {value!r} in {redacted(args.db)} is a generation job; compare judged runs"
+            )
         return loaded.records
     loaded = await anyio.to_thread.run_sync(lambda: load_files(Path(value)))
     if loaded.kind != "evaluation":

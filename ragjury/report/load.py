@@ -20,7 +20,7 @@ from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
 from ragjury.prompts import Prompt
 from ragjury.schemas import METRICS, Failure, MetricName, MetricResult, Sample, SampleScored
-from ragjury.store import Store, open_store
+from ragjury.store import Store, open_store, parse_location
 
 Kind = Literal["evaluation", "dataset"]
 _RECORD_FIELDS = ("outcome", "score", "passing", "reason", "error", "llm_calls")
@@ -175,19 +175,22 @@ def prompt_versions(prompts: Mapping[str, Prompt], metrics: Iterable[str]) -> di
     return {name: (prompts.get(name) or Prompt.builtin(name)).version for name in names}
 
 
-async def records_from_db(path: Path, job: str | None) -> Loaded:
-    """A job's records and its latest run summary, from the database at ``path``.
+async def records_from_db(db: str | Path, job: str | None) -> Loaded:
+    """A job's records and its latest run summary, from the store at ``db`` (a SQLite file
+    or a ``postgresql://`` URL).
 
     The one place the reports read the store (through :class:`~ragjury.store.Store`, so
     any store will do): ``job`` (default: the newest job) decides whether they are judged
     samples (with their contexts) or judged pairs."""
-    if not await anyio.Path(path).exists():
-        raise InputError(f"no database at {str(path)!r}; give the --db the run used")
-    async with open_store(path) as store:
+    location = parse_location(db)
+    if location.path is not None and not await anyio.Path(location.path).exists():
+        raise InputError(f"no database at {str(location.path)!r}; give the --db the run used")
+    async with open_store(location) as store:
+        shown = store.location  # a URL's password redacted
         if job is None:
             newest = await store.jobs(limit=1)
             if not newest:
-                raise InputError(f"{path} holds no job yet; run evaluate or generate first")
+                raise InputError(f"{shown} holds no job yet; run evaluate or generate first")
             found = newest[0]
         else:
             try:
@@ -195,8 +198,8 @@ async def records_from_db(path: Path, job: str | None) -> Loaded:
             except KeyError:
                 jobs = await store.jobs(limit=5)
                 known = ", ".join(f"{j.id} ({j.kind})" for j in jobs) or "none"
-                raise InputError(f"no job {job!r} in {path}; newest jobs: {known}") from None
-        where = f"{path} job {found.id}"
+                raise InputError(f"no job {job!r} in {shown}; newest jobs: {known}") from None
+        where = f"{shown} job {found.id}"
         summary = await _run_summary(store, found.id)
         if found.kind == "generate":
             pairs = [record async for record in store.pairs([found.id])]

@@ -101,3 +101,19 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
         assert row["peak_rss_mib"] > 0
         assert row["db_bytes_per_item"] > 0
     assert rows[0]["time_per_item_ratio"] == 1.0
+
+
+def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: object) -> None:
+    result = run_benchmark("scaleout", tmp_path, "--samples=30", "--concurrency=4")
+    runs = result["runs"]
+    assert [(r["store"], r["layout"].split(",")[0]) for r in runs] == [
+        (store, layout)
+        for store in ("sqlite", "postgresql")
+        for layout in ("1 process", "2 processes", "4 processes", "4 processes")
+    ]
+    assert result["settings"]["messages_per_sample"] >= 3  # counted, not assumed
+    for run in runs:
+        assert run["items_per_second"] > 0
+        assert run["steady_items_per_second"] > 0
+    assert all(r["db_cpu_ms_per_message"] > 0 for r in runs if r["store"] == "postgresql")
+    assert runs[0]["ratio_to_one_process"] == 1.0

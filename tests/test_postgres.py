@@ -16,12 +16,16 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
+from ragjury import Jury, SampleScored
 from ragjury.cli import main
 from ragjury.errors import ConfigurationError
 from ragjury.store import _pg_schema, open_store
 from ragjury.store.base import ItemResults, OutgoingMessage
 from ragjury.store.postgres import PostgresStore, migrate
 
+from conftest import make_settings
+from evalfakes import script_judges
+from fakeopenai import FakeOpenAI
 from pgserver import PASSWORD, PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -259,3 +263,17 @@ def _bin() -> Path:
     found = binaries()
     assert found is not None
     return found
+
+
+async def test_a_jury_with_a_postgresql_db_judges_and_keeps_its_results_there(
+    fake: FakeOpenAI, tmp_path: Path, pg_url: str
+) -> None:
+    script_judges(fake)
+    samples = [{"id": "a", "question": "Capital of Japan?", "answer": "Tokyo is its capital."}]
+    async with Jury(make_settings(fake, tmp_path, db=pg_url)) as jury:
+        await jury.submit_samples(samples, metrics=["rubric"])
+        seen = [event async for event in jury.events()]
+    assert [(type(e), e.sample.id, e.passing) for e in seen] == [(SampleScored, "a", True)]
+    assert not (tmp_path / "ragjury.db").exists()  # nothing went to a SQLite file
+    async with open_store(pg_url) as store:
+        assert [r["id"] async for r in store.samples()] == ["a"]

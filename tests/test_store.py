@@ -92,6 +92,6 @@ def test_db_is_parsed_as_a_location() -> None:
     assert "me:***@db.internal" in str(url)
     with pytest.raises(ConfigurationError, match="unknown scheme 'mysql'"):
         parse_location("mysql://x/y")
-    store = open_store("postgresql://me:secret@db.internal/ragjury")  # not opened: no server
-    assert "secret" not in store.location
-    assert "me:***@db.internal" in store.location
+    assert open_store("postgresql://me:secret@db.internal/ragjury").location == (
+        "postgresql://me:***@db.internal/ragjury"
+    )

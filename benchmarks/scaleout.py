@@ -1,0 +1,274 @@
+"""Scale-out: 1, 2 and 4 `serve` processes on one queue, on PostgreSQL and on SQLite.
+
+A queue of samples judged for faithfulness against the fake endpoint with no latency, so
+the client's CPU (ragjury's own work per message) is what limits the rate. For each store
+and number of processes: items per second from the first process's start to the last
+item done, and the ratio to one process. Also one process per agent (intake,
+statement_splitter, verdict_judge, sample_aggregator) against every agent in one process.
+On PostgreSQL it reads the server's CPU time (its processes' /proc counters) to give the
+database's cost per message handled, which says how many messages a second one server core
+could carry for a larger fleet.
+
+    python benchmarks/scaleout.py                  # 600 samples per run
+    python benchmarks/scaleout.py --quick          # 120 samples per run
+    python benchmarks/scaleout.py --db-url postgresql://...   # a server of yours (a scratch
+                                                   # database: each run empties ragjury's schema)
+
+Without --db-url it starts a throwaway PostgreSQL server as the tests do (needs Debian's
+``postgresql`` package or initdb and pg_ctl on PATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ragjury.store import open_store
+
+from _harness import BENCHMARKS, FakeEndpoint, base_parser, quiet, show, write_result
+
+sys.path.insert(0, str(BENCHMARKS.parent / "tests"))
+from pgserver import PostgresServer, binaries  # the tests' throwaway server
+
+_RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]))"
+AGENTS = ("intake", "statement_splitter", "verdict_judge", "sample_aggregator")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=None, help="samples per run")
+    parser.add_argument("--db-url", default=None, help="an existing PostgreSQL database URL")
+    parser.add_argument("--concurrency", type=int, default=16, help="per serve process")
+    args = parser.parse_args(argv)
+    args.samples = args.samples or (120 if args.quick else 600)
+    return args
+
+
+def write_samples(path: Path, n: int) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            text = f"Setting {i} is value {i}. It was changed in {2000 + i % 25}."
+            record = {"id": f"s{i}", "question": f"What is setting {i}?", "answer": text}
+            out.write(json.dumps({**record, "contexts": [text]}) + "\n")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", _RUN_CLI, *args]
+
+
+async def _wait_for(
+    db: str, total: int, processes: list[subprocess.Popen[bytes]], logs: Path, started: float
+) -> tuple[float, float]:
+    """Seconds until every item ended, and items per second between 10% and 90% of them
+    (the rate once the processes have started, before the last items trickle in)."""
+    marks: dict[float, float] = {}
+    async with open_store(db) as store:
+        while True:
+            counts = await store.counts()
+            ended = counts["done"] + counts["failed"]
+            now = time.perf_counter()
+            for fraction in (0.1, 0.9):
+                if ended >= fraction * total and fraction not in marks:
+                    marks[fraction] = now
+            if ended >= total:
+                steady = 0.8 * total / max(marks[0.9] - marks[0.1], 1e-6)
+                return now - started, steady
+            if any(p.poll() is not None for p in processes):
+                raise RuntimeError(f"a serve process exited early; see {logs}")
+            await anyio.sleep(0.1)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its reaped children, plus its live children's."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def stat(p: int) -> list[str]:
+        text = Path(f"/proc/{p}/stat").read_text()
+        return text.rsplit(")", 1)[1].split()
+
+    fields = stat(pid)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks  # utime stime cutime cstime
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != pid:
+            try:
+                child = stat(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(child[1]) == pid:  # ppid
+                total += (int(child[11]) + int(child[12])) / ticks
+    return total
+
+
+def run_once(
+    db: str, samples: Path, logs: Path, groups: list[list[str] | None], args: argparse.Namespace,
+    base_url: str, server_pid: int | None, messages: int, log_level: str = "warning",
+) -> dict[str, Any]:  # fmt: skip
+    submit = _cli("submit", "--samples", str(samples), "--metrics", "faithfulness", "--db", db)
+    subprocess.run(submit, check=True, stdout=subprocess.DEVNULL)
+    endpoint = ["--base-url", base_url, "--api-key", "bench", "--model", "fake-model"]
+    cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
+    started = time.perf_counter()
+    processes = []
+    for n, agents in enumerate(groups):
+        command = _cli("serve", "--db", db, *endpoint, "--concurrency", str(args.concurrency))
+        command += ["--log-level", log_level]
+        if agents is not None:
+            command += ["--agents", ",".join(agents)]
+        with (logs / f"serve-{n}.log").open("w") as log:
+            processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log))
+    try:
+        seconds, steady = anyio.run(_wait_for, db, count_lines(samples), processes, logs, started)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=120)
+    db_cpu = (_cpu_seconds(server_pid) - cpu_before) if server_pid else None
+    row: dict[str, Any] = {
+        "seconds": round(seconds, 2),
+        "items_per_second": round(count_lines(samples) / seconds, 1),
+        "steady_items_per_second": round(steady, 1),
+    }
+    if db_cpu is not None:
+        row["db_cpu_seconds"] = round(db_cpu, 2)
+        row["db_cpu_ms_per_message"] = round(1000 * db_cpu / messages, 3)
+    return row
+
+
+def count_lines(path: Path) -> int:
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
+
+
+def messages_per_sample(tmp: Path, base_url: str, args: argparse.Namespace) -> float:
+    """Deliveries per sample in this workload, counted in the logs of a small run."""
+    work = tmp / "count"
+    work.mkdir()
+    samples = work / "samples.jsonl"
+    write_samples(samples, 20)
+    run_once(str(work / "q.db"), samples, work, [None], args, base_url, None, 0, "info")
+    handled = sum(
+        line.count("message_handled") for line in (work / "serve-0.log").open(encoding="utf-8")
+    )
+    return handled / 20
+
+
+@contextmanager
+def postgres(url: str | None) -> Iterator[tuple[PostgresServer | None, str | None]]:
+    if url is not None:
+        yield None, url
+        return
+    found = binaries()
+    if found is None:
+        print("no PostgreSQL server binaries: measuring SQLite only", file=sys.stderr)
+        yield None, None
+        return
+    server = PostgresServer(found)
+    try:
+        yield server, None
+    finally:
+        server.close()
+
+
+def _server_pid(server: PostgresServer | None) -> int | None:
+    if server is None:
+        return None
+    return int((server.data / "postmaster.pid").read_text().splitlines()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet()
+    layouts: list[tuple[str, list[list[str] | None]]] = [
+        ("1 process, every agent", [None]),
+        ("2 processes, every agent", [None, None]),
+        ("4 processes, every agent", [None] * 4),
+        ("4 processes, one per agent", [[a] for a in AGENTS]),
+    ]
+    rows: list[dict[str, Any]] = []
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        FakeEndpoint(latency_ms=0.0) as fake,
+        postgres(args.db_url) as (server, url),
+    ):
+        tmp = Path(folder)
+        per_sample = messages_per_sample(tmp, fake.base_url, args)
+        samples = tmp / "samples.jsonl"
+        write_samples(samples, args.samples)
+        stores = ["sqlite"] + (["postgresql"] if server is not None or url else [])
+        for store in stores:
+            for n, (layout, groups) in enumerate(layouts):
+                work = tmp / f"{store}-{n}"
+                work.mkdir()
+                if store == "sqlite":
+                    db, pid = str(work / "queue.db"), None
+                elif server is not None:
+                    db, pid = server.database(), _server_pid(server)
+                else:
+                    db, pid = str(url), None
+                    anyio.run(_empty, db)
+                messages = round(per_sample * args.samples)
+                measured = run_once(db, samples, work, groups, args, fake.base_url, pid, messages)
+                rows.append({"store": store, "layout": layout, **measured})
+    for store in {r["store"] for r in rows}:
+        mine = [r for r in rows if r["store"] == store]
+        for row in mine:
+            row["ratio_to_one_process"] = round(
+                row["steady_items_per_second"] / mine[0]["steady_items_per_second"], 2
+            )
+    result = {
+        "settings": {
+            "samples": args.samples,
+            "concurrency": args.concurrency,
+            "cpus": os.cpu_count(),
+            "messages_per_sample": per_sample,
+        },
+        "runs": rows,
+    }
+    path = write_result("scaleout", result, args.out)
+    columns = [
+        "store", "layout", "seconds", "items/s", "steady items/s", "ratio to 1 process",
+        "db CPU ms/message",
+    ]  # fmt: skip
+    table = [
+        [
+            r["store"], r["layout"], r["seconds"], r["items_per_second"],
+            r["steady_items_per_second"], r["ratio_to_one_process"],
+            r.get("db_cpu_ms_per_message", "-"),
+        ]
+        for r in rows
+    ]  # fmt: skip
+    show(
+        "serve processes on one queue (faithfulness, endpoint with no latency)",
+        columns,
+        table,
+        path,
+    )
+    return 0
+
+
+async def _empty(url: str) -> None:
+    """A user's own server: drop what a previous run left (ragjury's schema only)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("DROP SCHEMA IF EXISTS ragjury CASCADE")
+    finally:
+        await conn.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

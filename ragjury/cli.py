@@ -21,7 +21,8 @@ from ragjury.pricing import load_price_file
 log = structlog.get_logger("ragjury.cli")
 
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
-# 3 (a budget stopped the run) and 130 (stopped by a signal; see commands/_run.py).
+# 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
+# failed) and 130 (stopped by a signal); see commands/_run.py.
 EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
 
 # Flags that map one-to-one onto GenerationOptions fields.
@@ -286,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_llm_options(gen)
     _add_evaluate(commands)
     _add_queue_commands(commands)
+    from ragjury.commands.report import add_report_commands
+
+    add_report_commands(commands)
     return parser
 
 
@@ -331,6 +335,9 @@ def _add_evaluate(commands: Any) -> None:
     ev.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
     )
+    from ragjury.report.ci import add_ci_options
+
+    add_ci_options(ev)
     target = ev.add_argument_group("live RAG system")
     target.add_argument(
         "--target",
@@ -519,6 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.evaluate import evaluate_command
 
             return anyio.run(evaluate_command, args, settings)
+        if args.command in ("report", "compare"):
+            from ragjury.commands.report import COMMAND_FUNCTIONS
+
+            return anyio.run(COMMAND_FUNCTIONS[args.command], args, settings)
         from ragjury.commands import queue
 
         return anyio.run(queue.COMMANDS[args.command], args, settings)

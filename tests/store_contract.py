@@ -246,6 +246,42 @@ async def test_the_step_cache_and_call_records(store: Store) -> None:
     await store.finish_run(run_id, {"ok": True})
 
 
+async def test_jobs_are_listed_newest_first_with_their_sizes(store: Store) -> None:
+    assert await store.jobs() == []
+    first = await _job(store, 2)
+    second = await _job(store, 1, kind="generate")
+
+    jobs = await store.jobs()
+
+    assert [(j.id, j.kind, j.size, j.options) for j in jobs] == [
+        (second, "generate", 1, {"x": 1}),
+        (first, "evaluate", 2, {"x": 1}),
+    ]
+    assert [j.id for j in await store.jobs(limit=1)] == [second]
+
+
+async def test_a_jobs_latest_run_is_the_newest_finished_run_that_names_it(store: Store) -> None:
+    job_id = await _job(store, 1)
+    assert await store.latest_run(job_id) is None
+    first = await store.start_run("evaluate", {"model": "m1"})
+    await store.finish_run(first, {"job": job_id, "llm_calls": 3})
+    second = await store.start_run("evaluate", {"model": "m2"})
+    await store.finish_run(second, {"job": job_id, "llm_calls": 0})
+    other = await store.start_run("evaluate", {"model": "m3"})
+    await store.finish_run(
+        other, {"job": "another", "mean": float("nan")}
+    )  # JSON as Python writes it
+    await store.start_run("evaluate", {"model": "m4"})  # still running: no summary yet
+
+    run = await store.latest_run(job_id)
+
+    assert run is not None
+    assert (run.id, run.command, run.settings) == (second, "evaluate", {"model": "m2"})
+    assert run.summary == {"job": job_id, "llm_calls": 0}
+    assert run.started_at <= (run.finished_at or "")
+    assert await store.latest_run("no-such-job") is None
+
+
 async def test_workers_are_listed_and_a_dead_one_on_this_host_is_released(store: Store) -> None:
     job_id = await _job(store, 1)
     await store.register_worker("w1", ["generator"])

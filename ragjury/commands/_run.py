@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ from ragjury.estimate import Estimate
 from ragjury.llm import LLM
 from ragjury.output import write_text_atomically
 from ragjury.pricing import PRICES_AS_OF, PriceTable
+from ragjury.report.gates import GateResult, reason_line
 from ragjury.service import intake_capacity
 from ragjury.store import Store, open_store, redacted
 from ragjury.store.base import Job
@@ -31,23 +32,43 @@ EXIT_BUDGET = 3
 """Exit code of a run that stopped taking new work because --max-tokens / --max-cost was hit."""
 EXIT_RESULTS = 4
 """Exit code of a run whose results did not pass: nothing could be judged (every judgement
-failed, e.g. an endpoint that is down or hangs), or more failed than --max-failed allows."""
+failed, e.g. an endpoint that is down or hangs), more failed than --max-failed allows, a
+metric is under its --fail-under bar, or (``compare``) a metric regressed more than
+--fail-on-regression allows."""
 EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
 
 
-def results_gate(
-    console: Console, command: str, failed: int, judged: int, max_failed: int | None
-) -> int | None:
-    """Say why the results did not pass, and :data:`EXIT_RESULTS`; None when they did.
+def max_failed_gate(failed: int, max_failed: int | None) -> list[GateResult]:
+    """``--max-failed N``: at most N failed judgements (a sample's metric, all metrics)."""
+    if max_failed is None:
+        return []
+    name = f"--max-failed {max_failed}"
+    if failed > max_failed:
+        return [GateResult(name, False, f"{failed} judgement(s) failed, more than {max_failed}")]
+    return [GateResult(name, True, f"{failed} judgement(s) failed, at most {max_failed}")]
 
-    ``failed`` judgements failed out of ``judged`` (all outcomes, failed ones included)."""
+
+def results_gate(
+    console: Console,
+    command: str,
+    gates: Sequence[GateResult] = (),
+    *,
+    failed: int = 0,
+    judged: int = 0,
+) -> int | None:
+    """Say in one line why the results did not pass, and return :data:`EXIT_RESULTS`; None
+    when they did.
+
+    ``failed`` judgements failed out of ``judged`` (all outcomes, failed ones included); when
+    all of them failed nothing was judged. ``gates`` are ``--max-failed``, ``--fail-under`` or
+    ``--fail-on-regression``; each failed one is named with its value and its bar."""
     if judged and failed == judged:
         reason = (
             f"nothing was judged: all {failed} judgement(s) failed (the endpoint may be down or "
             "hanging; each failure's error is in the output)"
         )
-    elif max_failed is not None and failed > max_failed:
-        reason = f"{failed} judgement(s) failed, more than --max-failed {max_failed}"
+    elif (line := reason_line(gates)) is not None:
+        reason = line
     else:
         return None
     console.print(f"ragjury {command}: {reason}", soft_wrap=True, markup=False, highlight=False)

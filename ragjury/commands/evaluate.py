@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+import anyio.to_thread
 import structlog
 from rich.console import Console
 
@@ -14,6 +15,7 @@ from ragjury.commands._display import EvaluationProgressBar, cost_text, evaluati
 from ragjury.commands._run import (
     RecordedRun,
     budget_stop,
+    max_failed_gate,
     recorded_run,
     report_estimate,
     results_gate,
@@ -30,6 +32,8 @@ from ragjury.jobs import JobRun, submit_samples
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
 from ragjury.prompts import load_overrides
+from ragjury.report.ci import run_details, write_ci_files
+from ragjury.report.gates import check_thresholds
 from ragjury.schemas import SampleScored
 from ragjury.store.base import Job
 
@@ -119,7 +123,21 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
+        summary.update(run_details(args.samples, settings.base_url, prompts, metrics))
         await run.finish(summary, args.summary)
+        figures = summary["metrics"].values()
+        failed = sum(m["failed"] for m in figures)
+        judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
+        gates = [
+            *check_thresholds(summary["metrics"], args.fail_under),
+            *max_failed_gate(failed, args.max_failed),
+        ]
+        if args.junit is not None or args.markdown is not None:
+            # only these files need every record at once (a JUnit tree is built whole)
+            records = [record async for record in run.store.samples([job.id])]
+            await anyio.to_thread.run_sync(
+                write_ci_files, args.junit, args.markdown, summary, records, gates
+            )
     if console.is_terminal:
         console.print(evaluation_table(summary))
     else:
@@ -147,10 +165,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     if code is not None:
         return code
-    figures = summary["metrics"].values()
-    failed = sum(m["failed"] for m in figures)
-    judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
-    gate = results_gate(console, "evaluate", failed, judged, args.max_failed)
+    gate = results_gate(console, "evaluate", gates, failed=failed, judged=judged)
     if gate is not None:
         return gate
     return 1 if invalid else 0

@@ -146,7 +146,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     processed_nothing = counts.chunks == 0 or counts.chunks_failed == counts.chunks
     if processed_nothing:
         return 1
-    gate = results_gate(console, "generate", counts.failed, counts.judged, None)
+    gate = results_gate(console, "generate", failed=counts.failed, judged=counts.judged)
     return gate if gate is not None else 0
 
 

@@ -3,7 +3,7 @@ join state, results, the step cache and LLM call records. All SQL lives in this 
 
 from pathlib import Path
 
-from ragjury.store.base import STATES, Item, ItemResults, Job, JobKind, Store
+from ragjury.store.base import STATES, Item, ItemResults, Job, JobKind, RunRecord, Store
 from ragjury.store.location import Location, parse_location
 from ragjury.store.sqlite import SQLiteStore
 from ragjury.urls import redacted
@@ -30,6 +30,7 @@ __all__ = [
     "Job",
     "JobKind",
     "Location",
+    "RunRecord",
     "SQLiteStore",
     "Store",
     "open_store",

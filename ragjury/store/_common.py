@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragjury.errors import InputError
-from ragjury.store.base import ItemsFactory, JobKind
+from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
 
 IN_FLIGHT = "in flight: sent, not yet answered"
 KILLED = "in flight when its process was killed: never answered"
@@ -86,6 +86,38 @@ def totals(row: Sequence[Any]) -> dict[str, Any]:
         "cost_usd": None if row[4] else float(row[3]),
         "cost_known_usd": float(row[3]),
     }
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    """A run from (id, command, started_at, finished_at, settings JSON, summary JSON)."""
+    run_id, command, started, finished, settings, summary = row
+    return RunRecord(
+        id=str(run_id),
+        command=str(command),
+        started_at=str(started),
+        finished_at=None if finished is None else str(finished),
+        settings=json.loads(settings),
+        summary=None if summary is None else json.loads(summary),
+    )
+
+
+def job_summary_pattern(job_id: str) -> str:
+    """A LIKE pattern for the summaries that may name ``job_id``: matched as text, then
+    checked by :func:`latest_run_of` (a summary is JSON as Python writes it, which may hold
+    NaN; parsing it in the database would fail the whole query)."""
+    return f'%"job": {json.dumps(job_id)}%'
+
+
+def latest_run_of(rows: Sequence[Sequence[Any]], job_id: str) -> RunRecord | None:
+    """The first of ``rows`` (newest first) whose summary names ``job_id``."""
+    runs = (run_record(row) for row in rows)
+    return next((r for r in runs if r.summary and r.summary.get("job") == job_id), None)
+
+
+def job_record(row: Sequence[Any]) -> Job:
+    """A job from (id, kind, options JSON, number of items)."""
+    job_id, kind, options, size = row
+    return Job(id=str(job_id), kind=kind, options=json.loads(options), size=int(size))
 
 
 def pair_row(job_id: str, item_id: int, index: int, record: Mapping[str, Any]) -> tuple[Any, ...]:

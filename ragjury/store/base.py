@@ -40,6 +40,19 @@ class Job:
 
 
 @dataclass(frozen=True)
+class RunRecord:
+    """A command's run as stored: its settings (no secret in them) and, once it finished,
+    its summary (what the command's ``--summary`` holds)."""
+
+    id: str
+    command: str
+    started_at: str
+    finished_at: str | None
+    settings: dict[str, Any]
+    summary: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Item:
     """One document or sample of a job, as the intake claimed it."""
 
@@ -149,6 +162,11 @@ class Store(Protocol):
         time ``since`` (all processes: what a shared budget counts)."""
         ...
 
+    async def latest_run(self, job_id: str) -> RunRecord | None:
+        """The newest finished run that worked on ``job_id`` (its summary names the job), or
+        None."""
+        ...
+
     # jobs and items -------------------------------------------------------------------
     async def submit(
         self,
@@ -164,7 +182,13 @@ class Store(Protocol):
         finished with endpoint failures)."""
         ...
 
-    async def job(self, job_id: str) -> Job: ...
+    async def job(self, job_id: str) -> Job:
+        """The job ``job_id`` (``KeyError`` if there is none)."""
+        ...
+
+    async def jobs(self, *, limit: int | None = None) -> list[Job]:
+        """The jobs, newest first (each with its ``size``); at most ``limit`` of them."""
+        ...
 
     async def claim_items(
         self,

@@ -42,6 +42,9 @@ from ragjury.store._common import (
     encode,
     iso,
     job_key,
+    job_record,
+    job_summary_pattern,
+    latest_run_of,
     pair_row,
     poison,
     sample_row,
@@ -58,6 +61,7 @@ from ragjury.store.base import (
     JobKind,
     OutgoingMessage,
     QuestionDecision,
+    RunRecord,
     StoredMessage,
 )
 from ragjury.urls import redacted
@@ -422,6 +426,14 @@ class PostgresStore:
             stats.record,
         )
 
+    async def latest_run(self, job_id: str) -> RunRecord | None:
+        rows = await self._fetch(
+            "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
+            "WHERE summary LIKE $1 ORDER BY finished_at DESC, started_at DESC",
+            job_summary_pattern(job_id),
+        )
+        return latest_run_of(rows, job_id)
+
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
     ) -> dict[str, Any]:
@@ -491,6 +503,14 @@ class PostgresStore:
         if not rows:
             raise KeyError(job_id)
         return Job(id=job_id, kind=rows[0][0], options=json.loads(rows[0][1]))
+
+    async def jobs(self, *, limit: int | None = None) -> list[Job]:
+        rows = await self._fetch(
+            "SELECT id, kind, options, (SELECT COUNT(*) FROM items WHERE items.job_id = jobs.id) "
+            "FROM jobs ORDER BY seq DESC LIMIT $1",
+            limit,
+        )
+        return [job_record(row) for row in rows]
 
     async def claim_items(
         self,

@@ -35,6 +35,9 @@ from ragjury.store._common import (
     encode,
     iso,
     job_key,
+    job_record,
+    job_summary_pattern,
+    latest_run_of,
     pair_row,
     poison,
     sample_row,
@@ -51,6 +54,7 @@ from ragjury.store.base import (
     JobKind,
     OutgoingMessage,
     QuestionDecision,
+    RunRecord,
     StoredMessage,
 )
 
@@ -299,6 +303,14 @@ class SQLiteStore:
             )
         )
 
+    async def latest_run(self, job_id: str) -> RunRecord | None:
+        rows = await self._read(
+            "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
+            "WHERE summary LIKE ? ORDER BY finished_at DESC, rowid DESC",
+            (job_summary_pattern(job_id),),
+        )
+        return latest_run_of(rows, job_id)
+
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
     ) -> dict[str, Any]:
@@ -364,6 +376,16 @@ class SQLiteStore:
         if not rows:
             raise KeyError(job_id)
         return Job(id=job_id, kind=rows[0][0], options=json.loads(rows[0][1]))
+
+    async def jobs(self, *, limit: int | None = None) -> list[Job]:
+        sql = (
+            "SELECT id, kind, options, (SELECT COUNT(*) FROM items WHERE items.job_id = jobs.id) "
+            "FROM jobs ORDER BY rowid DESC"
+        )
+        rows = await self._read(
+            sql + ("" if limit is None else " LIMIT ?"), (() if limit is None else (limit,))
+        )
+        return [job_record(row) for row in rows]
 
     async def claim_items(
         self,

@@ -1,0 +1,189 @@
+"""``ragjury report`` and ``ragjury compare``: read results, write pages and tables.
+
+No LLM is called and nothing is written to the database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError, InputError
+from ragjury.report.compare import check_regressions, compare
+from ragjury.report.gates import parse_regressions
+from ragjury.report.load import Loaded, load_files, records_from_db
+from ragjury.urls import redacted
+
+COMMANDS = ("report", "compare")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expects a whole number >= 1, got {text!r}")
+    return value
+
+
+def add_report_commands(commands: Any) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write a self-contained HTML report of evaluate results or a generated dataset",
+        description="Write one HTML file (no network needed to open it) from the results "
+        "`evaluate` wrote, from a job in the database (--db), or from a generated dataset "
+        "(with --rejected).",
+    )
+    report.add_argument(
+        "results", nargs="?", type=Path, help="results or dataset JSONL (omit with --db)"
+    )
+    report.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    report.add_argument("--summary", type=Path, help="the run's --summary JSON, for the header")
+    report.add_argument(
+        "--samples", type=Path, help="the samples judged, to show their contexts and references"
+    )
+    report.add_argument(
+        "--rejected", type=Path, help="the rejected pairs of a dataset (`generate --rejected`)"
+    )
+    report.add_argument(
+        "--db", help="read a job from this database instead (a file, or a postgresql:// URL)"
+    )
+    report.add_argument("--job", help="the job to read from --db (default: the newest)")
+    report.add_argument("--title", help="the page title")
+
+    comp = commands.add_parser(
+        "compare",
+        help="compare two evaluation runs sample by sample: differences, intervals, regressions",
+        description="Pair the samples of BASELINE and CANDIDATE by id and compare each metric: "
+        "means, the paired difference with a bootstrap 95%% interval, samples improved, "
+        "regressed or the same, and the biggest regressions. BASELINE and CANDIDATE are "
+        "results files, or job ids with --db.",
+    )
+    comp.add_argument("baseline", help="results JSONL (or a job id with --db)")
+    comp.add_argument("candidate", help="results JSONL (or a job id with --db)")
+    comp.add_argument(
+        "--db",
+        help="BASELINE and CANDIDATE are jobs in this database (a file, or a postgresql:// URL)",
+    )
+    comp.add_argument("--out", type=Path, help="also write the comparison as an HTML page")
+    comp.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    comp.add_argument(
+        "--fail-on-regression",
+        action="append",
+        type=parse_regressions,
+        default=[],
+        metavar="METRIC=DELTA,...",
+        help="exit 4 if a metric's mean is more than DELTA worse in the candidate (repeatable)",
+    )
+    comp.add_argument(
+        "--resamples", type=_positive, default=2000, help="bootstrap resamples (default 2000)"
+    )
+    comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    comp.add_argument("--title", help="the page title of --out")
+
+
+async def _write(path: Path, text: str) -> None:
+    try:
+        await anyio.Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write {str(path)!r}: {exc.strerror}; choose a writable path"
+        ) from exc
+
+
+async def _load_report(args: argparse.Namespace) -> Loaded:
+    if args.db is not None:
+        if args.results is not None:
+            raise ConfigurationError(
+                "give either a results file or --db, not both (--job picks the job in --db)"
+            )
+        return await records_from_db(args.db, args.job)
+    if args.results is None:
+        raise ConfigurationError(
+            "give the results file `evaluate --out` wrote (or a dataset), or --db FILE"
+        )
+    if args.job is not None:
+        raise ConfigurationError("--job needs --db: it names a job in the database")
+    return load_files(
+        args.results, summary=args.summary, samples=args.samples, rejected=args.rejected
+    )
+
+
+async def report_command(args: argparse.Namespace, settings: Settings) -> int:
+    from ragjury.report.html import dataset_html, evaluation_html
+
+    loaded = await _load_report(args)
+    if args.db is not None and args.summary is not None:
+        loaded.summary.update(await anyio.to_thread.run_sync(_read_json, args.summary))
+    page = (evaluation_html if loaded.kind == "evaluation" else dataset_html)(
+        loaded, title=args.title
+    )
+    await _write(args.out, page)
+    what = "samples" if loaded.kind == "evaluation" else "pairs"
+    print(
+        f"ragjury report: {len(loaded.records)} {what} -> {args.out} ({len(page) / 1024:.0f} KiB)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    from ragjury.report.load import read_json
+
+    return read_json(path)
+
+
+async def _records(args: argparse.Namespace, which: str) -> list[dict[str, Any]]:
+    value = getattr(args, which)
+    if args.db is not None:
+        loaded = await records_from_db(args.db, value)
+        if loaded.kind != "evaluation":
+            raise InputError(
+                f"job {value!r} in {redacted(args.db)} is a generation job; compare judged runs"
+            )
+        return loaded.records
+    loaded = await anyio.to_thread.run_sync(lambda: load_files(Path(value)))
+    if loaded.kind != "evaluation":
+        raise InputError(f"{value} is a generated dataset; compare takes evaluate results")
+    return loaded.records
+
+
+async def compare_command(args: argparse.Namespace, settings: Settings) -> int:
+    baseline = await _records(args, "baseline")
+    candidate = await _records(args, "candidate")
+    comparison = compare(
+        baseline,
+        candidate,
+        baseline_label=args.baseline,
+        candidate_label=args.candidate,
+        resamples=args.resamples,
+        seed=args.seed,
+    )
+    allowed = {name: delta for spec in args.fail_on_regression for name, delta in spec.items()}
+    comparison.gates.extend(check_regressions(comparison, allowed))
+    if args.out is not None:
+        from ragjury.report.html import comparison_html
+
+        await _write(args.out, comparison_html(comparison, title=args.title))
+    if args.json:
+        print(json.dumps(comparison.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        from ragjury.report.terminal import comparison_view
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)
+        console.print(comparison_view(comparison))
+    from ragjury.commands._run import results_gate
+
+    return results_gate(Console(stderr=True), "compare", comparison.gates) or 0
+
+
+COMMAND_FUNCTIONS = {"report": report_command, "compare": compare_command}

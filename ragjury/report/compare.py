@@ -1,0 +1,222 @@
+"""``ragjury compare``: did a change make results better or worse, metric by metric?
+
+Samples are paired by id. Per metric, over the samples scored on both sides: each side's
+mean, the mean paired difference (candidate - baseline) with a percentile bootstrap 95%
+interval, and how many samples improved, regressed or stayed the same (for a metric where
+lower is better, such as confidence's perplexity, a drop is an improvement). Samples on one
+side only are counted and listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from statistics import fmean
+from typing import Any
+
+from ragjury.errors import InputError
+from ragjury.report.gates import GateResult
+from ragjury.report.load import metric_names
+from ragjury.report.metrics import scale_of
+
+CONFIDENCE = 0.95
+_SAME = 1e-9
+_REGRESSIONS_LISTED = 5
+
+
+def bootstrap_interval(
+    differences: Sequence[float],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean of ``differences``; None if there are none."""
+    n = len(differences)
+    if n == 0:
+        return None
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(differences, k=n)) / n for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return _quantile(means, tail), _quantile(means, 1 - tail)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One sample's score on both sides, and the reasons each side gave."""
+
+    id: str
+    question: str
+    baseline: float
+    candidate: float
+    difference: float
+    baseline_reason: str | None
+    candidate_reason: str | None
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    metric: str
+    higher_is_better: bool
+    paired: int
+    """Samples scored on both sides: the means, the difference and the counts are over them."""
+    baseline_mean: float | None
+    candidate_mean: float | None
+    mean_difference: float | None
+    interval: tuple[float, float] | None
+    improved: int
+    regressed: int
+    same: int
+    not_comparable: int
+    """Samples on both sides with this metric not scored on at least one of them."""
+    biggest_regressions: list[Change] = field(default_factory=list)
+
+    @property
+    def regression(self) -> float:
+        """How much worse the candidate's mean is (0 or less when it is not worse)."""
+        if self.mean_difference is None:
+            return 0.0
+        return -self.mean_difference if self.higher_is_better else self.mean_difference
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str
+    candidate: str
+    paired_samples: int
+    only_baseline: list[str]
+    only_candidate: list[str]
+    metrics: list[MetricComparison]
+    resamples: int
+    seed: int
+    gates: list[GateResult] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for metric in data["metrics"]:
+            interval = metric.pop("interval")
+            metric["interval_95"] = list(interval) if interval is not None else None
+        return data
+
+
+def by_id(records: Sequence[dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
+    indexed: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if not isinstance(record.get("metrics"), dict):
+            raise InputError(
+                f"{label}: record {record.get('id')!r} has no 'metrics'; compare takes the "
+                "results `ragjury evaluate --out` writes (or evaluation jobs)"
+            )
+        key = str(record.get("id"))
+        if key in indexed:
+            raise InputError(f"{label}: sample id {key!r} appears twice; ids must be unique")
+        indexed[key] = record
+    return indexed
+
+
+def _score(record: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
+    entry = record["metrics"].get(metric)
+    if not isinstance(entry, dict):
+        return None, None
+    reason = entry.get("reason")
+    if entry.get("outcome") != "scored" or entry.get("score") is None:
+        return None, reason
+    return float(entry["score"]), reason
+
+
+def _compare_metric(
+    metric: str,
+    ids: Sequence[str],
+    base: Mapping[str, dict[str, Any]],
+    cand: Mapping[str, dict[str, Any]],
+    *,
+    resamples: int,
+    seed: int,
+) -> MetricComparison:
+    higher_is_better = scale_of(metric).higher_is_better
+    changes: list[Change] = []
+    not_comparable = 0
+    for key in ids:
+        b, b_reason = _score(base[key], metric)
+        c, c_reason = _score(cand[key], metric)
+        if b is None or c is None:
+            present = metric in base[key]["metrics"] or metric in cand[key]["metrics"]
+            not_comparable += present
+            continue
+        question = str(cand[key].get("question") or base[key].get("question") or "")
+        changes.append(Change(key, question, b, c, c - b, b_reason, c_reason))
+    differences = [c.difference for c in changes]
+
+    def better(change: Change) -> float:
+        return change.difference if higher_is_better else -change.difference
+
+    worst = sorted((c for c in changes if better(c) < -_SAME), key=better)
+    return MetricComparison(
+        metric=metric,
+        higher_is_better=higher_is_better,
+        paired=len(changes),
+        baseline_mean=fmean(c.baseline for c in changes) if changes else None,
+        candidate_mean=fmean(c.candidate for c in changes) if changes else None,
+        mean_difference=fmean(differences) if changes else None,
+        interval=bootstrap_interval(differences, resamples=resamples, seed=seed),
+        improved=sum(better(c) > _SAME for c in changes),
+        regressed=len(worst),
+        same=sum(abs(c.difference) <= _SAME for c in changes),
+        not_comparable=not_comparable,
+        biggest_regressions=worst[:_REGRESSIONS_LISTED],
+    )
+
+
+def compare(
+    baseline: Sequence[dict[str, Any]],
+    candidate: Sequence[dict[str, Any]],
+    *,
+    baseline_label: str = "baseline",
+    candidate_label: str = "candidate",
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    base = by_id(baseline, baseline_label)
+    cand = by_id(candidate, candidate_label)
+    ids = [key for key in base if key in cand]
+    metrics = [m for m in metric_names([*baseline, *candidate])]
+    return Comparison(
+        baseline=baseline_label,
+        candidate=candidate_label,
+        paired_samples=len(ids),
+        only_baseline=[key for key in base if key not in cand],
+        only_candidate=[key for key in cand if key not in base],
+        metrics=[
+            _compare_metric(m, ids, base, cand, resamples=resamples, seed=seed) for m in metrics
+        ],
+        resamples=resamples,
+        seed=seed,
+    )
+
+
+def check_regressions(comparison: Comparison, allowed: Mapping[str, float]) -> list[GateResult]:
+    """``--fail-on-regression METRIC=DELTA``: the candidate's mean may be at most DELTA worse."""
+    by_metric = {m.metric: m for m in comparison.metrics}
+    results = []
+    for metric, delta in allowed.items():
+        name = f"--fail-on-regression {metric}={delta:g}"
+        found = by_metric.get(metric)
+        if found is None or found.mean_difference is None:
+            message = f"{metric} has no sample scored on both sides, so no difference to check"
+            results.append(GateResult(name, False, message))
+            continue
+        change = f"{metric} mean {found.baseline_mean:.4g} -> {found.candidate_mean:.4g}"
+        if found.regression > delta + _SAME:
+            message = f"{change}, {found.regression:.4g} worse, more than {delta:g}"
+            results.append(GateResult(name, False, message))
+        else:
+            results.append(GateResult(name, True, f"{change}, within {delta:g}"))
+    return results

@@ -1,0 +1,153 @@
+"""CI gates: bars on a run's metrics, and on a comparison's regressions.
+
+``--fail-under faithfulness=0.8,correctness=4`` puts a bar under the mean of the scored
+samples; ``pass_rate:faithfulness=0.9`` under the share of scored samples that passed;
+``compare --fail-on-regression faithfulness=0.05`` under a drop of a mean. A gate that fails
+makes the command exit 4 (``EXIT_RESULTS``, beside ``--max-failed`` in ``commands/_run.py``)
+with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ragjury.report.metrics import scale_of
+from ragjury.schemas import METRICS
+
+Statistic = Literal["mean", "pass_rate"]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    metric: str
+    statistic: Statistic
+    bar: float
+
+    @property
+    def spec(self) -> str:
+        prefix = "pass_rate:" if self.statistic == "pass_rate" else ""
+        return f"{prefix}{self.metric}={self.bar:g}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {'pass rate' if self.statistic == 'pass_rate' else 'mean'}"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate's verdict: its name (as given on the command line) and why, in a line."""
+
+    name: str
+    passed: bool
+    message: str
+
+
+def _split(text: str, flag: str, example: str) -> list[tuple[str, float]]:
+    found = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or not name.strip() or number != number:
+            raise argparse.ArgumentTypeError(
+                f"{flag} expects METRIC=NUMBER[,METRIC=NUMBER...], got {part!r}; e.g. {example}"
+            )
+        found.append((name.strip(), number))
+    return found
+
+
+def _known(metric: str, flag: str) -> None:
+    if metric not in METRICS:
+        raise argparse.ArgumentTypeError(
+            f"{flag}: unknown metric {metric!r}; the metrics are {', '.join(METRICS)}"
+        )
+
+
+def parse_thresholds(text: str) -> list[Threshold]:
+    """``--fail-under`` (argparse ``type=``): a typo stops the command before any LLM call."""
+    flag = "--fail-under"
+    thresholds = []
+    for name, bar in _split(text, flag, "faithfulness=0.8,pass_rate:correctness=0.75"):
+        statistic: Statistic = "mean"
+        if name.startswith("pass_rate:"):
+            statistic, name = "pass_rate", name.removeprefix("pass_rate:").strip()
+        _known(name, flag)
+        threshold = Threshold(name, statistic, bar)
+        scale = scale_of(name)
+        if statistic == "pass_rate":
+            if not 0 <= bar <= 1:
+                raise argparse.ArgumentTypeError(
+                    f"{flag} {threshold.spec}: a pass rate is between 0 and 1"
+                )
+        elif not scale.higher_is_better:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {threshold.spec}: lower {name} is better, so a bar under it means "
+                f"nothing; use pass_rate:{name}=... or leave it out"
+            )
+        elif bar <= scale.low or (scale.high is not None and bar > scale.high):
+            raise argparse.ArgumentTypeError(
+                f"{flag} {threshold.spec}: {name} scores run {scale.describe()}, so this bar "
+                f"can never {'fail' if bar <= scale.low else 'pass'}; give a bar on that "
+                f"scale (e.g. {name}={_example(name)}) or use pass_rate:{name}=0.75"
+            )
+        thresholds.append(threshold)
+    return thresholds
+
+
+def _example(metric: str) -> str:
+    scale = scale_of(metric)
+    return "4" if scale.high == 5 else "0.8"
+
+
+def parse_regressions(text: str) -> dict[str, float]:
+    """``--fail-on-regression faithfulness=0.05``: the largest drop of a mean allowed."""
+    flag = "--fail-on-regression"
+    found = {}
+    for name, delta in _split(text, flag, "faithfulness=0.05"):
+        _known(name, flag)
+        if delta < 0:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {name}={delta:g}: give the drop allowed as a positive number, "
+                f"e.g. {name}={-delta:g}"
+            )
+        found[name] = delta
+    return found
+
+
+def check_thresholds(
+    stats: Mapping[str, Mapping[str, Any]], thresholds: Sequence[Threshold]
+) -> list[GateResult]:
+    """Each bar against a run's per-metric figures (as in the ``--summary``)."""
+    results = []
+    for t in thresholds:
+        figures = stats.get(t.metric)
+        name = f"--fail-under {t.spec}"
+        if figures is None:
+            judged = ", ".join(stats) or "none"
+            message = f"{t.metric} was not evaluated in this run (metrics: {judged})"
+            results.append(GateResult(name, False, message))
+            continue
+        value = figures.get(t.statistic)
+        if value is None:
+            message = f"{t.label} is undefined: no sample was scored (bar {t.bar:g})"
+            results.append(GateResult(name, False, message))
+        elif value < t.bar:
+            results.append(GateResult(name, False, f"{t.label} {value:g} is below {t.bar:g}"))
+        else:
+            results.append(GateResult(name, True, f"{t.label} {value:g} is at least {t.bar:g}"))
+    return results
+
+
+def reason_line(results: Sequence[GateResult]) -> str | None:
+    """The one line a failed gate prints, naming each metric, its value and its bar."""
+    failed = [r for r in results if not r.passed]
+    if not failed:
+        return None
+    return "gate failed: " + "; ".join(f"{r.message} ({r.name})" for r in failed)

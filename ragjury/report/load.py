@@ -1,0 +1,237 @@
+"""Reading what the reports show: result and dataset files, summaries, or the database.
+
+A result record is what ``evaluate`` writes (``id``, ``question``, ``answer``, ``metrics``);
+the reports may add ``contexts`` and ``reference`` to it, from ``--samples`` or the database.
+A pair record is what ``generate`` writes (``critiques``, ``outcome``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import anyio
+import pydantic
+
+from ragjury.errors import InputError
+from ragjury.evaluation.summary import metric_summary
+from ragjury.prompts import Prompt
+from ragjury.schemas import METRICS, Failure, MetricName, MetricResult, Sample, SampleScored
+from ragjury.store import Store, open_store, parse_location
+
+Kind = Literal["evaluation", "dataset"]
+_RECORD_FIELDS = ("outcome", "score", "passing", "reason", "error", "llm_calls")
+
+
+@dataclass
+class Loaded:
+    """What one report shows: the records, the run summary if known, where they came from."""
+
+    kind: Kind
+    records: list[dict[str, Any]]
+    source: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per non-empty line; a bad line names itself."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror}; check the path") from exc
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"{path}:{number}: not JSON ({exc.msg}); give the JSONL file that "
+                    "`ragjury evaluate --out` or `ragjury generate --out` wrote"
+                ) from exc
+            if not isinstance(record, dict):
+                raise InputError(f"{path}:{number}: expected a JSON object per line")
+            yield record
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror}; check the path") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc.msg}); give the file `--summary` wrote") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object, the run summary")
+    return data
+
+
+def kind_of(records: Sequence[dict[str, Any]], path: Path) -> Kind:
+    if not records:
+        raise InputError(f"{path} holds no record; give a results or dataset JSONL file")
+    first = records[0]
+    if isinstance(first.get("metrics"), dict):
+        return "evaluation"
+    if isinstance(first.get("critiques"), dict):
+        return "dataset"
+    raise InputError(
+        f"{path}: the first record has neither 'metrics' (an evaluate result) nor 'critiques' "
+        f"(a generated pair); its keys are {', '.join(sorted(first)) or 'none'}"
+    )
+
+
+def load_files(
+    path: Path,
+    *,
+    summary: Path | None = None,
+    samples: Path | None = None,
+    rejected: Path | None = None,
+) -> Loaded:
+    """Results (with contexts joined from ``samples``) or a dataset (kept + ``rejected``)."""
+    records = list(iter_jsonl(path))
+    kind = "dataset" if rejected is not None else kind_of(records, path)
+    if kind == "dataset":
+        if rejected is not None:
+            records.extend(iter_jsonl(rejected))
+        for record in records:
+            record.setdefault("outcome", "kept")
+    elif samples is not None:
+        join_samples(records, samples)
+    loaded = Loaded(kind, records, str(path))
+    if summary is not None:
+        loaded.summary = read_json(summary)
+    return loaded
+
+
+def join_samples(records: list[dict[str, Any]], path: Path) -> None:
+    """Add each result's contexts and reference from the samples file it was judged from."""
+    from ragjury.evaluation.inputs import load_samples  # only this path needs the loaders
+
+    by_id = {s.id: s for s in load_samples(path).samples}
+    for record in records:
+        sample = by_id.get(str(record.get("id")))
+        if sample is not None:
+            record["contexts"] = list(sample.contexts)
+            record["reference"] = sample.reference
+
+
+def scored_from_record(record: dict[str, Any]) -> SampleScored:
+    """A result record as the pipeline's ``SampleScored``, so the summary code applies."""
+    metrics: dict[MetricName, MetricResult] = {}
+    for name, entry in (record.get("metrics") or {}).items():
+        if name not in METRICS or not isinstance(entry, dict):
+            continue
+        error = entry.get("error")
+        try:
+            metrics[cast(MetricName, name)] = MetricResult(
+                outcome=entry.get("outcome", "failed"),
+                score=entry.get("score"),
+                passing=entry.get("passing"),
+                reason=entry.get("reason"),
+                details={k: v for k, v in entry.items() if k not in _RECORD_FIELDS},
+                error=Failure.model_validate(error) if isinstance(error, dict) else None,
+                llm_calls=int(entry.get("llm_calls") or 0),
+            )
+        except pydantic.ValidationError as exc:
+            raise InputError(
+                f"sample {record.get('id')!r}: metric {name!r} is not a result ragjury wrote: "
+                f"{exc.errors()[0]['msg']}"
+            ) from exc
+    sample = Sample(
+        id=str(record.get("id", "")),
+        question=str(record.get("question") or ""),
+        answer=record.get("answer"),
+    )
+    return SampleScored(sample=sample, metrics=metrics)
+
+
+def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The metrics the records hold, in the order ragjury lists them."""
+    seen = {name for r in records for name in (r.get("metrics") or {})}
+    return [m for m in METRICS if m in seen]
+
+
+def metric_stats(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per metric: mean, median, pass rate, counts (``ragjury.evaluation.summary``)."""
+    scored = [scored_from_record(r) for r in records]
+    return {name: metric_summary(scored, cast(MetricName, name)) for name in metric_names(records)}
+
+
+# The prompts each metric's agents render.
+_METRIC_PROMPTS = {
+    "faithfulness": ("splitter", "verdict"),
+    "correctness": ("correctness",),
+    "rubric": ("rubric",),
+}
+
+
+def prompt_versions(prompts: Mapping[str, Prompt], metrics: Iterable[str]) -> dict[str, str]:
+    """The version of each prompt the metrics used: the custom one's, else the built-in's."""
+    names = [name for metric in metrics for name in _METRIC_PROMPTS.get(metric, ())]
+    return {name: (prompts.get(name) or Prompt.builtin(name)).version for name in names}
+
+
+async def records_from_db(db: str | Path, job: str | None) -> Loaded:
+    """A job's records and its latest run summary, from the store at ``db`` (a SQLite file
+    or a ``postgresql://`` URL).
+
+    The one place the reports read the store (through :class:`~ragjury.store.Store`, so
+    any store will do): ``job`` (default: the newest job) decides whether they are judged
+    samples (with their contexts) or judged pairs."""
+    location = parse_location(db)
+    if location.path is not None and not await anyio.Path(location.path).exists():
+        raise InputError(f"no database at {str(location.path)!r}; give the --db the run used")
+    async with open_store(location) as store:
+        shown = store.location  # a URL's password redacted
+        if job is None:
+            newest = await store.jobs(limit=1)
+            if not newest:
+                raise InputError(f"{shown} holds no job yet; run evaluate or generate first")
+            found = newest[0]
+        else:
+            try:
+                found = await store.job(job)
+            except KeyError:
+                jobs = await store.jobs(limit=5)
+                known = ", ".join(f"{j.id} ({j.kind})" for j in jobs) or "none"
+                raise InputError(f"no job {job!r} in {shown}; newest jobs: {known}") from None
+        where = f"{shown} job {found.id}"
+        summary = await _run_summary(store, found.id)
+        if found.kind == "generate":
+            pairs = [record async for record in store.pairs([found.id])]
+            return Loaded("dataset", pairs, where, summary)
+        records = [record async for record in store.samples([found.id])]
+        samples = {}
+        async for text in store.scored(found.id):
+            sample = SampleScored.model_validate_json(text).sample
+            samples[sample.id] = sample
+        for record in records:
+            judged = samples.get(str(record["id"]))
+            if judged is not None:
+                record["contexts"] = list(judged.contexts)
+                record["reference"] = judged.reference
+        custom = {
+            name: Prompt(name=name, source=source, origin=f"job {found.id}")
+            for name, source in found.options.get("prompts", {}).items()
+        }
+        summary.setdefault(
+            "prompt_versions", prompt_versions(custom, found.options.get("metrics", []))
+        )
+        return Loaded("evaluation", records, where, summary)
+
+
+async def _run_summary(store: Store, job: str) -> dict[str, Any]:
+    """The summary of the newest finished run of ``job``, with its endpoint and times."""
+    run = await store.latest_run(job)
+    if run is None or run.summary is None:
+        return {"job": job}
+    summary = dict(run.summary)
+    summary.setdefault("model", run.settings.get("model"))
+    summary.setdefault("base_url", run.settings.get("base_url"))
+    summary.setdefault("started_at", run.started_at)
+    summary.setdefault("finished_at", run.finished_at)
+    return summary

@@ -1,0 +1,102 @@
+"""``--markdown FILE``: a short summary for a CI job page (e.g. ``$GITHUB_STEP_SUMMARY``).
+
+Markdown viewers render HTML, so text from documents and models is escaped, kept on one line
+and shortened before it goes in.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ragjury.report.gates import GateResult
+
+_TEXT_CHARS = 120
+_SAMPLES_LISTED = 10
+
+
+def inline(text: Any, limit: int = _TEXT_CHARS) -> str:
+    """One escaped line: no HTML, no table break, no emphasis or code from the text."""
+    flat = " ".join(str("" if text is None else text).split())
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    escaped = html.escape(flat, quote=False)
+    for char in "\\`*_[]|#~":
+        escaped = escaped.replace(char, "\\" + char)
+    return escaped
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _run_line(summary: Mapping[str, Any]) -> str:
+    parts = [f"{summary.get('samples', '?')} samples"]
+    if summary.get("invalid_input"):
+        parts.append(f"{summary['invalid_input']} invalid")
+    if summary.get("model"):
+        parts.append(f"model `{inline(summary['model'], 60)}`")
+    if "llm_calls" in summary:
+        parts.append(f"{summary['llm_calls']} LLM calls")
+    if "prompt_tokens" in summary:
+        tokens = int(summary.get("prompt_tokens") or 0) + int(summary.get("completion_tokens") or 0)
+        parts.append(f"{tokens:,} tokens")
+    cost = summary.get("cost_usd")
+    if cost is not None:
+        parts.append(f"${cost:.4f}")
+    if "wall_seconds" in summary:
+        parts.append(f"{summary['wall_seconds']:.1f} s")
+    return ", ".join(parts)
+
+
+def markdown_summary(
+    summary: Mapping[str, Any],
+    stats: Mapping[str, Mapping[str, Any]],
+    records: Iterable[dict[str, Any]],
+    gates: Sequence[GateResult] = (),
+) -> str:
+    failed_gates = [g for g in gates if not g.passed]
+    verdict = ""
+    if gates:
+        verdict = " — gates failed ❌" if failed_gates else " — gates passed ✅"
+    lines = [f"## ragjury evaluate{verdict}", "", _run_line(summary), ""]
+    lines += [
+        "| metric | mean | median | pass rate | scored | not applicable | failed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, f in stats.items():
+        lines.append(
+            f"| {name} | {_figure(f.get('mean'))} | {_figure(f.get('median'))} | "
+            f"{_figure(f.get('pass_rate'))} | {f.get('scored', 0)} | "
+            f"{f.get('not_applicable', 0)} | {f.get('failed', 0)} |"
+        )
+    if gates:
+        lines += ["", "**Gates**", ""]
+        lines += [f"- {'✅' if g.passed else '❌'} `{g.name}`: {g.message}" for g in gates]
+    problems = _problems(records)
+    if problems:
+        lines += ["", f"**Samples that did not pass** ({len(problems)})", ""]
+        lines += [
+            f"- {inline(rid, 40)} ({metric}): {inline(reason)}"
+            for rid, metric, reason in problems[:_SAMPLES_LISTED]
+        ]
+        if len(problems) > _SAMPLES_LISTED:
+            lines.append(f"- … and {len(problems) - _SAMPLES_LISTED} more (see the results file)")
+    return "\n".join(lines) + "\n"
+
+
+def _problems(records: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(sample id, metric, reason) of each judgement that failed or did not pass."""
+    found = []
+    for record in records:
+        for metric, entry in (record.get("metrics") or {}).items():
+            if entry.get("outcome") == "failed":
+                found.append((str(record.get("id")), metric, f"failed: {entry.get('reason')}"))
+            elif entry.get("passing") is False:
+                found.append((str(record.get("id")), metric, str(entry.get("reason"))))
+    return found

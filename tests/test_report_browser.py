@@ -1,0 +1,196 @@
+"""The HTML reports in a real headless Chromium: they render with no console error and no
+request, the table filters and sorts, a row opens its detail view, and markup from documents
+and models shows as text and never runs.
+
+``RAGJURY_UPDATE_SCREENSHOTS=1`` also saves the README's screenshots in docs/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from fakeopenai import FakeOpenAI
+from headless import Opened, chromium, open_page
+from reportruns import HOSTILE, cli, dataset_run, evaluation_run
+from reportruns import SAMPLES as JUDGED
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def report(fake: FakeOpenAI, tmp_path: Path) -> Path:
+    run = evaluation_run(fake, tmp_path / "run")
+    flags = ["--summary", "summary.json", "--samples", "samples.jsonl", "--out", "report.html"]
+    assert cli(["report", "results.jsonl", *flags], run) == 0
+    return run / "report.html"
+
+
+def ready(opened: Opened) -> Opened:
+    opened.page.wait_for_selector("body[data-ready]", timeout=10_000)
+    return opened
+
+
+def row_ids(opened: Opened) -> list[str]:
+    return opened.page.locator("#samples tbody tr td:first-child").all_inner_texts()
+
+
+def test_the_report_renders_offline_with_no_console_error(browser: Browser, report: Path) -> None:
+    opened = ready(open_page(browser, report))
+
+    assert opened.errors == []
+    assert opened.requests == [report.resolve().as_uri()]  # nothing fetched but the page
+    assert row_ids(opened) == [s["id"] for s in JUDGED]
+    assert opened.page.locator("#shown").inner_text() == "5 of 5 shown"
+    assert opened.page.locator("svg.histogram").count() == 2
+    opened.page.emulate_media(media="print")
+    assert not opened.page.locator("#filters").is_visible()  # printed: figures and rows only
+    assert opened.page.locator("#samples tbody tr").count() == 5
+    opened.page.emulate_media(media="screen")
+    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
+        DOCS.mkdir(exist_ok=True)
+        opened.page.screenshot(path=str(DOCS / "report.png"), full_page=True)
+        opened.page.locator("#samples tbody tr").first.click()
+        opened.page.screenshot(path=str(DOCS / "report-detail.png"))
+
+
+def test_text_search_and_filters_narrow_the_table(browser: Browser, report: Path) -> None:
+    opened = ready(open_page(browser, report))
+    page = opened.page
+
+    page.fill("#search", "paris")
+    assert row_ids(opened) == ["eiffel", "seine"]  # in a question or an answer
+    page.fill("#search", "")
+    page.select_option("#metric", "correctness")
+    page.select_option("#outcome", "failed")
+    assert row_ids(opened) == ["seine"]
+    page.select_option("#outcome", "")
+    page.select_option("#metric", "faithfulness")
+    page.select_option("#passing", "no")
+    assert row_ids(opened) == ["eiffel", "hostile"]
+    page.select_option("#metric", "")
+    page.select_option("#passing", "yes")
+    assert row_ids(opened) == ["eiffel", "tokyo", "seine", "hostile"]  # any metric passing
+    assert page.locator("#shown").inner_text() == "4 of 5 shown"
+    assert opened.errors == []
+
+
+def test_sorting_by_a_metric_orders_rows_and_puts_unscored_last(
+    browser: Browser, report: Path
+) -> None:
+    opened = ready(open_page(browser, report))
+    header = opened.page.locator('th[data-key="metric:faithfulness"]')
+
+    header.locator("button").click()
+    ascending = row_ids(opened)
+    header.locator("button").click()
+    descending = row_ids(opened)
+
+    # faithfulness: hostile 0, eiffel 0.5, tokyo 1, seine 1, refusal not applicable (last
+    # either way); ties keep the file's order
+    assert header.get_attribute("aria-sort") == "descending"
+    assert ascending == ["hostile", "eiffel", "tokyo", "seine", "refusal"]
+    assert descending == ["tokyo", "seine", "eiffel", "hostile", "refusal"]
+    opened.page.locator('th[data-key="id"] button').click()
+    assert row_ids(opened) == sorted(s["id"] for s in JUDGED)
+
+
+def test_a_row_opens_its_detail_view_with_evidence_statements_and_failures(
+    browser: Browser, report: Path
+) -> None:
+    opened = ready(open_page(browser, report))
+    page = opened.page
+
+    page.locator("#samples tbody tr", has_text="eiffel").click()
+    dialog = page.locator("dialog#detail")
+    assert dialog.is_visible()
+    text = dialog.inner_text()
+    assert "Where is the Eiffel Tower and what is it made of?" in text
+    assert dialog.locator("mark").all_inner_texts() == ["The Eiffel Tower is in Paris"]
+    assert dialog.locator("ol.statements li").count() == 2
+    assert "unsupported" in dialog.locator("ol.statements li").nth(1).inner_text()
+    assert "not in the passages" in text
+    assert "scripted: 5" in text  # the correctness reasoning
+
+    page.locator("dialog#detail form.close button").click()
+    assert not dialog.is_visible()
+    page.locator("#samples tbody tr", has_text="seine").focus()
+    page.keyboard.press("Enter")
+    failed = dialog.inner_text()
+    assert "correctness_judge" in failed  # the failure's stage
+    assert '{"reasoning": "<i>unfinished' in failed  # its last raw output, as text
+    assert opened.errors == []
+
+
+def test_markup_in_answers_and_contexts_shows_as_text_and_never_runs(
+    browser: Browser, report: Path
+) -> None:
+    opened = ready(open_page(browser, report))
+    page = opened.page
+
+    page.locator("#samples tbody tr", has_text="hostile").click()
+    shown = page.locator("dialog#detail").inner_text()
+
+    assert HOSTILE["answer"] in shown
+    assert HOSTILE["contexts"][0] in shown
+    assert "What does the <b>bold</b> tag do?" in shown
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img").count() == 0
+    assert page.locator("main b, dialog b").count() == 0
+    assert page.locator("script").count() == 2  # the page's data and its own script
+    assert opened.errors == []
+
+
+def test_the_dataset_report_shows_pairs_their_rationales_and_filters_by_outcome(
+    browser: Browser, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    run = dataset_run(fake, tmp_path / "run")
+    flags = ["--rejected", "rejected.jsonl", "--summary", "summary.json", "--out", "d.html"]
+    assert cli(["report", "kept.jsonl", *flags], run) == 0
+    out = run / "d.html"
+    opened = ready(open_page(browser, out))
+    page = opened.page
+
+    assert page.locator("#shown").inner_text() == "3 of 3 shown"
+    page.select_option("#outcome", "rejected")
+    assert page.locator("#samples tbody tr").count() == 1
+    page.locator("#samples tbody tr").first.click()
+    detail = page.locator("dialog#detail").inner_text()
+    assert "Which command starts the dev server?" in detail
+    assert "rated 2" in detail
+    assert detail.count("scripted rating") == 3  # the three rationales
+    page.locator("dialog#detail form.close button").click()
+    page.select_option("#outcome", "")
+    page.fill("#search", "docs")
+    assert "Where are the <b>docs</b> served?" in page.locator("#samples tbody").inner_text()
+    assert opened.errors == []
+    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
+        page.fill("#search", "")
+        page.screenshot(path=str(DOCS / "dataset.png"), full_page=True)
+
+
+def test_the_comparison_page_renders_with_no_console_error(
+    browser: Browser, fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    run = evaluation_run(fake, tmp_path / "run")
+    out = tmp_path / "compare.html"
+    results = str(run / "results.jsonl")
+
+    assert cli(["compare", results, results, "--out", str(out)], tmp_path) == 0
+
+    opened = open_page(browser, out)
+    assert opened.page.locator("table.compare tbody tr").count() == 2
+    assert "faithfulness" in opened.page.locator("table.compare").inner_text()
+    assert opened.errors == []

@@ -78,15 +78,17 @@ def test_deepeval_context_list_is_used_when_there_is_no_retrieval_context() -> N
     assert second.contexts == ("Emma is a novel by Jane Austen, published in 1815.",)
 
 
-def test_generated_pairs_become_questions_with_reference_answers_and_no_answer() -> None:
+def test_generated_pairs_become_questions_with_reference_answers_and_contexts() -> None:
     loaded = load_samples(DATA / "generated.jsonl")
 
+    # the chunk a question came from is what retrieval should find, not what was retrieved
     assert loaded.samples[0] == Sample(
         id="pair-7",
         question="What port does uvicorn serve on by default?",
         answer=None,
         reference="8000",
-        contexts=("By default uvicorn serves on port 8000.",),
+        reference_contexts=("By default uvicorn serves on port 8000.",),
+        reference_context_ids=("docs/ports.md#0",),
     )
 
 

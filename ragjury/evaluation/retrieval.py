@@ -27,9 +27,11 @@ takes the whole list):
 * ``mrr``: 1 / the rank of the first relevant context, 0 when none is within ``k``;
 * ``recall``: reference contexts found / reference contexts;
 * ``precision``: relevant contexts / ``min(k, n)``;
-* ``ndcg``: binary-gain DCG (``sum rel_i / log2(i + 1)``) over the ideal DCG, with as many
-  relevant contexts at the top as there are reference contexts (or relevant contexts, if
-  smaller chunks made more; so it never exceeds 1).
+* ``ndcg``: binary-gain DCG (``sum rel_i / log2(i + 1)``) over the DCG of the best ranking:
+  the relevant contexts retrieved, then one context for each reference context never found,
+  all at the top. With ids this is the usual nDCG (one relevant context per reference
+  context); with other chunking it never exceeds 1, and a chunk holding two reference chunks
+  counts as one relevant context.
 """
 
 from __future__ import annotations
@@ -122,7 +124,10 @@ class RankedRetrieval:
         found = {i for c in top if not c.duplicate for i in c.found}
         first = self.first_relevant
         dcg = sum(1 / math.log2(rank + 1) for rank, rel in enumerate(relevant, 1) if rel)
-        ideal_count = min(k, max(len(self.references), sum(c.relevant for c in self.retrieved)))
+        # the best ranking: every relevant context the retriever returned, then one more for
+        # each reference context it never found
+        unfound = sum(r.rank is None for r in self.references)
+        ideal_count = min(k, sum(c.relevant for c in self.retrieved) + unfound)
         ideal = sum(1 / math.log2(rank + 1) for rank in range(1, ideal_count + 1))
         return {
             "hit": 1.0 if found else 0.0,

@@ -17,15 +17,16 @@ from conftest import read_jsonl, read_summary
 from evalfakes import context_relevance_reply, numbered_contexts, script_judges, statements_of
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 
-PARIS = {
+CONTEXTS = [
+    {"id": "d1", "text": "Bananas grow in warm climates."},
+    {"id": "d2", "text": "Paris is the capital of France."},
+    {"id": "d3", "text": "France is a country whose capital is Paris, on the Seine."},
+]
+PARIS: dict[str, Any] = {
     "id": "paris",
     "question": "What is the capital of France?",
     "answer": "Paris is the capital of France.",
-    "contexts": [
-        {"id": "d1", "text": "Bananas grow in warm climates."},
-        {"id": "d2", "text": "Paris is the capital of France."},
-        {"id": "d3", "text": "France is a country whose capital is Paris, on the Seine."},
-    ],
+    "contexts": CONTEXTS,
     "reference": "Paris",
 }
 
@@ -140,7 +141,7 @@ def test_contexts_longer_than_the_window_are_judged_in_groups_keeping_their_inde
     filler = " Unrelated words." * 20
     sample = {
         **PARIS,
-        "contexts": [c["text"] + filler for c in PARIS["contexts"]],  # type: ignore[attr-defined]  # list of dicts
+        "contexts": [c["text"] + filler for c in CONTEXTS],
     }
 
     code = run(

@@ -196,7 +196,7 @@ def test_retrieval_needs_no_llm_and_records_ranks_per_sample(
 ) -> None:
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAGJURY_BASE_URL", "RAGJURY_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "id": "second",
             "question": "q1",

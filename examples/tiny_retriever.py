@@ -23,7 +23,7 @@ TOP = 5
 _WORD = re.compile(r"[a-z0-9]+")
 _HEADING = re.compile(r"^(?=#{1,3} )", re.MULTILINE)
 _COMMON = frozenset(
-    "a an and are as at be by can do does for from how i in is it of on or the to what "
+    "a an and are as at be by can do does for from how i in is it of on or the to what "  # noqa: SIM905 - a word list reads best as one string
     "when which who why with you your".split()
 )
 

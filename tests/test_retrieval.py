@@ -279,3 +279,35 @@ def test_a_bad_k_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "every k must be >= 1" in capsys.readouterr().err
     assert evaluate_retrieval(tmp_path, [{"question": "q"}], "--k", "top5") == 2
     assert "--k expects comma-separated whole numbers" in capsys.readouterr().err
+
+
+ANTHROPIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "anthropic-docs"
+
+
+@pytest.mark.skipif(not ANTHROPIC.exists(), reason="the shared anthropic-docs data is not here")
+def test_the_anthropic_docs_evaluation_set_is_judged_by_chunk_ids(tmp_path: Path) -> None:
+    from ragjury.evaluation.inputs import load_samples
+
+    questions = load_samples(ANTHROPIC / "docs_evaluation_dataset.json").samples[:20]
+    chunks = json.loads((ANTHROPIC / "anthropic_docs.json").read_text(encoding="utf-8"))
+    assert all(s.reference_context_ids and s.reference for s in questions)
+
+    def words(text: str) -> set[str]:
+        return {w for w in text.lower().split() if len(w) > 3}
+
+    records, expected = [], []
+    for sample in questions:
+        ranked = sorted(chunks, key=lambda c: -len(words(sample.question) & words(c["text"])))[:5]
+        contexts = [{"id": c["chunk_link"], "text": c["text"]} for c in ranked]
+        records.append(
+            {"id": sample.id, "question": sample.question, "contexts": contexts, "answer": "-"}
+            | {"correct_chunks": list(sample.reference_context_ids)}
+        )
+        expected.append(any(c["id"] in sample.reference_context_ids for c in contexts))
+
+    assert evaluate_retrieval(tmp_path, records, "--k", "5") == 0
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metrics"]["retrieval"]["scored"] == 20
+    hit_rate = summary["metrics"]["retrieval"]["at_k"]["5"]["hit_rate"]
+    assert hit_rate == pytest.approx(sum(expected) / len(expected), abs=1e-4)

@@ -47,6 +47,10 @@ _EVALUATION_FLAGS = (
     "rubric_threshold",
     "similarity_threshold",
     "case_sensitive",
+    "context_relevance_threshold",
+    "context_precision_threshold",
+    "context_recall_threshold",
+    "answer_relevance_threshold",
 )
 _LLM_FLAGS = (
     "model",
@@ -237,8 +241,15 @@ def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
     judging.add_argument(
         "--metrics",
         help="comma-separated: faithfulness, correctness, rubric, keywords, similarity, "
-        "confidence (default: faithfulness, plus correctness where references exist, plus "
-        "keywords where keyword fields exist)",
+        "confidence, retrieval, context_relevance, context_precision, context_recall, "
+        "answer_relevance, or rag_triad (context_relevance, faithfulness, answer_relevance) "
+        "(default: faithfulness, plus correctness where references exist, plus keywords "
+        "where keyword fields exist, plus retrieval where reference contexts exist)",
+    )
+    judging.add_argument(
+        "--k",
+        help="comma-separated cut-offs of the retrieval figures (default 1,3,5,10); a k "
+        "larger than what was retrieved takes the whole list",
     )
     judging.add_argument("--verdict-batch", type=int, help="statements judged per call (default 8)")
     judging.add_argument(
@@ -252,6 +263,24 @@ def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
     judging.add_argument("--similarity-threshold", type=float, help="passing cosine (default 0.8)")
     judging.add_argument(
         "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
+    )
+    judging.add_argument(
+        "--context-relevance-threshold",
+        type=float,
+        help="passing share of relevant contexts (default 0.5)",
+    )
+    judging.add_argument(
+        "--context-precision-threshold",
+        type=float,
+        help="passing average precision (default 0.5)",
+    )
+    judging.add_argument(
+        "--context-recall-threshold",
+        type=float,
+        help="passing share of the reference's statements supported (default 0.8)",
+    )
+    judging.add_argument(
+        "--answer-relevance-threshold", type=int, help="passing score 1-5 (default 4)"
     )
 
 
@@ -467,6 +496,15 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     return result
 
 
+def _cutoffs(value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(k) for k in value.split(",") if k.strip())
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"--k expects comma-separated whole numbers, e.g. --k 1,3,5,10; got {value!r}"
+        ) from exc
+
+
 def _explain(exc: pydantic.ValidationError) -> str:
     parts = []
     for error in exc.errors():
@@ -502,6 +540,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         flags = {k: getattr(args, k, None) for k in _EVALUATION_FLAGS}
         if getattr(args, "metrics", None):
             flags["metrics"] = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+        if getattr(args, "k", None):
+            flags["k"] = _cutoffs(args.k)
         merged = {
             **settings.evaluate.model_dump(),
             **{k: v for k, v in flags.items() if v is not None},

@@ -18,7 +18,7 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
-from ragjury.schemas.evaluation import MetricName
+from ragjury.schemas.evaluation import MetricChoice
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -67,10 +67,6 @@ class GenerationOptions(BaseModel):
         return self
 
 
-MetricChoice = MetricName
-"""A metric's name: the evaluation pipeline registers each (``pipelines/evaluation.py``)."""
-
-
 class EvaluationOptions(BaseModel):
     """What shapes an answer-evaluation run (the ``[evaluate]`` table of ragjury.toml)."""
 
@@ -79,7 +75,8 @@ class EvaluationOptions(BaseModel):
     metrics: tuple[MetricChoice, ...] | None = Field(
         default=None,
         description="None: faithfulness, plus correctness where references exist, plus "
-        "keywords where keyword fields exist.",
+        "keywords where keyword fields exist, plus retrieval where reference contexts exist. "
+        "'rag_triad' stands for context_relevance, faithfulness and answer_relevance.",
     )
     verdict_batch: int = Field(default=8, ge=1, le=100)
     context_window_chars: int = Field(default=12000, ge=500)
@@ -88,6 +85,22 @@ class EvaluationOptions(BaseModel):
     rubric_threshold: int = Field(default=4, ge=1, le=5)
     similarity_threshold: float = Field(default=0.8, ge=-1.0, le=1.0)
     case_sensitive: bool = False
+    k: tuple[int, ...] = Field(
+        default=(1, 3, 5, 10),
+        min_length=1,
+        description="Cut-offs of the retrieval figures (hit rate, MRR, recall, precision, nDCG).",
+    )
+    context_relevance_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    context_precision_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    context_recall_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+    answer_relevance_threshold: int = Field(default=4, ge=1, le=5)
+
+    @field_validator("k")
+    @classmethod
+    def _cutoffs(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(k < 1 for k in value):
+            raise ValueError(f"every k must be >= 1, got {list(value)}; e.g. --k 1,3,5,10")
+        return tuple(sorted(set(value)))
 
 
 class Settings(BaseSettings):

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragjury.agents.context_judges import context_groups
 from ragjury.agents.critics import GroundednessCritique, RelevanceCritique, StandaloneCritique
 from ragjury.agents.verdict_judge import context_windows
 from ragjury.config import Settings
@@ -26,6 +27,8 @@ from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
+    AnswerRelevanceGrade,
+    ContextVerdicts,
     CorrectnessGrade,
     Document,
     DraftedPairs,
@@ -44,10 +47,14 @@ COMPLETION_GUESS = {
     "verdict": 60,
     "correctness": 90,
     "rubric": 220,
+    "context_verdict": 40,
+    "answer_relevance": 90,
 }
 """Assumed completion tokens: per drafted pair, per critique, per statement split, per
-statement judged, per correctness grade, per rubric (four criteria)."""
+statement judged, per correctness grade, per rubric (four criteria), per context judged, per
+answer relevance grade."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
+_ASSUMED_CONTEXT = "A retrieved passage of typical length. " * 25
 _SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
 _CRITICS = (
     ("groundedness_critic", "groundedness", GroundednessCritique),
@@ -183,33 +190,73 @@ def estimate_evaluation(
     ]
     if has_target:
         estimate.assumptions.append(
-            "samples without an answer get a three-sentence answer from --target"
+            "samples without an answer get a three-sentence answer from --target, with their "
+            "reference contexts as the retrieved ones (or three of 1,000 characters)"
+        )
+    if "context_recall" in metrics:
+        estimate.assumptions.append(
+            "context_recall: one statement per sentence of the reference answer"
         )
 
     def prompt(name: str) -> Prompt:
         return prompts.get(name) or Prompt.builtin(name)
 
-    for sample in samples:
-        answer = sample.answer or (_ASSUMED_TARGET_ANSWER if has_target else None)
-        if not answer:
-            continue  # every LLM metric of an unanswered sample is not_applicable
-        contexts = [c for c in sample.contexts if c.strip()]
-        if "faithfulness" in metrics and contexts:
-            statements = sentences(answer)
-            messages = prompt("splitter").render(question=sample.question, answer=answer)
-            completion = sum(estimate_tokens(s) for s in statements) + COMPLETION_GUESS[
-                "statement"
-            ] * len(statements)
-            estimate.stage("statement_splitter", model).add(
-                _prompt(messages, Statements), completion
+    def statements_judged(question: str, text: str, contexts: list[str]) -> None:
+        statements = sentences(text)
+        messages = prompt("splitter").render(question=question, answer=text)
+        completion = sum(estimate_tokens(s) for s in statements) + COMPLETION_GUESS[
+            "statement"
+        ] * len(statements)
+        estimate.stage("statement_splitter", model).add(_prompt(messages, Statements), completion)
+        for window in context_windows(contexts, options.context_window_chars):
+            for start in range(0, len(statements), options.verdict_batch):
+                batch = statements[start : start + options.verdict_batch]
+                messages = prompt("verdict").render(contexts=window, statements=batch)
+                estimate.stage("verdict_judge", model).add(
+                    _prompt(messages, Verdicts), COMPLETION_GUESS["verdict"] * len(batch)
+                )
+
+    def contexts_judged(name: str, question: str, contexts: list[str], **variables: Any) -> None:
+        budget = options.context_window_chars
+        for group in context_groups(contexts, budget):
+            messages = prompt(name).render(
+                question=sample.question,
+                contexts=[contexts[i][:budget] for i in group],
+                **variables,
             )
-            for window in context_windows(contexts, options.context_window_chars):
-                for start in range(0, len(statements), options.verdict_batch):
-                    batch = statements[start : start + options.verdict_batch]
-                    messages = prompt("verdict").render(contexts=window, statements=batch)
-                    estimate.stage("verdict_judge", model).add(
-                        _prompt(messages, Verdicts), COMPLETION_GUESS["verdict"] * len(batch)
-                    )
+            estimate.stage(f"{name}_judge", model).add(
+                _prompt(messages, ContextVerdicts), COMPLETION_GUESS["context_verdict"] * len(group)
+            )
+
+    for sample in samples:
+        answered = sample.answer is None and has_target
+        answer = _ASSUMED_TARGET_ANSWER if answered else sample.answer
+        contexts = [c for c in sample.contexts if c.strip()]
+        if answered and not contexts:
+            contexts = [c for c in sample.reference_contexts if c.strip()] or [_ASSUMED_CONTEXT] * 3
+        if "context_relevance" in metrics and contexts:
+            contexts_judged("context_relevance", sample.question, contexts)
+        precision_for = sample.reference or answer
+        if "context_precision" in metrics and contexts and precision_for:
+            against = "reference" if sample.reference else "answer"
+            contexts_judged(
+                "context_precision",
+                sample.question,
+                contexts,
+                answer=precision_for,
+                against=against,
+            )
+        if "context_recall" in metrics and contexts and sample.reference:
+            statements_judged(sample.question, sample.reference, contexts)
+        if not answer:
+            continue  # every other LLM metric of an unanswered sample is not_applicable
+        if "faithfulness" in metrics and contexts:
+            statements_judged(sample.question, answer, contexts)
+        if "answer_relevance" in metrics:
+            messages = prompt("answer_relevance").render(question=sample.question, answer=answer)
+            estimate.stage("answer_relevance_judge", model).add(
+                _prompt(messages, AnswerRelevanceGrade), COMPLETION_GUESS["answer_relevance"]
+            )
         if "correctness" in metrics and sample.reference:
             messages = prompt("correctness").render(
                 question=sample.question, answer=answer, reference=sample.reference

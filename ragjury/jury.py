@@ -40,7 +40,7 @@ from ragjury.logs import configure_if_unset
 from ragjury.pipelines.evaluation import choose_metrics
 from ragjury.prompts import Prompt
 from ragjury.results import EvaluationResult, is_result_event
-from ragjury.schemas import MetricName, Sample
+from ragjury.schemas import MetricChoice, Sample
 from ragjury.service import Service
 from ragjury.store import Store, open_store
 
@@ -116,7 +116,7 @@ class Jury:
         answer: str,
         contexts: Sequence[str] = (),
         reference: str | None = None,
-        metrics: Sequence[MetricName] | None = None,
+        metrics: Sequence[MetricChoice] | None = None,
         **expectations: Any,
     ) -> EvaluationResult:
         """Judge one answer. ``expectations`` takes must_contain, must_not_contain, ..."""
@@ -130,7 +130,7 @@ class Jury:
         return (await self.evaluate([sample], metrics=metrics))[0]
 
     async def evaluate(
-        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricChoice] | None = None
     ) -> list[EvaluationResult]:
         """Judge many samples (``Sample`` objects or dicts, ids optional) concurrently, in
         memory (no queue); results in input order."""
@@ -168,7 +168,7 @@ class Jury:
         return job.id
 
     async def submit_samples(
-        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricName] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricChoice] | None = None
     ) -> str:
         """Queue ``samples`` (``Sample`` objects or dicts, ids optional) for evaluation; the
         job id."""

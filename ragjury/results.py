@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ragjury.schemas import (
     DocumentJudged,
@@ -29,11 +29,17 @@ from ragjury.schemas import (
 )
 
 __all__ = [
+    "AnswerRelevanceResult",
     "ConfidenceResult",
+    "ContextPrecisionResult",
+    "ContextRecallResult",
+    "ContextRelevanceResult",
+    "ContextVerdictRecord",
     "CorrectnessResult",
     "EvaluationResult",
     "FaithfulnessResult",
     "KeywordsResult",
+    "RetrievalResult",
     "RubricGrade",
     "RubricResult",
     "SimilarityResult",
@@ -99,6 +105,56 @@ class ConfidenceResult(MetricResult):
     mean_token_probability: float | None = None
 
 
+class RetrievalResult(MetricResult):
+    """``score`` = the reciprocal rank of the first relevant context; ``at_k`` the figures
+    (hit, mrr, recall, precision, ndcg) at each k; ``references`` and ``retrieved`` the
+    ranks (see :mod:`ragjury.evaluation.retrieval`)."""
+
+    mrr: float | None = None
+    first_relevant_rank: int | None = None
+    at_k: dict[str, dict[str, float]] = Field(default_factory=dict)
+    references: tuple[dict[str, Any], ...] = ()
+    retrieved: tuple[dict[str, Any], ...] = ()
+
+
+class ContextVerdictRecord(BaseModel):
+    """One retrieved context's verdict: its index, its id when known, relevant or not, why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    id: str | None = None
+    relevant: bool
+    reason: str
+
+
+class ContextRelevanceResult(MetricResult):
+    """``score`` = relevant contexts / retrieved contexts."""
+
+    contexts: tuple[ContextVerdictRecord, ...] = ()
+
+
+class ContextPrecisionResult(MetricResult):
+    """``score`` = average precision of the useful contexts; ``against`` says whether they
+    were judged for the reference answer or the answer given."""
+
+    against: str | None = None
+    contexts: tuple[ContextVerdictRecord, ...] = ()
+
+
+class ContextRecallResult(MetricResult):
+    """``score`` = the reference answer's statements the contexts support / its statements."""
+
+    statements: tuple[StatementVerdict, ...] = ()
+
+
+class AnswerRelevanceResult(MetricResult):
+    """``score`` 1-5: does the answer address the question; a refusal is 1."""
+
+    reasoning: str | None = None
+    refusal: bool | None = None
+
+
 _TYPES: dict[str, type[MetricResult]] = {
     "faithfulness": FaithfulnessResult,
     "correctness": CorrectnessResult,
@@ -106,6 +162,11 @@ _TYPES: dict[str, type[MetricResult]] = {
     "keywords": KeywordsResult,
     "similarity": SimilarityResult,
     "confidence": ConfidenceResult,
+    "retrieval": RetrievalResult,
+    "context_relevance": ContextRelevanceResult,
+    "context_precision": ContextPrecisionResult,
+    "context_recall": ContextRecallResult,
+    "answer_relevance": AnswerRelevanceResult,
 }
 
 _R = TypeVar("_R", bound=MetricResult)
@@ -202,6 +263,26 @@ class EvaluationResult(Mapping[str, MetricResult]):
     @property
     def confidence(self) -> ConfidenceResult:
         return self._get("confidence", ConfidenceResult)
+
+    @property
+    def retrieval(self) -> RetrievalResult:
+        return self._get("retrieval", RetrievalResult)
+
+    @property
+    def context_relevance(self) -> ContextRelevanceResult:
+        return self._get("context_relevance", ContextRelevanceResult)
+
+    @property
+    def context_precision(self) -> ContextPrecisionResult:
+        return self._get("context_precision", ContextPrecisionResult)
+
+    @property
+    def context_recall(self) -> ContextRecallResult:
+        return self._get("context_recall", ContextRecallResult)
+
+    @property
+    def answer_relevance(self) -> AnswerRelevanceResult:
+        return self._get("answer_relevance", AnswerRelevanceResult)
 
     @property
     def passing(self) -> bool | None:

@@ -40,6 +40,18 @@ def document_answer(question: str) -> tuple[str, list[Document]]:
     return "documents", [Document(page_content=CONTEXT)]
 
 
+@dataclass
+class Node:
+    """Shaped like a LlamaIndex node: text and an id."""
+
+    text: str
+    node_id: str
+
+
+def node_answer(question: str) -> tuple[str, list[Node]]:
+    return "nodes", [Node(CONTEXT, "node-1"), Node("France is in Europe.", "node-2")]
+
+
 def failing_answer(question: str) -> TargetAnswer:
     raise RuntimeError("vector index is not loaded")
 

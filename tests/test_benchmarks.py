@@ -65,6 +65,21 @@ def test_statements_counts_calls_per_sample_for_both_approaches(tmp_path: Path) 
     assert all(row["ragjury"]["prompt_tokens"] > 0 for row in sizes.values())
 
 
+def test_retrieval_counts_calls_per_sample_for_both_approaches(tmp_path: Path) -> None:
+    result = run_benchmark("retrieval", tmp_path, "--samples=1")
+    sizes = {row["contexts"]: row for row in result["sizes"]}
+    assert set(sizes) == {3, 5, 10}
+    # counts: relevance 1 + precision 1 + answer relevance 1 + two splits + two verdict batches,
+    # against a call per context twice, 1 + 4 per split text twice, and answer relevance
+    assert {n: row["ragjury"]["calls"] for n, row in sizes.items()} == {3: 7, 5: 7, 10: 7}
+    assert {n: row["one_call_each"]["calls"] for n, row in sizes.items()} == {
+        3: 17,
+        5: 21,
+        10: 31,
+    }
+    assert all(row["ragjury"]["all_scored"] for row in sizes.values())
+
+
 def test_memory_reports_peak_rss_per_size(tmp_path: Path) -> None:
     result = run_benchmark("memory", tmp_path, "--multiples=1,2", "--doc-kb=1", "--latency-ms=0")
     rows = result["sizes"]

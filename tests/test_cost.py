@@ -404,6 +404,40 @@ def test_evaluate_dry_run_needs_no_endpoint_and_is_within_20_percent_of_a_real_r
     assert set(estimate["by_stage"]) == set(real["by_stage"])
 
 
+def test_evaluate_dry_run_covers_the_retrieval_metrics_call_for_call(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [
+        {
+            "id": f"s{n}",
+            "question": f"What does setting {n} default to?",
+            "answer": f"Setting {n} defaults to {n * 7}.",
+            "contexts": [f"Setting {n} defaults to {n * 7}.", "Unrelated text.", "More of it."],
+            "reference": f"Setting {n} defaults to {n * 7}. Setting {n} is read at start.",
+            "reference_contexts": [f"Setting {n} defaults to {n * 7}."],
+        }
+        for n in range(4)
+    ]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in records))
+    no_endpoint(monkeypatch)
+    extra = ["--metrics", "rag_triad,context_precision,context_recall,retrieval"]
+
+    assert evaluate(None, tmp_path, samples, *extra, "--dry-run") == 0
+
+    estimate = read_summary(tmp_path)
+    script_judges(fake)
+    assert evaluate(fake, tmp_path, samples, *extra) == 0
+    real = read_summary(tmp_path)
+    # per sample: relevance 1, precision 1, answer relevance 1, two splits, two verdict batches
+    assert real["llm_calls"] == 4 * 7
+    assert estimate["llm_calls"] == real["llm_calls"]
+    assert {s: f["llm_calls"] for s, f in estimate["by_stage"].items()} == {
+        s: f["llm_calls"] for s, f in real["by_stage"].items()
+    }
+    assert estimate["by_stage"]["context_relevance_judge"]["prompt_tokens"] > 0
+
+
 @pytest.mark.anyio
 async def test_a_jury_over_budget_says_how_many_samples_were_not_judged(
     fake: FakeOpenAI, tmp_path: Path

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragjury.errors import InputError
-from ragjury.evaluation.inputs import InvalidRecord, SampleSet, load_samples
+from ragjury.evaluation.inputs import InvalidRecord, SampleSet, load_samples, samples_from_records
 from ragjury.schemas.records import Sample
 
 DATA = Path(__file__).resolve().parent / "data" / "eval"
@@ -78,15 +78,17 @@ def test_deepeval_context_list_is_used_when_there_is_no_retrieval_context() -> N
     assert second.contexts == ("Emma is a novel by Jane Austen, published in 1815.",)
 
 
-def test_generated_pairs_become_questions_with_reference_answers_and_no_answer() -> None:
+def test_generated_pairs_become_questions_with_reference_answers_and_contexts() -> None:
     loaded = load_samples(DATA / "generated.jsonl")
 
+    # the chunk a question came from is what retrieval should find, not what was retrieved
     assert loaded.samples[0] == Sample(
         id="pair-7",
         question="What port does uvicorn serve on by default?",
         answer=None,
         reference="8000",
-        contexts=("By default uvicorn serves on port 8000.",),
+        reference_contexts=("By default uvicorn serves on port 8000.",),
+        reference_context_ids=("docs/ports.md#0",),
     )
 
 
@@ -277,3 +279,36 @@ def test_older_ragas_ground_truth_and_correct_answer_are_references(tmp_path: Pa
     loaded = load_samples(path)
 
     assert [s.reference for s in loaded.samples] == ["r1", "r2"]
+
+
+def test_contexts_with_ids_and_reference_ids_are_read_for_retrieval() -> None:
+    records = [
+        {
+            "question": "q",
+            "contexts": [{"id": "a", "text": "one"}, "two"],
+            "correct_chunks": ["a", "c"],
+        },
+        {
+            "user_input": "q",
+            "retrieved_contexts": ["one", "two"],
+            "retrieved_context_ids": ["a", "b"],
+            "reference_contexts": ["one"],
+            "reference_context_ids": "a",
+        },
+    ]
+
+    first, second = samples_from_records(records, stem="s").samples
+
+    assert (first.contexts, first.context_ids) == (("one", "two"), ("a", None))
+    assert first.reference_context_ids == ("a", "c")
+    assert second.context_ids == ("a", "b")
+    assert (second.reference_contexts, second.reference_context_ids) == (("one",), ("a",))
+
+
+def test_context_ids_that_do_not_match_the_contexts_are_an_invalid_record() -> None:
+    record = {"question": "q", "contexts": ["one", "two"], "context_ids": ["a"]}
+
+    loaded = samples_from_records([record], stem="s")
+
+    assert loaded.samples == []
+    assert "1 context ids for 2 contexts" in loaded.invalid[0].reason

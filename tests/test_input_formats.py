@@ -98,6 +98,8 @@ def test_parquet_without_pyarrow_says_which_extra_to_install(tmp_path: Path) -> 
 
 
 def test_llamaindex_rag_dataset_loads_queries_with_reference_answers_and_contexts() -> None:
+    """LlamaIndex's reference_contexts are the contexts that hold the answer: ground truth
+    for retrieval, not what a retriever returned."""
     loaded = load_samples(DATA / "rag_dataset.json")
 
     assert loaded.invalid == []
@@ -108,7 +110,8 @@ def test_llamaindex_rag_dataset_loads_queries_with_reference_answers_and_context
         None,
     )
     assert first.reference == "Tokyo"
-    assert first.contexts == ("Tokyo is the capital of Japan.", "Japan is in Asia.")
+    assert first.reference_contexts == ("Tokyo is the capital of Japan.", "Japan is in Asia.")
+    assert first.contexts == ()
 
 
 def test_a_hugging_face_dataset_saved_to_disk_loads() -> None:

@@ -151,6 +151,36 @@ async def test_http_target_reads_contexts_given_as_documents(service: RagService
 
 
 @pytest.mark.anyio
+async def test_http_target_keeps_the_ids_of_contexts_that_have_one(service: RagService) -> None:
+    service.respond = lambda request: Reply(
+        {
+            "answer": "ok",
+            "contexts": [
+                {"id": "doc-1", "text": "one"},
+                {"text": "two"},
+                {"chunk_id": 7, "text": "three"},
+            ],
+        }
+    )
+
+    async with HttpTarget(service.url) as target:
+        answer = await target.answer("Which?")
+
+    assert answer.contexts == ("one", "two", "three")
+    assert answer.context_ids == ("doc-1", None, "7")
+
+
+@pytest.mark.anyio
+async def test_http_target_gives_no_ids_for_plain_string_contexts(service: RagService) -> None:
+    service.respond = lambda request: Reply({"answer": "ok", "contexts": ["one", "two"]})
+
+    async with HttpTarget(service.url) as target:
+        answer = await target.answer("Which?")
+
+    assert answer.context_ids == ()
+
+
+@pytest.mark.anyio
 async def test_http_target_reads_a_single_string_context(service: RagService) -> None:
     service.respond = lambda request: Reply({"answer": "ok", "contexts": "only one"})
 
@@ -271,6 +301,16 @@ async def test_callable_target_reads_document_objects_as_contexts() -> None:
     answer = await target.answer("Capital?")
 
     assert answer.contexts == (eval_targets.CONTEXT,)
+
+
+@pytest.mark.anyio
+async def test_callable_target_reads_the_ids_of_node_objects() -> None:
+    target = CallableTarget.from_spec("eval_targets:node_answer")
+
+    answer = await target.answer("Capital?")
+
+    assert answer.contexts == (eval_targets.CONTEXT, "France is in Europe.")
+    assert answer.context_ids == ("node-1", "node-2")
 
 
 @pytest.mark.anyio

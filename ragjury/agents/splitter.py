@@ -1,7 +1,10 @@
-"""StatementSplitter: an answer becomes atomic, self-contained statements, once per sample.
+"""StatementSplitter: a text becomes atomic, self-contained statements, once per sample and
+metric: the answer for faithfulness, the reference answer for context_recall.
 
-Answers that cannot be checked for faithfulness (no answer, no contexts) and answers that
-state no fact (a refusal, "I don't know") end here as ``not_applicable``, with the reason.
+Texts that cannot be checked (no answer, no contexts for faithfulness; no reference for
+context_recall) and answers that state no fact (a refusal, "I don't know") end here as
+``not_applicable``, with the reason. A reference with no retrieved context to find it in scores
+0 for context_recall without a call.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from ragjury.prompts import Prompt
 from ragjury.schemas import (
     MetricResult,
     MetricScored,
+    Sample,
     SampleSubmitted,
+    StatementMetric,
     Statements,
     StatementsSplit,
 )
+
+_METRICS: tuple[StatementMetric, ...] = ("faithfulness", "context_recall")
 
 
 class StatementSplitter:
@@ -29,33 +36,59 @@ class StatementSplitter:
         self._llm, self._prompt = llm, prompt
 
     async def handle(self, event: SampleSubmitted) -> list[StatementsSplit | MetricScored]:
-        sample = event.sample
-        if "faithfulness" not in event.metrics:
-            return []
+        outputs: list[StatementsSplit | MetricScored] = []
+        for metric in _METRICS:
+            if metric in event.metrics:
+                outputs.append(await self._split(event.sample, metric))
+        return outputs
 
-        def verdict(result: MetricResult) -> list[StatementsSplit | MetricScored]:
-            return [MetricScored(sample_id=sample.id, metric="faithfulness", result=result)]
+    async def _split(
+        self, sample: Sample, metric: StatementMetric
+    ) -> StatementsSplit | MetricScored:
+        def verdict(result: MetricResult) -> MetricScored:
+            return MetricScored(sample_id=sample.id, metric=metric, result=result)
 
-        if not sample.answer or not sample.answer.strip():
-            return verdict(MetricResult.not_applicable("the sample has no answer to check"))
-        if not any(c.strip() for c in sample.contexts):
-            return verdict(
-                MetricResult.not_applicable("the sample has no retrieved contexts to check against")
-            )
-        messages = self._prompt.render(question=sample.question, answer=sample.answer)
+        has_contexts = any(c.strip() for c in sample.contexts)
+        if metric == "faithfulness":
+            text, what = sample.answer, "answer"
+            if not text or not text.strip():
+                return verdict(MetricResult.not_applicable("the sample has no answer to check"))
+            if not has_contexts:
+                return verdict(
+                    MetricResult.not_applicable(
+                        "the sample has no retrieved contexts to check against"
+                    )
+                )
+        else:
+            text, what = sample.reference, "reference answer"
+            if not text or not text.strip():
+                return verdict(MetricResult.not_applicable("the sample has no reference answer"))
+            if not has_contexts:
+                return verdict(
+                    MetricResult(
+                        outcome="scored",
+                        score=0.0,
+                        passing=False,
+                        reason="no contexts were retrieved, so none of the reference answer "
+                        "is supported by them",
+                        details={"statements": []},
+                    )
+                )
+        messages = self._prompt.render(question=sample.question, answer=text)
         try:
             split, stats = await self._llm.structured_call(Statements, messages, stage=self.role)
         except LLMError as exc:
             return verdict(MetricResult.failed(failure_from(self.role, exc), exc.attempts))
         if not split.statements:
             reason = (
-                "the answer makes no factual statement (for example a refusal or "
+                f"the {what} makes no factual statement (for example a refusal or "
                 "'I don't know'), so there is nothing to check"
             )
             result = MetricResult.not_applicable(reason, statements=[])
             return verdict(result.model_copy(update={"llm_calls": stats.requests}))
-        return [
-            StatementsSplit(
-                sample=sample, statements=tuple(split.statements), llm_calls=stats.requests
-            )
-        ]
+        return StatementsSplit(
+            sample=sample,
+            metric=metric,
+            statements=tuple(split.statements),
+            llm_calls=stats.requests,
+        )

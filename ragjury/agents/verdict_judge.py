@@ -2,7 +2,9 @@
 
 Contexts longer than the window budget are split into windows; a statement is supported if
 any window supports it, and only statements still unsupported are sent to the next window.
-Faithfulness = supported statements / all statements.
+Faithfulness = supported statements of the answer / its statements; context_recall = supported
+statements of the reference answer / its statements (what the reference needs that the
+retrieved contexts hold).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class VerdictJudge:
         self._llm, self._prompt, self._options = llm, prompt, options
 
     async def handle(self, event: StatementsSplit) -> list[MetricScored]:
-        sample, statements = event.sample, list(event.statements)
+        sample, statements, metric = event.sample, list(event.statements), event.metric
         verdicts: dict[int, StatementVerdict] = {}
         calls = event.llm_calls
         batch = self._options.verdict_batch
@@ -80,19 +82,28 @@ class VerdictJudge:
         except LLMError as exc:
             failure = failure_from(self.role, exc)
             result = MetricResult.failed(failure, calls + exc.attempts)
-            return [MetricScored(sample_id=sample.id, metric="faithfulness", result=result)]
+            return [MetricScored(sample_id=sample.id, metric=metric, result=result)]
         ordered = [verdicts[i] for i in range(len(statements))]
         supported = sum(v.supported for v in ordered)
         score = supported / len(ordered)
+        if metric == "faithfulness":
+            threshold = self._options.faithfulness_threshold
+            reason = f"{supported} of {len(ordered)} statements are supported by the contexts"
+        else:
+            threshold = self._options.context_recall_threshold
+            reason = (
+                f"{supported} of {len(ordered)} statements of the reference answer are "
+                "supported by the retrieved contexts"
+            )
         result = MetricResult(
             outcome="scored",
             score=score,
-            passing=score >= self._options.faithfulness_threshold,
-            reason=f"{supported} of {len(ordered)} statements are supported by the contexts",
+            passing=score >= threshold,
+            reason=reason,
             details={"statements": [v.model_dump() for v in ordered]},
             llm_calls=calls,
         )
-        return [MetricScored(sample_id=sample.id, metric="faithfulness", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=metric, result=result)]
 
     async def _judge(
         self, window: list[str], statements: list[str]

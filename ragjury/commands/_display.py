@@ -196,3 +196,19 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
             ),
         )
     return table
+
+
+def retrieval_table(summary: dict[str, Any]) -> Table | None:
+    """The retrieval figures at each k (means over the scored samples), if retrieval ran."""
+    at_k = (summary["metrics"].get("retrieval") or {}).get("at_k")
+    if not at_k:
+        return None
+    table = Table(title="retrieval at k", title_justify="left")
+    for column in ("k", "hit rate", "MRR", "recall", "precision", "nDCG"):
+        table.add_column(column, justify="right")
+    for k, f in at_k.items():
+        table.add_row(
+            k,
+            *(f"{f[name]:.3f}" for name in ("hit_rate", "mrr", "recall", "precision", "ndcg")),
+        )
+    return table

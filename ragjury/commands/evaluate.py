@@ -11,7 +11,12 @@ import anyio.to_thread
 import structlog
 from rich.console import Console
 
-from ragjury.commands._display import EvaluationProgressBar, cost_text, evaluation_table
+from ragjury.commands._display import (
+    EvaluationProgressBar,
+    cost_text,
+    evaluation_table,
+    retrieval_table,
+)
 from ragjury.commands._run import (
     RecordedRun,
     budget_stop,
@@ -140,9 +145,16 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             )
     if console.is_terminal:
         console.print(evaluation_table(summary))
+        at_k = retrieval_table(summary)
+        if at_k is not None:
+            console.print(at_k)
     else:
         parts = [
             f"{name} mean {m['mean']} pass {m['pass_rate']} (failed {m['failed']})"
+            + "".join(
+                f", hit@{k} {f['hit_rate']} mrr@{k} {f['mrr']}"
+                for k, f in (m.get("at_k") or {}).items()
+            )
             for name, m in summary["metrics"].items()
         ]
         console.print(

@@ -9,10 +9,13 @@ read as questions with reference answers. For each field the first name present 
 =============  ===============================================================
 question       ``question``, ``user_input`` (RAGAS), ``input`` (DeepEval), ``query``
 answer         ``answer``, ``response`` (RAGAS), ``actual_output`` (DeepEval)
-contexts       ``contexts``, ``retrieved_contexts``, ``retrieval_context``, ``context``,
-               ``reference_contexts`` (LlamaIndex)
+contexts       ``contexts``, ``retrieved_contexts``, ``retrieval_context``, ``context``
+               (strings, or objects with ``text``/``page_content`` and an ``id``)
+context_ids    ``context_ids``, ``retrieved_context_ids`` (RAGAS)
 reference      ``reference``, ``expected_output`` (DeepEval), ``ground_truth``,
                ``correct_answer``, ``reference_answer`` (LlamaIndex)
+reference_contexts     ``reference_contexts`` (RAGAS, LlamaIndex)
+reference_context_ids  ``reference_context_ids`` (RAGAS), ``correct_chunks``
 keywords       ``must_contain``, ``must_not_contain``, ``must_not_start_with``
 logprobs       ``answer_logprobs``
 =============  ===============================================================
@@ -21,8 +24,9 @@ In CSV a list field may be a JSON array, a Python or numpy list as pandas writes
 (``['a', 'b']``), or ``a|b`` text.
 
 A record with ``critiques``, or with both ``outcome`` and ``chunk_id``, was written by
-``ragjury generate``: its ``answer`` is the reference answer, its ``context`` the one context,
-and it has no answer yet (a ``--target`` can give one).
+``ragjury generate``: its ``answer`` is the reference answer, its ``context`` and ``chunk_id``
+the reference context the question came from, and it has no answer or retrieved contexts yet
+(a ``--target`` gives them).
 
 The file itself must be usable (it exists, has a known suffix and, for JSON, parses), or
 :class:`~ragjury.errors.InputError` is raised. Inside it nothing raises: a record that cannot
@@ -48,6 +52,7 @@ from pydantic import ValidationError
 
 from ragjury.errors import InputError
 from ragjury.evaluation.tables import arrow_rows, is_hf_dataset, parquet_rows
+from ragjury.evaluation.targets import context_id
 from ragjury.schemas.records import Sample
 from ragjury.text import clean_value
 
@@ -71,13 +76,10 @@ _FORMATS = {
 
 QUESTION_FIELDS = ("question", "user_input", "input", "query")
 ANSWER_FIELDS = ("answer", "response", "actual_output")
-CONTEXTS_FIELDS = (
-    "contexts",
-    "retrieved_contexts",
-    "retrieval_context",
-    "context",
-    "reference_contexts",
-)
+CONTEXTS_FIELDS = ("contexts", "retrieved_contexts", "retrieval_context", "context")
+CONTEXT_IDS_FIELDS = ("context_ids", "retrieved_context_ids")
+REFERENCE_CONTEXTS_FIELDS = ("reference_contexts",)
+REFERENCE_CONTEXT_IDS_FIELDS = ("reference_context_ids", "correct_chunks")
 REFERENCE_FIELDS = (
     "reference",
     "expected_output",
@@ -91,7 +93,10 @@ SAMPLE_FIELDS = (
     "question",
     "answer",
     "contexts",
+    "context_ids",
     "reference",
+    "reference_contexts",
+    "reference_context_ids",
     *KEYWORD_FIELDS,
     "answer_logprobs",
 )
@@ -373,18 +378,37 @@ class _SampleBuilder:
         generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
         if generated and not self.mapped:
             fields["reference"] = _text(record, ("answer",))
-            fields["contexts"] = _texts(record, ("context",), split=False)
+            fields["reference_contexts"] = _texts(record, ("context",), split=False)
+            fields["reference_context_ids"] = _ids(record, ("chunk_id",), split=False)
         else:
             fields["answer"] = _text(record, names("answer", ANSWER_FIELDS))
             contexts = names("contexts", CONTEXTS_FIELDS)
-            fields["contexts"] = _texts(record, contexts, split=self.from_csv)
+            fields["contexts"], ids = _contexts(record, contexts, split=self.from_csv)
+            listed = _ids(record, names("context_ids", CONTEXT_IDS_FIELDS), split=self.from_csv)
+            fields["context_ids"] = listed or ids
             fields["reference"] = _text(record, names("reference", REFERENCE_FIELDS))
+            fields["reference_contexts"] = _texts(
+                record,
+                names("reference_contexts", REFERENCE_CONTEXTS_FIELDS),
+                split=self.from_csv,
+            )
+            fields["reference_context_ids"] = _ids(
+                record,
+                names("reference_context_ids", REFERENCE_CONTEXT_IDS_FIELDS),
+                split=self.from_csv,
+            )
         for name in KEYWORD_FIELDS:
             source = names(name, (name,))
             fields[name] = _texts(record, source, split=self.from_csv, keywords=True)
         fields["answer_logprobs"] = _logprobs(
             record, names("answer_logprobs", ("answer_logprobs",))[0]
         )
+        ids, contexts = fields.get("context_ids", ()), fields.get("contexts", ())
+        if ids and len(ids) != len(contexts):
+            raise _Invalid(
+                f"the record has {len(ids)} context ids for {len(contexts)} contexts; give one "
+                "id per context, in the same order"
+            )
         try:
             return Sample(**fields)
         except ValidationError as exc:  # not expected: the fields above are already checked
@@ -465,6 +489,59 @@ def _texts(
     if keywords and not all(item.strip() for item in value):
         raise _Invalid(f"field {name!r} holds an empty keyword; remove it")
     return tuple(value)
+
+
+def _contexts(
+    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool
+) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    """The retrieved contexts, strings or objects with a ``text`` (or ``page_content``) and
+    an ``id``; their ids, ``()`` when none has one."""
+    picked = _pick(record, names)
+    if picked is None or not isinstance(picked[1], list | tuple):
+        return _texts(record, names, split=split), ()
+    name, value = picked
+    texts: list[str] = []
+    ids: list[str | None] = []
+    for index, item in enumerate(value):
+        if isinstance(item, dict):
+            text = next(
+                (item[k] for k in ("text", "page_content") if isinstance(item.get(k), str)), None
+            )
+            if text is None:
+                raise _Invalid(
+                    f"field {name!r} item {index} is an object without a 'text' string; give "
+                    'strings, or objects such as {"id": "doc-1", "text": "..."}'
+                )
+            texts.append(text)
+            ids.append(context_id(item))
+        elif isinstance(item, str):
+            texts.append(item)
+            ids.append(None)
+        else:
+            raise _Invalid(
+                f"field {name!r} item {index} is {_type_name(item)}; give strings, or objects "
+                "with a 'text' string and an 'id'"
+            )
+    return tuple(texts), tuple(ids) if any(i is not None for i in ids) else ()
+
+
+def _ids(record: Mapping[str, Any], names: tuple[str, ...], *, split: bool) -> tuple[str, ...]:
+    """A list of ids (strings or integers), or one id."""
+    picked = _pick(record, names)
+    if picked is None:
+        return ()
+    name, value = picked
+    if isinstance(value, str) and split:
+        value = _split_cell(value)
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(item, str | int) and not isinstance(item, bool) for item in value
+    ):
+        raise _Invalid(
+            f"field {name!r} is {_type_name(value)}; give a list of ids (strings), or one id"
+        )
+    return tuple(str(item) for item in value if str(item).strip())
 
 
 def _split_cell(cell: str) -> Any:

@@ -51,6 +51,32 @@ class MetricTally:
         }
 
 
+_RETRIEVAL_FIGURES = ("hit_rate", "mrr", "recall", "precision", "ndcg")
+
+
+@dataclass
+class RetrievalTally:
+    """The retrieval figures at each k, summed over the samples that were scored."""
+
+    samples: int = 0
+    sums: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, at_k: dict[str, dict[str, float]]) -> None:
+        self.samples += 1
+        for k, figures in at_k.items():
+            sums = self.sums.setdefault(k, dict.fromkeys(_RETRIEVAL_FIGURES, 0.0))
+            for name, value in figures.items():
+                sums["hit_rate" if name == "hit" else name] += value
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        """Per k (as text, in increasing order): the means of hit, mrr, recall, precision,
+        ndcg over the scored samples."""
+        return {
+            k: {name: round(total / self.samples, 4) for name, total in sums.items()}
+            for k, sums in sorted(self.sums.items(), key=lambda item: int(item[0]))
+        }
+
+
 @dataclass
 class SummaryTally:
     """Every metric's figures, and the keyword checks, tallied as samples are read."""
@@ -59,6 +85,7 @@ class SummaryTally:
     samples: int = 0
     tallies: dict[str, MetricTally] = field(default_factory=dict)
     keywords: KeywordTally = field(default_factory=KeywordTally)
+    retrieval: RetrievalTally = field(default_factory=RetrievalTally)
 
     def add(self, scored: SampleScored) -> None:
         self.samples += 1
@@ -70,6 +97,8 @@ class SummaryTally:
             if name == "keywords" and result.outcome == "scored":
                 checks = result.details["checks"]
                 self.keywords.add(KeywordCheck.model_validate(c) for c in checks)
+            if name == "retrieval" and result.outcome == "scored":
+                self.retrieval.add(result.details["at_k"])
 
     def metric_figures(self) -> dict[str, dict[str, Any]]:
         figures: dict[str, dict[str, Any]] = {
@@ -77,6 +106,8 @@ class SummaryTally:
         }
         if "keywords" in figures:
             figures["keywords"]["failure_rates"] = self.keywords.rates()
+        if "retrieval" in figures:
+            figures["retrieval"]["at_k"] = self.retrieval.figures()
         return figures
 
 

@@ -33,6 +33,7 @@ __all__ = [
 
 _SNIPPET = 200
 _CONTEXT_TEXT_FIELDS = ("text", "page_content")
+_CONTEXT_ID_FIELDS = ("id", "chunk_id", "node_id", "id_")
 
 
 class TargetError(RagjuryError):
@@ -41,11 +42,14 @@ class TargetError(RagjuryError):
 
 @dataclass(frozen=True)
 class TargetAnswer:
-    """What the RAG system answered, the contexts it retrieved, and token logprobs if known."""
+    """What the RAG system answered, the contexts it retrieved (best first), their ids where
+    it gave them (``()`` when it gave none; None for a context without one), and token
+    logprobs if known."""
 
     answer: str
     contexts: tuple[str, ...]
     logprobs: tuple[float, ...] | None = None
+    context_ids: tuple[str | None, ...] = ()
 
 
 @runtime_checkable
@@ -70,8 +74,10 @@ class HttpTarget:
     """POSTs ``{question_field: question}`` as JSON to ``url`` and reads the JSON reply.
 
     The reply must hold ``answer_field`` (a string) and ``contexts_field``: a list of strings,
-    a list of objects with a ``text`` or ``page_content`` field, or one string. An optional
-    ``logprobs`` list of numbers is kept. ``timeout`` (seconds) bounds each whole request.
+    a list of objects with a ``text`` or ``page_content`` field (and optionally an ``id``,
+    ``chunk_id`` or ``node_id``, which retrieval metrics match), or one string, best first.
+    An optional ``logprobs`` list of numbers is kept. ``timeout`` (seconds) bounds each
+    whole request.
     """
 
     def __init__(
@@ -133,14 +139,14 @@ class HttpTarget:
             )
         raw_contexts = self._field(reply, self.contexts_field, "--target-contexts-field")
         try:
-            contexts = _contexts_from(raw_contexts)
+            contexts, ids = _contexts_from(raw_contexts)
         except ValueError as exc:
             raise self._error(f"in the reply's {self.contexts_field!r} field, {exc}") from exc
         try:
             logprobs = _logprobs_from(reply.get("logprobs"))
         except ValueError as exc:
             raise self._error(f"in the reply, {exc}") from exc
-        return TargetAnswer(answer=answer, contexts=contexts, logprobs=logprobs)
+        return TargetAnswer(answer=answer, contexts=contexts, logprobs=logprobs, context_ids=ids)
 
     async def _post(self, payload: dict[str, str]) -> Any:
         try:
@@ -202,7 +208,8 @@ class CallableTarget:
     The function may return a :class:`TargetAnswer`, a mapping with ``answer`` and
     ``contexts`` (and optionally ``logprobs``) keys, or an ``(answer, contexts)`` tuple.
     Contexts may be strings or objects with a ``text`` or ``page_content`` attribute or key
-    (LangChain documents, LlamaIndex nodes). Sync functions run in a worker thread so they
+    (LangChain documents, LlamaIndex nodes), and an ``id``, ``chunk_id``, ``node_id`` or
+    ``id_`` that retrieval metrics match. Sync functions run in a worker thread so they
     never block the event loop; async functions are awaited.
     """
 
@@ -301,8 +308,21 @@ def _import_function(spec: str) -> TargetFunction:
 def _answer_from(result: Any) -> TargetAnswer:
     """Normalise what a target function returned; raises ValueError saying what it was."""
     if isinstance(result, TargetAnswer):
-        answer, contexts, logprobs = result.answer, result.contexts, result.logprobs
-    elif isinstance(result, Mapping):
+        if not isinstance(result.answer, str):
+            raise ValueError(f"an answer that is {_type_name(result.answer)}, not a string")
+        texts, ids = _contexts_from(result.contexts)
+        if result.context_ids and len(result.context_ids) != len(texts):
+            raise ValueError(
+                f"a TargetAnswer with {len(result.context_ids)} context_ids for "
+                f"{len(texts)} contexts (give one id per context, None where it has none)"
+            )
+        return TargetAnswer(
+            answer=result.answer,
+            contexts=texts,
+            logprobs=_logprobs_from(result.logprobs),
+            context_ids=result.context_ids or ids,
+        )
+    if isinstance(result, Mapping):
         missing = [key for key in ("answer", "contexts") if key not in result]
         if missing:
             raise ValueError(f"a mapping without {missing} (keys: {sorted(map(str, result))})")
@@ -313,18 +333,36 @@ def _answer_from(result: Any) -> TargetAnswer:
         raise ValueError(_type_name(result))
     if not isinstance(answer, str):
         raise ValueError(f"an answer that is {_type_name(answer)}, not a string")
+    texts, ids = _contexts_from(contexts)
     return TargetAnswer(
-        answer=answer, contexts=_contexts_from(contexts), logprobs=_logprobs_from(logprobs)
+        answer=answer, contexts=texts, logprobs=_logprobs_from(logprobs), context_ids=ids
     )
 
 
-def _contexts_from(value: Any) -> tuple[str, ...]:
-    """Contexts as strings; raises ValueError('contexts ... ') when they are not readable."""
+def _contexts_from(value: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    """Contexts as strings, and their ids (``()`` when none has one); raises
+    ValueError('contexts ... ') when they are not readable."""
     if isinstance(value, str):
-        return (value,)
+        return (value,), ()
     if not isinstance(value, list | tuple):
         raise ValueError(f"contexts are {_type_name(value)}; give a list of strings")
-    return tuple(_context_text(item, index) for index, item in enumerate(value))
+    texts = tuple(_context_text(item, index) for index, item in enumerate(value))
+    ids = tuple(context_id(item) for item in value)
+    return texts, ids if any(i is not None for i in ids) else ()
+
+
+def context_id(item: Any) -> str | None:
+    """A retrieved context's id: its ``id``, ``chunk_id``, ``node_id`` or ``id_`` (a string
+    or an integer), as an attribute or a key; None for a plain string or one without."""
+    if isinstance(item, str):
+        return None
+    for field in _CONTEXT_ID_FIELDS:
+        value = item.get(field) if isinstance(item, Mapping) else getattr(item, field, None)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
 
 
 def _context_text(item: Any, index: int) -> str:

@@ -18,9 +18,13 @@ import anyio
 from pydantic import BaseModel
 
 from ragjury.agents import (
+    AnswerRelevanceJudge,
     ConfidenceScorer,
+    ContextPrecisionJudge,
+    ContextRelevanceJudge,
     CorrectnessJudge,
     KeywordChecker,
+    RetrievalScorer,
     RubricJudge,
     SampleAggregator,
     SimilarityScorer,
@@ -34,7 +38,9 @@ from ragjury.llm import LLM
 from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
+    RAG_TRIAD,
     Failure,
+    MetricChoice,
     MetricName,
     MetricResult,
     Sample,
@@ -44,7 +50,15 @@ from ragjury.schemas import (
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import fingerprint, llm_fingerprint
 
-PROMPT_NAMES = ("splitter", "verdict", "correctness", "rubric")
+PROMPT_NAMES = (
+    "splitter",
+    "verdict",
+    "correctness",
+    "rubric",
+    "context_relevance",
+    "context_precision",
+    "answer_relevance",
+)
 
 
 @dataclass(frozen=True)
@@ -70,26 +84,33 @@ class Metric:
     needs_llm: bool
 
 
+def _statement_splitter(c: _Context) -> Step:
+    return Step(
+        StatementSplitter(c.llm, c.prompt("splitter")),
+        fingerprint(c.model, c.prompt("splitter").version),
+    )
+
+
+def _verdict_judge(c: _Context) -> Step:
+    return Step(
+        VerdictJudge(c.llm, c.prompt("verdict"), c.options),
+        fingerprint(
+            c.model,
+            c.prompt("verdict").version,
+            c.options.verdict_batch,
+            c.options.context_window_chars,
+            c.options.faithfulness_threshold,
+            c.options.context_recall_threshold,
+        ),
+    )
+
+
+# faithfulness judges the answer's statements, context_recall the reference's: the same two
+# agents serve both (a job builds each role once)
+_STATEMENT_AGENTS = {"statement_splitter": _statement_splitter, "verdict_judge": _verdict_judge}
+
 METRICS: dict[MetricName, Metric] = {
-    "faithfulness": Metric(
-        {
-            "statement_splitter": lambda c: Step(
-                StatementSplitter(c.llm, c.prompt("splitter")),
-                fingerprint(c.model, c.prompt("splitter").version),
-            ),
-            "verdict_judge": lambda c: Step(
-                VerdictJudge(c.llm, c.prompt("verdict"), c.options),
-                fingerprint(
-                    c.model,
-                    c.prompt("verdict").version,
-                    c.options.verdict_batch,
-                    c.options.context_window_chars,
-                    c.options.faithfulness_threshold,
-                ),
-            ),
-        },
-        needs_llm=True,
-    ),
+    "faithfulness": Metric(_STATEMENT_AGENTS, needs_llm=True),
     "correctness": Metric(
         {
             "correctness_judge": lambda c: Step(
@@ -125,20 +146,69 @@ METRICS: dict[MetricName, Metric] = {
         needs_llm=True,
     ),
     "confidence": Metric({"confidence_scorer": lambda c: Step(ConfidenceScorer())}, False),
+    "retrieval": Metric({"retrieval_scorer": lambda c: Step(RetrievalScorer(c.options))}, False),
+    "context_relevance": Metric(
+        {
+            "context_relevance_judge": lambda c: Step(
+                ContextRelevanceJudge(c.llm, c.prompt("context_relevance"), c.options),
+                fingerprint(
+                    c.model,
+                    c.prompt("context_relevance").version,
+                    c.options.context_window_chars,
+                    c.options.context_relevance_threshold,
+                ),
+            )
+        },
+        needs_llm=True,
+    ),
+    "context_precision": Metric(
+        {
+            "context_precision_judge": lambda c: Step(
+                ContextPrecisionJudge(c.llm, c.prompt("context_precision"), c.options),
+                fingerprint(
+                    c.model,
+                    c.prompt("context_precision").version,
+                    c.options.context_window_chars,
+                    c.options.context_precision_threshold,
+                ),
+            )
+        },
+        needs_llm=True,
+    ),
+    "context_recall": Metric(_STATEMENT_AGENTS, needs_llm=True),
+    "answer_relevance": Metric(
+        {
+            "answer_relevance_judge": lambda c: Step(
+                AnswerRelevanceJudge(c.llm, c.prompt("answer_relevance"), c.options),
+                fingerprint(
+                    c.model,
+                    c.prompt("answer_relevance").version,
+                    c.options.answer_relevance_threshold,
+                ),
+            )
+        },
+        needs_llm=True,
+    ),
 }
 
 
 def choose_metrics(
-    samples: Sequence[Sample], requested: Sequence[MetricName] | None
+    samples: Sequence[Sample], requested: Sequence[MetricChoice] | None
 ) -> tuple[MetricName, ...]:
-    """The metrics of a run: as requested, or faithfulness plus what the data allows."""
+    """The metrics of a run: as requested (``rag_triad`` standing for its three), or
+    faithfulness plus what the data allows."""
     if requested:
-        return tuple(dict.fromkeys(requested))
+        expanded: list[MetricName] = []
+        for name in requested:
+            expanded.extend(RAG_TRIAD if name == "rag_triad" else (name,))
+        return tuple(dict.fromkeys(expanded))
     chosen: list[MetricName] = ["faithfulness"]
     if any(s.reference for s in samples):
         chosen.append("correctness")
     if any(s.must_contain or s.must_not_contain or s.must_not_start_with for s in samples):
         chosen.append("keywords")
+    if any(s.reference_contexts or s.reference_context_ids for s in samples):
+        chosen.append("retrieval")
     return tuple(chosen)
 
 
@@ -162,7 +232,7 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
             entry["error"] = result.error.model_dump()
         metrics[name] = entry
     sample = scored.sample
-    return {
+    record: dict[str, Any] = {
         "id": sample.id,
         "question": sample.question,
         "answer": sample.answer,
@@ -172,6 +242,11 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
         "reason": scored.reason,
         "metrics": metrics,
     }
+    # what retrieval is judged by, where the sample has it (records without it stay as before)
+    for field in ("context_ids", "reference_contexts", "reference_context_ids"):
+        if getattr(sample, field):
+            record[field] = list(getattr(sample, field))
+    return record
 
 
 def all_failed(sample: Sample, metrics: Sequence[MetricName], error: Failure) -> SampleScored:
@@ -181,7 +256,7 @@ def all_failed(sample: Sample, metrics: Sequence[MetricName], error: Failure) ->
 class EvaluationPipeline(Steps):
     kind: ClassVar[JobKind] = "evaluate"
     roles: ClassVar[tuple[str, ...]] = (
-        *(role for metric in METRICS.values() for role in metric.agents),
+        *dict.fromkeys(role for metric in METRICS.values() for role in metric.agents),
         "sample_aggregator",
     )
     llm_roles: ClassVar[frozenset[str]] = frozenset(
@@ -237,10 +312,12 @@ class EvaluationPipeline(Steps):
                 except TargetError as exc:
                     error = Failure(stage="target", attempts=1, message=str(exc))
                     return [all_failed(sample, self.metrics, error)]
+            retrieved = not sample.contexts
             sample = sample.model_copy(
                 update={
                     "answer": reply.answer,
-                    "contexts": sample.contexts or reply.contexts,
+                    "contexts": reply.contexts if retrieved else sample.contexts,
+                    "context_ids": reply.context_ids if retrieved else sample.context_ids,
                     "answer_logprobs": reply.logprobs,
                 }
             )

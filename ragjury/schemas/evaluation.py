@@ -10,7 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 from ragjury.schemas.records import Failure, Sample
 
 MetricName = Literal[
-    "faithfulness", "correctness", "rubric", "keywords", "similarity", "confidence"
+    "faithfulness",
+    "correctness",
+    "rubric",
+    "keywords",
+    "similarity",
+    "confidence",
+    "retrieval",
+    "context_relevance",
+    "context_precision",
+    "context_recall",
+    "answer_relevance",
 ]
 METRICS: tuple[MetricName, ...] = (
     "faithfulness",
@@ -19,7 +29,17 @@ METRICS: tuple[MetricName, ...] = (
     "keywords",
     "similarity",
     "confidence",
+    "retrieval",
+    "context_relevance",
+    "context_precision",
+    "context_recall",
+    "answer_relevance",
 )
+MetricChoice = MetricName | Literal["rag_triad"]
+"""What ``--metrics`` takes: a metric, or ``rag_triad`` for the three of :data:`RAG_TRIAD`."""
+RAG_TRIAD: tuple[MetricName, ...] = ("context_relevance", "faithfulness", "answer_relevance")
+StatementMetric = Literal["faithfulness", "context_recall"]
+"""The metrics judged statement by statement: the answer's, or the reference's."""
 MetricOutcome = Literal["scored", "not_applicable", "failed"]
 
 
@@ -67,10 +87,12 @@ class SampleSubmitted(_Frozen):
 
 
 class StatementsSplit(_Frozen):
-    """The answer of a sample, split once into atomic statements (or why it could not be)."""
+    """The answer of a sample (for faithfulness) or its reference (for context_recall), split
+    once into atomic statements to judge against the contexts."""
 
     kind: Literal["statements_split"] = "statements_split"
     sample: Sample
+    metric: StatementMetric = "faithfulness"
     statements: tuple[str, ...] = ()
     llm_calls: int = 0
     error: Failure | None = None

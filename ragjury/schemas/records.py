@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Criterion = Literal["groundedness", "relevance", "standalone"]
 CRITERIA: tuple[Criterion, ...] = ("groundedness", "relevance", "standalone")
@@ -78,13 +78,33 @@ class Sample(Record):
     question: str
     answer: str | None = Field(default=None, description="None until a --target answers it.")
     contexts: tuple[str, ...] = ()
+    context_ids: tuple[str | None, ...] = Field(
+        default=(),
+        description="The retrieved contexts' ids, in the order of ``contexts`` (None where a "
+        "context has none); empty when none is known.",
+    )
     reference: str | None = None
+    reference_contexts: tuple[str, ...] = Field(
+        default=(), description="The contexts that hold the answer (ground truth for retrieval)."
+    )
+    reference_context_ids: tuple[str, ...] = Field(
+        default=(), description="The ids of the contexts that hold the answer."
+    )
     must_contain: tuple[str, ...] = ()
     must_not_contain: tuple[str, ...] = ()
     must_not_start_with: tuple[str, ...] = ()
     answer_logprobs: tuple[float, ...] | None = Field(
         default=None, description="Token log-probabilities of the answer, when known."
     )
+
+    @model_validator(mode="after")
+    def _ids_follow_contexts(self) -> Sample:
+        if self.context_ids and len(self.context_ids) != len(self.contexts):
+            raise ValueError(
+                f"context_ids has {len(self.context_ids)} ids for {len(self.contexts)} contexts; "
+                "give one id per context (null for a context without one), or none at all"
+            )
+        return self
 
 
 KeywordRule = Literal["must_contain", "must_not_contain", "must_not_start_with"]

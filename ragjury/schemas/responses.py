@@ -13,7 +13,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # A question that leans on the text it came from cannot be asked by a real user.
 _CONTEXT_REFERENCE = re.compile(
@@ -267,3 +274,52 @@ class RubricGrades(_Response):
     faithfulness: Grade
     helpfulness: Grade
     relevance: Grade
+
+
+class ContextVerdict(_Response):
+    """The judge's decision on one retrieved context."""
+
+    context_index: int = Field(ge=0, description="The number of the context judged.")
+    reason: NonEmpty = Field(description="Why the context is or is not relevant, in a sentence.")
+    relevant: bool
+
+
+class ContextVerdicts(_Response):
+    """One verdict for every context shown, keyed by its number."""
+
+    verdicts: list[ContextVerdict]
+
+    @field_validator("verdicts")
+    @classmethod
+    def _one_per_context(
+        cls, value: list[ContextVerdict], info: ValidationInfo
+    ) -> list[ContextVerdict]:
+        count = _context(info).get("count")
+        if isinstance(count, int):
+            indexes = sorted(v.context_index for v in value)
+            if indexes != list(range(count)):
+                raise ValueError(
+                    f"give exactly one verdict for each context 0..{count - 1}; "
+                    f"got verdicts for contexts {indexes}"
+                )
+        return sorted(value, key=lambda v: v.context_index)
+
+
+class AnswerRelevanceGrade(_Response):
+    """Whether the answer addresses the question (not whether it is true): reasoning, whether
+    it declines to answer, then an integer score from 1 to 5."""
+
+    reasoning: NonEmpty
+    refusal: bool = Field(
+        description="True when the answer declines, deflects or says it does not know."
+    )
+    score: int = Field(ge=1, le=5)
+
+    @model_validator(mode="after")
+    def _a_refusal_does_not_answer(self) -> AnswerRelevanceGrade:
+        if self.refusal and self.score != 1:
+            raise ValueError(
+                f"the answer is marked a refusal but scored {self.score}; a refusal does not "
+                "address the question, so score it 1 (or set refusal to false if it answers)"
+            )
+        return self

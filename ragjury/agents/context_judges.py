@@ -1,0 +1,209 @@
+"""LLM judges of the retrieval half: is each retrieved context relevant to the question
+(context_relevance), useful for the answer (context_precision), and does the answer address
+the question (answer_relevance).
+
+The contexts of a sample are judged together, one verdict per context keyed by its index (the
+count is validated and re-asked like the verdict judge's), so a sample costs one call; only
+contexts longer than ``--context-window-chars`` together are split over several calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ragjury.agents.base import failure_from
+from ragjury.config import EvaluationOptions
+from ragjury.errors import LLMError
+from ragjury.llm import LLM
+from ragjury.prompts import Prompt
+from ragjury.schemas import (
+    AnswerRelevanceGrade,
+    ContextVerdicts,
+    MetricName,
+    MetricResult,
+    MetricScored,
+    Sample,
+    SampleSubmitted,
+)
+
+
+def context_groups(contexts: Sequence[str], budget: int) -> list[list[int]]:
+    """Indexes of the non-blank contexts, grouped so each group's text fits ``budget``
+    characters (a context longer than the budget is shown cut to it, alone)."""
+    groups: list[list[int]] = []
+    size = 0
+    for index, context in enumerate(contexts):
+        if not context.strip():
+            continue
+        length = min(len(context), budget)
+        if groups and size + length <= budget:
+            groups[-1].append(index)
+            size += length
+        else:
+            groups.append([index])
+            size = length
+    return groups
+
+
+class _GaveUp(Exception):
+    """A call gave up: the metric's failed result, its calls so far counted."""
+
+    def __init__(self, result: MetricResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
+class _ContextJudge:
+    """Shared by the relevance and precision judges: one verdict per retrieved context."""
+
+    role: ClassVar[str]
+    metric: ClassVar[MetricName]
+    consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
+
+    def __init__(self, llm: LLM, prompt: Prompt, options: EvaluationOptions) -> None:
+        self._llm, self._prompt, self._options = llm, prompt, options
+
+    async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
+        if self.metric not in event.metrics:
+            return []
+        result = await self._result(event.sample)
+        return [MetricScored(sample_id=event.sample.id, metric=self.metric, result=result)]
+
+    async def _result(self, sample: Sample) -> MetricResult:
+        raise NotImplementedError
+
+    async def _verdicts(self, sample: Sample, **variables: Any) -> tuple[list[dict[str, Any]], int]:
+        """Each context's verdict (index, id, relevant, reason) and the calls made; raises
+        _GaveUp with the failed result when a call gives up."""
+        contexts, budget = sample.contexts, self._options.context_window_chars
+        verdicts = {
+            i: {"relevant": False, "reason": "the context is empty"}
+            for i, c in enumerate(contexts)
+            if not c.strip()
+        }
+        calls = 0
+        for group in context_groups(contexts, budget):
+            shown = [contexts[i][:budget] for i in group]
+            messages = self._prompt.render(question=sample.question, contexts=shown, **variables)
+            try:
+                output, stats = await self._llm.structured_call(
+                    ContextVerdicts, messages, stage=self.role, context={"count": len(group)}
+                )
+            except LLMError as exc:
+                failure = failure_from(self.role, exc)
+                raise _GaveUp(MetricResult.failed(failure, calls + exc.attempts)) from exc
+            calls += stats.requests
+            for verdict in output.verdicts:
+                verdicts[group[verdict.context_index]] = {
+                    "relevant": verdict.relevant,
+                    "reason": verdict.reason,
+                }
+        ids = sample.context_ids or (None,) * len(contexts)
+        return [{"index": i, "id": ids[i], **verdicts[i]} for i in range(len(contexts))], calls
+
+
+class ContextRelevanceJudge(_ContextJudge):
+    """Score = relevant contexts / retrieved contexts."""
+
+    role: ClassVar[str] = "context_relevance_judge"
+    metric: ClassVar[MetricName] = "context_relevance"
+
+    async def _result(self, sample: Sample) -> MetricResult:
+        if not sample.contexts:
+            return MetricResult.not_applicable("no contexts were retrieved to judge")
+        try:
+            verdicts, calls = await self._verdicts(sample)
+        except _GaveUp as gave_up:
+            return gave_up.result
+        relevant = sum(v["relevant"] for v in verdicts)
+        score = relevant / len(verdicts)
+        return MetricResult(
+            outcome="scored",
+            score=score,
+            passing=score >= self._options.context_relevance_threshold,
+            reason=f"{relevant} of {len(verdicts)} retrieved contexts are relevant to the question",
+            details={"contexts": verdicts},
+            llm_calls=calls,
+        )
+
+
+def average_precision(relevant: Sequence[bool]) -> float:
+    """Mean of the precision at the rank of each relevant item; 0 when none is relevant."""
+    hits, total = 0, 0.0
+    for rank, is_relevant in enumerate(relevant, start=1):
+        if is_relevant:
+            hits += 1
+            total += hits / rank
+    return total / hits if hits else 0.0
+
+
+class ContextPrecisionJudge(_ContextJudge):
+    """Score = average precision of the useful contexts over the ranked list, judged against
+    the reference answer (else the answer given): useful contexts ranked low cost more."""
+
+    role: ClassVar[str] = "context_precision_judge"
+    metric: ClassVar[MetricName] = "context_precision"
+
+    async def _result(self, sample: Sample) -> MetricResult:
+        if not sample.contexts:
+            return MetricResult.not_applicable("no contexts were retrieved to judge")
+        against, answer = (
+            ("reference", sample.reference) if sample.reference else ("answer", sample.answer)
+        )
+        if not answer or not answer.strip():
+            return MetricResult.not_applicable(
+                "the sample has neither a reference answer nor an answer to judge usefulness for"
+            )
+        try:
+            verdicts, calls = await self._verdicts(sample, answer=answer, against=against)
+        except _GaveUp as gave_up:
+            return gave_up.result
+        score = average_precision([v["relevant"] for v in verdicts])
+        useful = sum(v["relevant"] for v in verdicts)
+        return MetricResult(
+            outcome="scored",
+            score=score,
+            passing=score >= self._options.context_precision_threshold,
+            reason=f"{useful} of {len(verdicts)} retrieved contexts are useful for the "
+            f"{against}; average precision {score:.3f}",
+            details={"against": against, "contexts": verdicts},
+            llm_calls=calls,
+        )
+
+
+class AnswerRelevanceJudge:
+    """Does the answer address the question (not: is it true)? Reasoning, then 1-5; a refusal
+    is scored 1, as not answering."""
+
+    role: ClassVar[str] = "answer_relevance_judge"
+    consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
+
+    def __init__(self, llm: LLM, prompt: Prompt, options: EvaluationOptions) -> None:
+        self._llm, self._prompt, self._options = llm, prompt, options
+
+    async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
+        if "answer_relevance" not in event.metrics:
+            return []
+        sample = event.sample
+        result = await self._grade(sample)
+        return [MetricScored(sample_id=sample.id, metric="answer_relevance", result=result)]
+
+    async def _grade(self, sample: Sample) -> MetricResult:
+        if not sample.answer or not sample.answer.strip():
+            return MetricResult.not_applicable("the sample has no answer to grade")
+        messages = self._prompt.render(question=sample.question, answer=sample.answer)
+        try:
+            grade, stats = await self._llm.structured_call(
+                AnswerRelevanceGrade, messages, stage=self.role
+            )
+        except LLMError as exc:
+            return MetricResult.failed(failure_from(self.role, exc), exc.attempts)
+        return MetricResult(
+            outcome="scored",
+            score=grade.score,
+            passing=grade.score >= self._options.answer_relevance_threshold,
+            reason=grade.reasoning,
+            details={"reasoning": grade.reasoning, "refusal": grade.refusal},
+            llm_calls=stats.requests,
+        )

@@ -26,6 +26,7 @@ from ragjury.schemas import (
     Sample,
     SampleSubmitted,
 )
+from ragjury.schemas.responses import counted
 
 
 def context_groups(contexts: Sequence[str], budget: int) -> list[list[int]]:
@@ -88,7 +89,10 @@ class _ContextJudge:
             messages = self._prompt.render(question=sample.question, contexts=shown, **variables)
             try:
                 output, stats = await self._llm.structured_call(
-                    ContextVerdicts, messages, stage=self.role, context={"count": len(group)}
+                    counted(ContextVerdicts, "verdicts", len(group)),
+                    messages,
+                    stage=self.role,
+                    context={"count": len(group)},
                 )
             except LLMError as exc:
                 failure = failure_from(self.role, exc)

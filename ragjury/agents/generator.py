@@ -11,6 +11,7 @@ from ragjury.errors import LLMError
 from ragjury.llm import LLM
 from ragjury.prompts import Prompt
 from ragjury.schemas import ChunkFailed, ChunkReady, DraftedPairs, QAPair, QuestionsDrafted
+from ragjury.schemas.responses import counted
 
 
 class Generator:
@@ -30,7 +31,10 @@ class Generator:
         )
         try:
             drafted = await self._llm.structured(
-                DraftedPairs, messages, stage=self.role, context={"questions_per_chunk": wanted}
+                counted(DraftedPairs, "pairs", wanted),
+                messages,
+                stage=self.role,
+                context={"questions_per_chunk": wanted},
             )
         except LLMError as exc:
             return [ChunkFailed(chunk=chunk, error=failure_from(self.role, exc))]

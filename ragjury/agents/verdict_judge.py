@@ -26,6 +26,7 @@ from ragjury.schemas import (
     Verdict,
     Verdicts,
 )
+from ragjury.schemas.responses import counted
 
 
 def context_windows(contexts: Sequence[str], budget: int) -> list[list[str]]:
@@ -110,7 +111,7 @@ class VerdictJudge:
     ) -> tuple[dict[int, StatementVerdict], int]:
         messages = self._prompt.render(contexts=window, statements=statements)
         output, stats = await self._llm.structured_call(
-            Verdicts,
+            counted(Verdicts, "verdicts", len(statements)),
             messages,
             stage=self.role,
             context={"count": len(statements), "contexts": window},

@@ -7,11 +7,12 @@ so every rule here is also an instruction the model gets a second chance to foll
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -99,6 +100,9 @@ def _integer_enums(schema: Any) -> Any:
 class _Response(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    item_counts: ClassVar[Mapping[str, int]] = {}
+    """List fields whose length the schema states (see :func:`counted`)."""
+
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The schema, built once per class: instructor asks for it on every call, and
@@ -106,8 +110,28 @@ class _Response(BaseModel):
         if args or kwargs:
             return super().model_json_schema(*args, **kwargs)
         if cls not in _schemas:
-            _schemas[cls] = super().model_json_schema()
+            schema = super().model_json_schema()
+            for name, count in cls.item_counts.items():
+                schema["properties"][name].update(minItems=count, maxItems=count)
+            _schemas[cls] = schema
         return copy.deepcopy(_schemas[cls])
+
+
+R = TypeVar("R", bound=_Response)
+
+
+@functools.cache
+def counted(model: type[R], field: str, count: int) -> type[R]:
+    """``model`` whose JSON schema says that ``field`` holds exactly ``count`` items
+    (``minItems``/``maxItems``): a model reads the count from the schema, and a local model's
+    grammar lets it write no other. Validation is ``model``'s own, with its messages."""
+    namespace = {
+        "__module__": model.__module__,
+        "__doc__": model.__doc__,
+        "__annotations__": {"item_counts": ClassVar[Mapping[str, int]]},
+        "item_counts": {**model.item_counts, field: count},
+    }
+    return type(model.__name__, (model,), namespace)
 
 
 class DraftedPair(_Response):

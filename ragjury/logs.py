@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from ragjury.urls import redact_text
+
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 
@@ -27,6 +29,7 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),
@@ -34,6 +37,17 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
         cache_logger_on_first_use=False,
     )
     quiet_dependencies()
+
+
+def _redact_secrets(
+    _logger: object, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """No password of a URL, nor a secret query parameter, in any logged text (exceptions
+    from the HTTP stack quote the URL they failed on)."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = redact_text(value)
+    return event
 
 
 def _stderr_logger(*args: object) -> structlog.PrintLogger:

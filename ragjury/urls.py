@@ -6,6 +6,19 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 _QUERY_SECRET = re.compile(r"(?i)\b(password|passwd|pwd|api[_-]?key|token|secret)=[^&#]*")
+_QUERY_SECRET_IN_TEXT = re.compile(
+    r"(?i)\b(password|passwd|pwd|api[_-]?key|access_token|token|secret)=[^&#\s'\"]*"
+)
+_URL_PASSWORD_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@'\"]*):[^\s@/'\"]*@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (an error message, a log line) with the password of every URL in it and any
+    secret query parameter replaced by ``***``."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _URL_PASSWORD_IN_TEXT.sub(r"\1:***@", text)
+    return _QUERY_SECRET_IN_TEXT.sub(r"\1=***", text)
 
 
 def redacted(url: str) -> str:

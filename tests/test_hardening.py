@@ -126,9 +126,13 @@ def test_a_password_in_the_base_url_is_never_stored_or_printed(
     url = fake.base_url.replace("http://", "http://alice:hunter2@")
     samples = samples_file(tmp_path, [SAMPLE])
     args = ["evaluate", str(samples), "--out", str(tmp_path / "r.jsonl")]
+    args += ["--log-level", "debug"]  # every request and message logged: none with the secret
     assert (
         main([*args, "--db", str(tmp_path / "run.db"), "--base-url", url, "--api-key", "sk-x"]) == 0
     )
+    printed = capsys.readouterr()
+    assert "llm_request" in printed.err
+    assert "hunter2" not in printed.err + printed.out
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("run.db*"))
     assert b"hunter2" not in stored
     assert b"sk-x" not in stored
@@ -142,6 +146,27 @@ def test_a_password_in_the_base_url_is_never_stored_or_printed(
     err = capsys.readouterr().err
     assert "alice:***@" in err
     assert "hunter2" not in err
+
+
+def test_secrets_in_urls_are_redacted_from_any_text_ragjury_logs_or_stores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import structlog
+
+    from ragjury.logs import configure_logging
+    from ragjury.urls import redact_text
+
+    configure_logging("info", json=True)
+    structlog.get_logger("ragjury.test").warning("llm_retry", error="at http://bob:pa55@h/v1")
+    logged = capsys.readouterr().err
+    assert "bob:***@h/v1" in logged
+    assert "pa55" not in logged
+
+    line = "ConnectError: http://bob:pa55@10.0.0.1:8000/v1 refused (https://h/x?api_key=k1&a=2)"
+    assert redact_text(line) == (
+        "ConnectError: http://bob:***@10.0.0.1:8000/v1 refused (https://h/x?api_key=***&a=2)"
+    )
+    assert redact_text("postgresql://u@db/x and no secret") == "postgresql://u@db/x and no secret"
 
 
 # -- exit codes -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ragjury.errors import LLMError, LLMTransportError
 from ragjury.schemas import Failure
+from ragjury.urls import redact_text
 
 
 class Agent(Protocol):
@@ -31,6 +32,6 @@ def failure_from(stage: str, exc: LLMError) -> Failure:
         stage=stage,
         attempts=exc.attempts,
         last_raw_output=exc.last_raw_output,
-        message=exc.message,
+        message=redact_text(exc.message),
         transient=isinstance(exc, LLMTransportError) and not exc.permanent,
     )

@@ -35,6 +35,9 @@ class FakeEndpoint:
         rate_500: float = 0.0,
         retry_after: float = 1.0,
         seed: int | None = 5,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        window: float = 60.0,
     ) -> None:
         self._argv = [
             sys.executable,
@@ -45,6 +48,9 @@ class FakeEndpoint:
             f"--rate-500={rate_500}",
             f"--retry-after={retry_after}",
             *([f"--seed={seed}"] if seed is not None else []),
+            *([f"--rpm={rpm}"] if rpm is not None else []),
+            *([f"--tpm={tpm}"] if tpm is not None else []),
+            f"--window={window}",
         ]
         self._process: subprocess.Popen[str] | None = None
         self.base_url = ""
@@ -80,6 +86,10 @@ class FakeEndpoint:
         """The server's counters: requests, statuses, tokens, delay slept, in-flight peak."""
         data: dict[str, Any] = json.loads(self._command("stats"))
         return data
+
+    def outage(self, seconds: float) -> None:
+        """Answer every chat request 503 for the next ``seconds``."""
+        self._command(f"outage {seconds}")
 
     def _command(self, command: str) -> str:
         assert self._process is not None

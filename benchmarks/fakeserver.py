@@ -16,8 +16,8 @@ It prints its base URL on the first line of stdout, then reads commands from std
 line: ``stats`` (one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes
 the counters), ``outage SECONDS`` (answers 503 for that long); end of input stops it. With
 ``--rpm`` / ``--tpm`` it enforces a provider's rate limits (token buckets, a 429 with
-``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer). Running in its own process keeps its CPU and its GIL
-apart from the client's.
+``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer).
+Running in its own process keeps its CPU and its GIL apart from the client's.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The version is SQLite's ``user_version``. 0 and 1 are the databases of ragjury 0.1 (queued
 jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bus
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
-running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``). A newer ragjury upgrades an older file on open; an older ragjury refuses
-a newer file with a message saying so.
+running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``). A newer
+ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
+saying so.
 """
 
 from __future__ import annotations

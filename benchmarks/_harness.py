@@ -109,8 +109,9 @@ class FakeEndpoint:
 
 def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
     """What the server counted between two ``stats()`` calls (in-flight peak: the later one)."""
-    out = {k: v - before.get(k, 0) for k, v in after.items() if k != "in_flight_max"}
-    out["in_flight_max"] = after.get("in_flight_max", 0)
+    kept = ("in_flight_max", "ok_seconds")
+    out = {k: v - before.get(k, 0) for k, v in after.items() if k not in kept}
+    out.update({k: after.get(k, 0) for k in kept})
     return out
 
 

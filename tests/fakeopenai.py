@@ -615,6 +615,7 @@ class FakeOpenAI:
         self._delay_total = 0.0
         self._buckets: dict[str, _Bucket] = {}
         self._down_until = 0.0
+        self._first_ok = self._last_ok = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -718,13 +719,15 @@ class FakeOpenAI:
         answers, ``delay_seconds`` (the latency slept, summed over requests) and
         ``in_flight_max``; the 429s by cause: ``limit_429`` (a budget was spent),
         ``random_429`` (``rate_429``), ``overload_429`` (``max_in_flight``); and
-        ``outage_requests``, the chat requests that arrived during an :meth:`outage`.
+        ``outage_requests``, the chat requests that arrived during an :meth:`outage`;
+        ``ok_seconds``, from the first successful chat request's arrival to the last's answer.
         """
         with self._lock:
             return {
                 **dict(sorted(self._counted.items())),
                 "delay_seconds": round(self._delay_total, 6),
                 "in_flight_max": self.in_flight_max,
+                "ok_seconds": round(self._last_ok - self._first_ok, 3),
             }
 
     def reset(self) -> None:
@@ -739,6 +742,7 @@ class FakeOpenAI:
             self.errors.clear()
             self._counted.clear()
             self._delay_total = 0.0
+            self._first_ok = self._last_ok = 0.0
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -871,6 +875,9 @@ class FakeOpenAI:
             if chat_request:
                 self._counted["chat_requests"] += 1
                 self._counted[f"status_{reply.status}"] += 1
+                if reply.status == 200:  # when the answers were sent, for rate figures
+                    self._first_ok = self._first_ok or request.received_at
+                    self._last_ok = max(self._last_ok, request.received_at + delay)
             self._delay_total += delay
         if chat_request and reply.status == 200:
             reply = self._with_limits(reply, time.monotonic(), completion_tokens)

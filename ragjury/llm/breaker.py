@@ -2,13 +2,17 @@
 request, new requests wait instead of each spending its own retries.
 
 * **closed** (the normal state): requests go. ``trip_after`` failures in a row that say the
-  endpoint is down (connection refused, timeout, 5xx), with no answer between them, open it,
-  but only once the endpoint has answered at least once: an endpoint never reached is a
-  configuration error, which the client reports as such.
+  endpoint is down (connection refused, timeout, 5xx) open it, but only once the endpoint
+  has answered at least once: an endpoint never reached is a configuration error, which the
+  client reports as such. "In a row" is in the order the requests were sent: an answer to a
+  request sent before the first of the failures (it was in flight when the endpoint went
+  down) does not break the row.
 * **open**: every request waits in :meth:`CircuitBreaker.admit`. After a backoff (``base``,
-  doubling up to ``cap``) the request that has waited longest goes alone as a probe.
+  doubling up to ``cap``, at most :data:`PROBE_EVERY` seconds, so that an endpoint that
+  comes back is found soon) the request that has waited longest goes alone as a probe.
 * A probe that is answered (any answer, a 429 or a 4xx too: the endpoint is up) closes it
   and wakes every waiting request; a probe that fails opens it again with the next backoff.
+  Only a probe closes it: answers to requests sent before it opened say nothing of now.
 
 Waiting here costs a request none of its transport retries; only a probe that fails is one
 of its probing request's attempts, and probes go to the waiting requests in turn. The
@@ -28,6 +32,9 @@ import structlog
 from ragjury.llm.ratelimit import Clock
 
 log = structlog.get_logger("ragjury.llm")
+
+PROBE_EVERY = 5.0
+"""The longest wait between two probes, seconds."""
 
 Health = Literal["answered", "down", "unknown"]
 """What one request said about the endpoint: it answered (with anything), it looked down
@@ -49,6 +56,7 @@ class CircuitBreaker:
         self.trip_after, self.base, self.cap = trip_after, base, cap
         self._clock, self._name = clock, name
         self._failures = 0
+        self._row_began = 0.0  # when the first request of the current row of failures was sent
         self._answered = False
         self._open = False
         self._probe_out = False
@@ -87,16 +95,23 @@ class CircuitBreaker:
             self._waiting.remove(me)
             self._wake()  # the next in line may be the probe now
 
-    def record(self, health: Health, *, probe: bool) -> None:
-        """What one request (``probe``: the probe) found."""
+    def record(self, health: Health, *, probe: bool, sent_at: float) -> None:
+        """What one request (``probe``: the probe), sent at ``sent_at`` on the breaker's
+        clock, found."""
         if probe:
             self._probe_out = False
         if health == "answered":
             self._answered = True
-            self._failures = 0
-            if self._open:
+            if self._failures and sent_at < self._row_began and not probe:
+                pass  # in flight before the failures began: it does not break the row
+            else:
+                self._failures = 0
+            if self._open and probe:
                 self._close()
         elif health == "down":
+            if self._failures == 0:
+                self._row_began = sent_at
+            self._row_began = min(self._row_began, sent_at)
             self._failures += 1
             if probe:
                 self._probes_failed += 1
@@ -106,7 +121,7 @@ class CircuitBreaker:
         self._wake()
 
     def _backoff(self) -> float:
-        return min(self.cap, self.base * 2.0**self._probes_failed)
+        return min(self.cap, PROBE_EVERY, self.base * 2.0**self._probes_failed)
 
     def _trip(self) -> None:
         self._open = True

@@ -341,13 +341,18 @@ class LLM:
         usage.model = stats.model
         retries = self.settings.max_transport_retries
         for attempt in range(retries + 1):
-            probe = await self.breaker.admit()
             health: Health = "unknown"
-            try:
-                permit = await self.limiter.acquire(estimate)
-            except BaseException:
-                self.breaker.record(health, probe=probe)
-                raise
+            while True:
+                probe = await self.breaker.admit()
+                try:
+                    permit = await self.limiter.acquire(estimate)
+                except BaseException:
+                    self.breaker.record(health, probe=probe, sent_at=time.monotonic())
+                    raise
+                if probe or not self.breaker.is_open:
+                    break
+                # the endpoint went down while this request waited for room: not sent
+                self.limiter.release(permit, "failed")
             outcome: Outcome = "failed"
             pause: float | None = None
             used = 0
@@ -384,7 +389,7 @@ class LLM:
                 elapsed = time.monotonic() - started
                 stats.latency_seconds += elapsed
                 usage.latency_seconds += elapsed
-                self.breaker.record(health, probe=probe)
+                self.breaker.record(health, probe=probe, sent_at=started)
                 cut = self.limiter.release(
                     permit, outcome, retry_after=pause, tokens_used=used, headers=box.headers
                 )

@@ -31,8 +31,10 @@ trip. Which 429s are load:
   half of what it was and at most :data:`NOISE_CEILING`, halving did not help, so the limit
   goes back up and that share is the noise; after that a 429 cuts only when the share of
   429s in the last 100 answers rises above twice the noise plus two points. If the share
-  fell, the 429s were load: the cut stays and AIMD goes on. A trial whose share passes
-  :data:`NOISE_CEILING` ends at once as load.
+  fell, the 429s were load: the cut stays and AIMD goes on. The limit does not grow during a
+  trial, and a trial whose share passes :data:`CLEARLY_LOAD` (over at least 20 answers)
+  ends at once as load. Until a run has 50
+  answers its share is counted over 50, so that its first few cannot decide.
 
 The clock and sleep are injectable, so tests drive time by hand.
 """
@@ -62,7 +64,10 @@ HEADROOM = 0.97
 NOISE_CEILING = 0.15
 """A share of 429s above this is never noise."""
 _RECENT = 100
-_TRIAL_MIN = 50
+_TRIAL_MIN = 100
+_CLEARLY_LOAD_AFTER = 20  # answers in a trial before its share alone can end it as load
+CLEARLY_LOAD = 0.2
+"""A trial whose share of 429s passes this (after 20 answers) ends at once as load."""
 
 log = structlog.get_logger("ragjury.llm")
 
@@ -137,6 +142,7 @@ class AdaptiveLimiter:
         self._refund = {"requests": 0.0, "tokens": 0.0}
         self._recent: deque[bool] = deque(maxlen=_RECENT)
         self._trial: _Trial | None = None
+        self._before_cuts: int | None = None  # the limit before the cuts since load was last seen
         self.noise: float | None = None
         """The share of 429s found to be noise (see the module docstring), once known."""
         self.lowest_limit = cap
@@ -238,7 +244,7 @@ class AdaptiveLimiter:
         cut = False
         if outcome == "ok":
             self._count(permit, throttled=False)
-            if self._limit < self.cap:
+            if self._limit < self.cap and self._trial is None:  # a trial holds the limit
                 self._successes += 1
                 if self._successes >= self._limit:
                     self._limit += 1
@@ -275,7 +281,9 @@ class AdaptiveLimiter:
                 self._seen[kind] = _Seen(permit.seq, window.remaining, permit.marks[index])
 
     def _share(self) -> float:
-        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+        """The share of 429s in the last answers; until there are :data:`_TRIAL_MIN` of
+        them, over that many (the first answers of a run are too few to tell)."""
+        return sum(self._recent) / max(len(self._recent), _TRIAL_MIN)
 
     def _count(self, permit: Permit, *, throttled: bool) -> None:
         """One answer, into the recent share of 429s and the trial running, if any."""
@@ -288,11 +296,13 @@ class AdaptiveLimiter:
         if trial.answers >= max(2 * self._limit, _TRIAL_MIN):
             self._trial = None
             share = trial.throttled / trial.answers
-            if 0 < share <= NOISE_CEILING and share >= trial.share_before / 2:
+            if trial.throttled >= 2 and trial.share_before / 3 <= share <= NOISE_CEILING:
                 self.noise = share
-                self._limit = max(self._limit, trial.limit_before)
+                self._limit = max(self._limit, trial.limit_before, self._before_cuts or 0)
                 self._successes = 0
                 log.info("llm_429s_are_noise", share=round(share, 3), limit=self._limit)
+            else:
+                self._before_cuts = None  # the cuts helped: where they began was too high
 
     def _throttled_without_headers(self, permit: Permit) -> bool:
         """Whether a 429 with no rate-limit headers cuts the limit (the rule above)."""
@@ -300,9 +310,9 @@ class AdaptiveLimiter:
         share = self._share()
         trial = self._trial
         if trial is not None:
-            if trial.answers < 10 or trial.throttled / trial.answers <= NOISE_CEILING:
-                self.throttled_noise += 1  # measuring: not yet known
-                return False
+            share_now = trial.throttled / max(trial.answers, 1)
+            if trial.answers < _CLEARLY_LOAD_AFTER or share_now <= CLEARLY_LOAD:
+                return False  # measuring: not yet known
             self._trial = None  # clearly load: cut again below
         elif self.noise is not None and share <= min(2 * self.noise + 0.02, NOISE_CEILING):
             self.throttled_noise += 1
@@ -310,6 +320,8 @@ class AdaptiveLimiter:
         if permit.seq <= self._cut_at:
             return False
         before = self._limit
+        if self._before_cuts is None:
+            self._before_cuts = before
         self._limit = max(1, self._limit // 2)
         self.lowest_limit = min(self.lowest_limit, self._limit)
         self._cut_at = self._issued

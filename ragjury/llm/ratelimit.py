@@ -4,7 +4,8 @@ OpenAI, Azure OpenAI, LiteLLM proxies and most gateways in front of vLLM send, o
 answer, ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests`` and
 ``x-ratelimit-reset-requests`` (the time until the budget is full again, e.g. ``1s``,
 ``6m0s``, ``20ms``), and the same for ``-tokens``. :class:`RateHeaders` reads them; from
-two of them (limit L, remaining R, reset T) the refill rate is (L - R) / T.
+two of them (limit L, remaining R, reset T) the refill rate is (L - R) / T (counted as
+(L - R - 1) / T, since R is rounded down).
 
 The buckets themselves live in a :class:`RateLedger`: :class:`LocalLedger` in memory for one
 process, or the store (:meth:`ragjury.store.base.Store.take_rate`) for every process on one
@@ -51,10 +52,13 @@ class Window:
 
     @property
     def per_second(self) -> float | None:
-        """The refill rate the figures imply, (limit - remaining) / reset; None when full."""
-        if self.reset <= 0 or self.remaining >= self.limit:
+        """The refill rate the figures imply, (limit - remaining) / reset, the remaining
+        figure taken as up to one more than stated (endpoints round it down); None when the
+        budget is full or nearly."""
+        used = self.limit - self.remaining - 1
+        if self.reset <= 0 or used < 1:
             return None
-        return (self.limit - self.remaining) / self.reset
+        return used / self.reset
 
 
 @dataclass(frozen=True)

@@ -101,11 +101,13 @@ async def budget_run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
         else {"tpm": round(args.tps * window)}
     )
     items = samples(args.calls)
-    with FakeEndpoint(latency_ms=args.latency_ms, window=window, **limits) as fake:
-        with tempfile.TemporaryDirectory() as tmp:
-            before = fake.stats()
-            outcome = await evaluate(args, fake.base_url, Path(tmp), items)
-            served = delta(fake.stats(), before)
+    with (
+        FakeEndpoint(latency_ms=args.latency_ms, window=window, **limits) as fake,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        before = fake.stats()
+        outcome = await evaluate(args, fake.base_url, Path(tmp), items)
+        served = delta(fake.stats(), before)
     rate = args.rps if kind == "requests" else args.tps
     name = (
         f"{kind}: {rate:g}/s (burst {rate * window:g}), concurrency {args.concurrency} "
@@ -132,7 +134,7 @@ async def two_daemons(args: argparse.Namespace) -> dict[str, Any]:
         argv = ["serve", "--db", str(db), "--base-url", fake.base_url, "--api-key", "b"]
         argv += ["--model", "fake-model", "--concurrency", str(args.concurrency)]
         daemons = [
-            subprocess.Popen(
+            await anyio.open_process(
                 [sys.executable, "-c", _RUN_CLI, *argv],
                 stdout=subprocess.DEVNULL,
                 stderr=(Path(tmp) / f"serve{n}.log").open("w"),
@@ -142,14 +144,15 @@ async def two_daemons(args: argparse.Namespace) -> dict[str, Any]:
         ]
         try:
             async with open_store(settings.db) as store:
-                while await store.unfinished([job.id]):
+                # the daemons' progress is only in the database: poll it
+                while await store.unfinished([job.id]):  # noqa: ASYNC110
                     await anyio.sleep(0.2)
                 counts = await store.counts([job.id])
         finally:
             for daemon in daemons:
                 daemon.terminate()
             for daemon in daemons:
-                daemon.wait(timeout=60)
+                await daemon.wait()
         served = delta(fake.stats(), before)
     outcome = {"samples": len(items), "failed": counts["failed"]}
     name = f"two serve processes, requests: {args.rps:g}/s (burst {args.rps * window:g})"

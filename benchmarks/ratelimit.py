@@ -54,10 +54,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--window", type=float, default=3.0, help="seconds the fake's budgets are per (burst)"
     )
     parser.add_argument("--outage", type=float, default=20.0, help="seconds the endpoint is down")
+    parser.add_argument(
+        "--outage-after", type=float, default=2.0, help="seconds into the run it goes down"
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.calls = 500
-        args.outage = 5.0
+        args.calls = min(args.calls, 500)
+        args.outage = min(args.outage, 5.0)
     return args
 
 
@@ -178,7 +181,7 @@ async def noise_run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def outage_run(args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
-    """An outage of ``args.outage`` seconds, two seconds into the run."""
+    """An outage of ``args.outage`` seconds, ``args.outage_after`` seconds into the run."""
     items = samples(args.calls // 2)
     local = argparse.Namespace(**{**vars(args), "concurrency": concurrency})
     with (
@@ -193,7 +196,7 @@ async def outage_run(args: argparse.Namespace, concurrency: int) -> dict[str, An
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            await anyio.sleep(2.0)
+            await anyio.sleep(args.outage_after)
             fake.outage(args.outage)
         served = delta(fake.stats(), before)
     name = f"endpoint down {args.outage:g} s, concurrency {concurrency}"

@@ -26,15 +26,15 @@ trip. Which 429s are load:
   headers say there was room is not about us at all. Neither says anything of concurrency.
 * without headers: a 429 halves the limit unless the 429s are known to be *noise*: a low,
   steady share that does not fall when concurrency falls. To find out, the first cut is a
-  trial: the share of 429s among the answers to requests sent after the cut is compared,
-  after ``max(2 x limit, 50)`` of them, with the share before it. If it stayed at least
-  half of what it was and at most :data:`NOISE_CEILING`, halving did not help, so the limit
-  goes back up and that share is the noise; after that a 429 cuts only when the share of
-  429s in the last 100 answers rises above twice the noise plus two points. If the share
-  fell, the 429s were load: the cut stays and AIMD goes on. The limit does not grow during a
-  trial, and a trial whose share passes :data:`CLEARLY_LOAD` (over at least 20 answers)
-  ends at once as load. Until a run has 50
-  answers its share is counted over 50, so that its first few cannot decide.
+  trial: the limit is held at half, and the share of 429s among the answers to requests
+  sent after the cut is compared, after ``max(2 x limit, 100)`` of them, with the share in
+  the last 100 answers before it. If it is at least a third of that, at least two 429s, and
+  at most :data:`NOISE_CEILING`, halving did not help: the limit goes back to where the cuts
+  began and that share is the noise; after that a 429 cuts only when the share of 429s in
+  the last 100 answers rises above twice the noise plus two points. Otherwise the 429s were
+  load: the cut stays and AIMD goes on. A trial whose share passes :data:`CLEARLY_LOAD`
+  (after 20 answers) ends at once as load. Until a run has 100 answers its share is counted
+  over 100, so that its first few cannot decide.
 
 The clock and sleep are injectable, so tests drive time by hand.
 """

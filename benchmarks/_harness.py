@@ -35,6 +35,9 @@ class FakeEndpoint:
         rate_500: float = 0.0,
         retry_after: float = 1.0,
         seed: int | None = 5,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        window: float = 60.0,
     ) -> None:
         self._argv = [
             sys.executable,
@@ -45,6 +48,9 @@ class FakeEndpoint:
             f"--rate-500={rate_500}",
             f"--retry-after={retry_after}",
             *([f"--seed={seed}"] if seed is not None else []),
+            *([f"--rpm={rpm}"] if rpm is not None else []),
+            *([f"--tpm={tpm}"] if tpm is not None else []),
+            f"--window={window}",
         ]
         self._process: subprocess.Popen[str] | None = None
         self.base_url = ""
@@ -81,6 +87,10 @@ class FakeEndpoint:
         data: dict[str, Any] = json.loads(self._command("stats"))
         return data
 
+    def outage(self, seconds: float) -> None:
+        """Answer every chat request 503 for the next ``seconds``."""
+        self._command(f"outage {seconds}")
+
     def _command(self, command: str) -> str:
         assert self._process is not None
         assert self._process.stdin is not None
@@ -99,8 +109,9 @@ class FakeEndpoint:
 
 def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
     """What the server counted between two ``stats()`` calls (in-flight peak: the later one)."""
-    out = {k: v - before.get(k, 0) for k, v in after.items() if k != "in_flight_max"}
-    out["in_flight_max"] = after.get("in_flight_max", 0)
+    kept = ("in_flight_max", "ok_seconds")
+    out = {k: v - before.get(k, 0) for k, v in after.items() if k not in kept}
+    out.update({k: after.get(k, 0) for k in kept})
     return out
 
 

@@ -5,7 +5,8 @@ generator drafts the ``Q:``/``A:`` pairs written in its text, the critics rate 5
 splits the answer into sentences, the verdict judge finds each statement in the passages, the
 correctness and rubric judges grade. Any other agent gets ``{"ok": true}``. On top of that
 it behaves like a busy endpoint: a fixed latency plus a latency per completion token, a rate
-of 429s (with ``Retry-After``) and 500s, and token usage counted from the text.
+of 429s (with ``Retry-After``) and 500s, token usage counted from the text, and optionally a
+provider's rate limits and an outage.
 
 Run it by hand to point anything at it::
 
@@ -13,8 +14,10 @@ Run it by hand to point anything at it::
 
 It prints its base URL on the first line of stdout, then reads commands from stdin, one a
 line: ``stats`` (one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes
-the counters); end of input stops it. Running in its own process keeps its CPU and its GIL
-apart from the client's.
+the counters), ``outage SECONDS`` (answers 503 for that long); end of input stops it. With
+``--rpm`` / ``--tpm`` it enforces a provider's rate limits (token buckets, a 429 with
+``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer).
+Running in its own process keeps its CPU and its GIL apart from the client's.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--retry-after", type=float, default=1.0, help="Retry-After of a 429, seconds"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
+    parser.add_argument("--rpm", type=int, default=None, help="requests per --window, enforced")
+    parser.add_argument("--tpm", type=int, default=None, help="tokens per --window, enforced")
+    parser.add_argument(
+        "--window", type=float, default=60.0, help="seconds the --rpm / --tpm budgets are per"
+    )
     return parser.parse_args(argv)
 
 
@@ -60,6 +68,9 @@ def scripted_server(args: argparse.Namespace) -> FakeOpenAI:
             retry_after=args.retry_after,
             count_tokens=True,
             seed=args.seed,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            window=args.window,
         )
     )
     script(fake)
@@ -87,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             elif command == "reset":
                 fake.reset()
                 script(fake)
+                print("{}", flush=True)
+            elif command.startswith("outage "):
+                fake.outage(float(command.split()[1]))
                 print("{}", flush=True)
             elif command:
                 print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)

@@ -48,6 +48,13 @@ Scripting rules:
   from the text (about four characters a token) instead of the scripted figures.
   ``FakeOpenAI(keep_requests=False)`` stops recording requests (long runs keep memory flat);
   ``stats()`` sums up what was answered: requests, statuses, tokens and the delay slept.
+* A behaviour can also enforce a provider's rate limits: ``rpm`` requests and ``tpm`` tokens
+  per ``window`` seconds (60: per minute), as token buckets refilled continuously. A request
+  that does not fit (one request; its prompt's tokens) is answered 429 with ``Retry-After``,
+  ``retry-after-ms`` and the ``x-ratelimit-*`` headers OpenAI sends; every chat answer carries
+  those headers, its completion tokens charged when it is answered. ``max_in_flight`` answers
+  429 (no headers) to a request beyond that many in flight: overload, as a busy vLLM does.
+* ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down.
 
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
 parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
@@ -291,8 +298,17 @@ class Behaviour:
     retry_after: float | None = 1.0
     count_tokens: bool = False
     seed: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    window: float = 60.0
+    max_in_flight: int | None = None
 
     def __post_init__(self) -> None:
+        if self.window <= 0 or min(self.rpm or 1, self.tpm or 1, self.max_in_flight or 1) < 1:
+            raise ValueError(
+                f"rate limits must be >= 1 and the window > 0, got rpm={self.rpm}, "
+                f"tpm={self.tpm}, window={self.window}, max_in_flight={self.max_in_flight}"
+            )
         if self.latency < 0 or self.latency_per_token < 0:
             raise ValueError(
                 f"latencies must be >= 0, got latency={self.latency}, "
@@ -304,6 +320,39 @@ class Behaviour:
                 f"fault rates must be in 0..1 and sum to at most 1, got rate_429={self.rate_429}, "
                 f"rate_500={self.rate_500}"
             )
+
+
+class _Bucket:
+    """A provider's budget: ``limit`` units per ``window`` seconds, refilled continuously."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit, self.rate = float(limit), limit / window
+        self.level, self.stamp = float(limit), time.monotonic()
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.limit, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait_for(self, amount: float) -> float:
+        return max(min(amount, self.limit) - self.level, 0.0) / self.rate
+
+    def headers(self, kind: str) -> dict[str, str]:
+        reset = max(self.limit - self.level, 0.0) / self.rate
+        return {
+            f"x-ratelimit-limit-{kind}": str(int(self.limit)),
+            f"x-ratelimit-remaining-{kind}": str(max(int(self.level), 0)),
+            f"x-ratelimit-reset-{kind}": _duration(reset),
+        }
+
+
+def _duration(seconds: float) -> str:
+    """A wait as OpenAI writes it: ``20ms``, ``1.5s``, ``6m0s``."""
+    if seconds < 1:
+        return f"{max(round(seconds * 1000), 0)}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.3g}s"
 
 
 def count_tokens(text: str) -> int:
@@ -564,6 +613,9 @@ class FakeOpenAI:
         self.errors: list[BaseException] = []  # exceptions raised by responders / the server
         self._counted = Counter[str]()  # what stats() reports
         self._delay_total = 0.0
+        self._buckets: dict[str, _Bucket] = {}
+        self._down_until = 0.0
+        self._first_ok = self._last_ok = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -647,6 +699,17 @@ class FakeOpenAI:
         with self._lock:
             self._behaviour = behaviour
             self._rng = random.Random(behaviour.seed if behaviour is not None else None)
+            self._buckets = {}
+            if behaviour is not None and behaviour.rpm is not None:
+                self._buckets["requests"] = _Bucket(behaviour.rpm, behaviour.window)
+            if behaviour is not None and behaviour.tpm is not None:
+                self._buckets["tokens"] = _Bucket(behaviour.tpm, behaviour.window)
+
+    def outage(self, seconds: float) -> None:
+        """Answer every chat request 503 for the next ``seconds`` (counted in ``stats()`` as
+        ``outage_requests``)."""
+        with self._lock:
+            self._down_until = time.monotonic() + seconds
 
     def stats(self) -> dict[str, Any]:
         """What the server has answered since it started (or since ``reset``).
@@ -654,13 +717,17 @@ class FakeOpenAI:
         ``requests`` (all, 404s included), ``chat_requests``, ``status_<code>`` counts of the
         chat answers, ``prompt_tokens`` / ``completion_tokens`` reported in successful chat
         answers, ``delay_seconds`` (the latency slept, summed over requests) and
-        ``in_flight_max``.
+        ``in_flight_max``; the 429s by cause: ``limit_429`` (a budget was spent),
+        ``random_429`` (``rate_429``), ``overload_429`` (``max_in_flight``); and
+        ``outage_requests``, the chat requests that arrived during an :meth:`outage`;
+        ``ok_seconds``, from the first successful chat request's arrival to the last's answer.
         """
         with self._lock:
             return {
                 **dict(sorted(self._counted.items())),
                 "delay_seconds": round(self._delay_total, 6),
                 "in_flight_max": self.in_flight_max,
+                "ok_seconds": round(self._last_ok - self._first_ok, 3),
             }
 
     def reset(self) -> None:
@@ -675,6 +742,7 @@ class FakeOpenAI:
             self.errors.clear()
             self._counted.clear()
             self._delay_total = 0.0
+            self._first_ok = self._last_ok = 0.0
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -723,19 +791,59 @@ class FakeOpenAI:
             self.errors.append(exc)
 
     def _fault_for(self, request: RecordedRequest) -> Reply | None:
-        """A simulated 429 or 500 for a chat request, as often as the behaviour says."""
+        """An outage's 503, an overload or rate-limit 429, or a random 429 or 500, for a chat
+        request; None when it is to be answered. A request let through is charged to the
+        rate-limit budgets (one request, its prompt's tokens)."""
         if not _is_chat(request):
             return None
         with self._lock:
+            now = time.monotonic()
+            if now < self._down_until:
+                self._counted["outage_requests"] += 1
+                return error(503, "simulated outage: the endpoint is down")
             behaviour = self._behaviour
-            if behaviour is None or not (behaviour.rate_429 or behaviour.rate_500):
+            if behaviour is None:
                 return None
-            draw = self._rng.random()
-        if draw < behaviour.rate_429:
-            return error(429, "simulated rate limit", retry_after=behaviour.retry_after)
-        if draw < behaviour.rate_429 + behaviour.rate_500:
-            return error(500, "simulated server error")
+            if behaviour.max_in_flight is not None and self._in_flight > behaviour.max_in_flight:
+                self._counted["overload_429"] += 1
+                return error(429, "simulated overload: too many requests in flight")
+            draw = self._rng.random() if (behaviour.rate_429 or behaviour.rate_500) else 1.0
+            if draw < behaviour.rate_429:
+                self._counted["random_429"] += 1
+                reply = error(429, "simulated rate limit", retry_after=behaviour.retry_after)
+                return self._with_limits(reply, now)
+            if draw < behaviour.rate_429 + behaviour.rate_500:
+                return error(500, "simulated server error")
+            if not self._buckets:
+                return None
+            cost = {"requests": 1, "tokens": count_tokens(request.text())}
+            wait = 0.0
+            for kind, bucket in self._buckets.items():
+                bucket.refill(now)
+                wait = max(wait, bucket.wait_for(cost[kind]))
+            if wait > 0:
+                self._counted["limit_429"] += 1
+                headers = {"retry-after-ms": str(max(round(wait * 1000), 1))}
+                headers["Retry-After"] = str(max(round(wait + 0.499), 1))
+                reply = error(429, "simulated rate limit: the budget is spent")
+                reply = dataclasses.replace(reply, headers={**reply.headers, **headers})
+                return self._with_limits(reply, now)
+            for kind, bucket in self._buckets.items():
+                bucket.level -= cost[kind]
         return None
+
+    def _with_limits(self, reply: Reply, now: float, completion_tokens: int = 0) -> Reply:
+        """``reply`` with the ``x-ratelimit-*`` headers (completion tokens charged first)."""
+        with self._lock:
+            if not self._buckets:
+                return reply
+            headers = dict(reply.headers)
+            for kind, bucket in self._buckets.items():
+                bucket.refill(now)
+                if kind == "tokens":
+                    bucket.level -= completion_tokens
+                headers.update(bucket.headers(kind))
+        return dataclasses.replace(reply, headers=headers)
 
     def _shaped(self, request: RecordedRequest, reply: Reply) -> Reply:
         """``reply`` with the behaviour's latency and token counts; counted in ``stats()``."""
@@ -767,7 +875,12 @@ class FakeOpenAI:
             if chat_request:
                 self._counted["chat_requests"] += 1
                 self._counted[f"status_{reply.status}"] += 1
+                if reply.status == 200:  # when the answers were sent, for rate figures
+                    self._first_ok = self._first_ok or request.received_at
+                    self._last_ok = max(self._last_ok, request.received_at + delay)
             self._delay_total += delay
+        if chat_request and reply.status == 200:
+            reply = self._with_limits(reply, time.monotonic(), completion_tokens)
         if body is reply.body and delay == reply.delay:
             return reply
         return dataclasses.replace(reply, body=body, delay=delay)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Iterator, Sequence
 
+import anyio
 import pytest
 
 from ragjury.errors import InputError
@@ -332,3 +333,38 @@ async def test_pruning_deletes_what_ended_before_the_cutoff_and_keeps_unfinished
     assert [r async for r in store.samples()] == [records["c"]]  # the unfinished job's, kept
     assert await store.counts() == {"queued": 1, "processing": 0, "done": 1, "failed": 0}
     await store.compact()
+
+
+async def test_a_rate_bucket_starts_full_and_answers_the_wait_for_what_is_taken_beyond_it(
+    store: Store,
+) -> None:
+    # a slow refill (one unit a second): the milliseconds between calls hardly count
+    assert await store.take_rate("e:requests", 10, per_second=1.0, capacity=10) == 0.0
+    assert await store.take_rate("e:requests", 3, per_second=1.0, capacity=10) == pytest.approx(
+        3.0, abs=0.2
+    )
+    assert await store.take_rate("e:requests", 1, per_second=1.0, capacity=10) == pytest.approx(
+        4.0, abs=0.2
+    )
+    assert await store.take_rate("other", 10, per_second=1.0, capacity=10) == 0.0  # its own
+
+
+async def test_a_rate_bucket_takes_back_up_to_its_capacity_and_is_lowered_by_at_most(
+    store: Store,
+) -> None:
+    assert await store.take_rate("k", -5, per_second=1.0, capacity=10) == 0.0  # still 10
+    assert await store.take_rate("k", 10, per_second=1.0, capacity=10) == 0.0
+    assert await store.take_rate("k", -4, per_second=1.0, capacity=10) == 0.0  # back to 4
+    wait = await store.take_rate("k", 0, per_second=1.0, capacity=10, at_most=100)
+    assert wait == 0.0  # at_most never raises the level
+    assert await store.take_rate("k", 4, per_second=1.0, capacity=10) == pytest.approx(0, abs=0.2)
+    # the endpoint says 2 remain: the level drops to 2, and 3 more leave a debt of 1
+    assert await store.take_rate("j", 3, per_second=1.0, capacity=10, at_most=2) == pytest.approx(
+        1.0, abs=0.2
+    )
+
+
+async def test_a_rate_bucket_refills_on_the_database_clock(store: Store) -> None:
+    assert await store.take_rate("fast", 20, per_second=1000.0, capacity=10) > 0  # a debt of 10
+    await anyio.sleep(0.05)  # time itself: 50 units of refill, the debt and a full bucket
+    assert await store.take_rate("fast", 10, per_second=1000.0, capacity=10) == 0.0

@@ -51,6 +51,17 @@ def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -
     assert runs["evaluate"]["complete"]
 
 
+def test_ratelimit_reports_each_run_with_its_429s_and_outage_requests(tmp_path: Path) -> None:
+    args = ["--calls=40", "--latency-ms=5", "--rps=400", "--tps=400000", "--window=0.5"]
+    result = run_benchmark("ratelimit", tmp_path, *args, "--outage=0.3", "--outage-after=0.1")
+    assert len(result["runs"]) == 6
+    for run in result["runs"]:
+        assert {"requests_served", "status_429", "share_429", "outage_requests", "ratio"} <= (
+            run.keys()
+        )
+        assert run["failed"] == 0
+
+
 def test_statements_counts_calls_per_sample_for_both_approaches(tmp_path: Path) -> None:
     result = run_benchmark("statements", tmp_path, "--samples=1")
     sizes = {row["statements"]: row for row in result["sizes"]}

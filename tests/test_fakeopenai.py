@@ -421,3 +421,37 @@ def test_a_behaviour_with_impossible_rates_is_refused() -> None:
         Behaviour(rate_429=0.8, rate_500=0.5)
     with pytest.raises(ValueError, match="latency=-1"):
         Behaviour(latency=-1)
+
+
+async def test_a_request_budget_answers_its_headers_every_time_and_429_when_spent(
+    fake: FakeOpenAI,
+) -> None:
+    fake.behave(Behaviour(rpm=3, window=60.0))  # 3 a minute, all at once at first
+    fake.route("a", chat("ok"))
+    async with client_for(fake) as client:
+        answers = [
+            await client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], extra_headers=as_agent("a")
+            )
+            for _ in range(3)
+        ]
+        with pytest.raises(openai.RateLimitError) as refused:
+            await ask(client, "a")
+    remaining = [a.headers["x-ratelimit-remaining-requests"] for a in answers]
+    assert remaining == ["2", "1", "0"]
+    assert {a.headers["x-ratelimit-limit-requests"] for a in answers} == {"3"}
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert 15 <= float(headers["retry-after"]) <= 20  # a third of a minute, whole seconds
+    assert fake.stats()["limit_429"] == 1
+
+
+async def test_an_outage_answers_every_chat_request_503_while_it_lasts(fake: FakeOpenAI) -> None:
+    fake.route("a", chat("ok"))
+    fake.outage(60.0)
+    async with client_for(fake) as client:
+        with pytest.raises(openai.InternalServerError):
+            await ask(client, "a")
+        fake.outage(0.0)  # over
+        assert await ask(client, "a") == "ok"
+    assert fake.stats()["outage_requests"] == 1

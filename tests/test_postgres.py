@@ -277,3 +277,10 @@ async def test_a_jury_with_a_postgresql_db_judges_and_keeps_its_results_there(
     assert not (tmp_path / "ragjury.db").exists()  # nothing went to a SQLite file
     async with open_store(pg_url) as store:
         assert [r["id"] async for r in store.samples()] == ["a"]
+
+
+async def test_processes_on_one_server_draw_from_one_rate_bucket(pg_url: str) -> None:
+    async with PostgresStore(pg_url) as first, PostgresStore(pg_url) as second:
+        assert await first.take_rate("e", 6, per_second=1.0, capacity=10) == 0.0
+        wait = await second.take_rate("e", 6, per_second=1.0, capacity=10)
+        assert wait == pytest.approx(2.0, abs=0.2)  # 10 - 6 - 6 = -2 units at 1 a second

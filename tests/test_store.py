@@ -72,7 +72,7 @@ async def test_a_ragjury_0_1_database_is_upgraded_on_open(tmp_path: Path) -> Non
         await store.decide_questions("j1", [("p9", "New?")], 0, record)
         assert kept == ["Old question?"]  # the deduplicator knows the old questions
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
 
 
 async def test_a_database_from_a_newer_ragjury_is_refused_with_what_to_do(tmp_path: Path) -> None:
@@ -95,3 +95,12 @@ def test_db_is_parsed_as_a_location() -> None:
     assert open_store("postgresql://me:secret@db.internal/ragjury").location == (
         "postgresql://me:***@db.internal/ragjury"
     )
+
+
+async def test_processes_on_one_database_draw_from_one_rate_bucket(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    async with SQLiteStore(db) as first, SQLiteStore(db) as second:
+        assert await first.take_rate("e", 6, per_second=1.0, capacity=10) == 0.0
+        assert await second.take_rate("e", 6, per_second=1.0, capacity=10) == pytest.approx(
+            2.0, abs=0.2
+        )

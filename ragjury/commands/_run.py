@@ -102,6 +102,11 @@ class RecordedRun:
             unpriced_models=unpriced,
             prices_as_of=PRICES_AS_OF,
             rate_limit=self.llm.limiter.snapshot(),
+            endpoint_down={
+                "outages": self.llm.breaker.outages,
+                "down_seconds": round(self.llm.breaker.down_seconds, 1),
+                "probes": self.llm.breaker.probes,
+            },
             budget=self.llm.budget.as_dict(),
             run_id=self.run_id,
             db=self.store.location,
@@ -208,6 +213,7 @@ async def recorded_run(
             on_call=lambda stats, error: store.record_call(run_id, stats, error),
             on_start=lambda stats: store.open_call(run_id, stats),
             require_endpoint=require_endpoint,
+            ledger=store,  # one rate limit per endpoint for every process on this database
         )
         async with llm:
             yield RecordedRun(store, run_id, llm)

@@ -16,6 +16,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
 from ragjury.config import Settings
+from ragjury.llm.ratelimit import keep_headers
 
 
 class ChatBackend(Protocol):
@@ -53,7 +54,10 @@ class ChatBackend(Protocol):
 
 
 class OpenAIBackend:
-    """Any OpenAI-compatible HTTP endpoint, through the official client (its retries off)."""
+    """Any OpenAI-compatible HTTP endpoint, through the official client (its retries off).
+
+    Its HTTP client leaves every answer's headers where the request's caller can read them
+    (:data:`ragjury.llm.ratelimit.answer_box`): the rate-limit headers pace what follows."""
 
     forced_mode: str | None = None
     embeddings_unavailable: str | None = None
@@ -66,6 +70,7 @@ class OpenAIBackend:
             api_key=settings.api_key or "not-needed",
             max_retries=0,  # transport retries are LLM's, so that every request is counted
             timeout=settings.timeout,
+            http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [keep_headers]}),
         )
 
     async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:

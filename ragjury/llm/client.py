@@ -11,7 +11,10 @@ Two kinds of retry, kept apart:
 * transport retries belong to us: every HTTP request goes through :meth:`LLM._send`, which
   retries 429, 5xx, timeouts and connection errors with exponential backoff and jitter,
   honouring ``Retry-After`` (``Settings.max_transport_retries``), under the endpoint's
-  :class:`~ragjury.llm.limiter.AdaptiveLimiter` (AIMD concurrency, pauses, rpm/tpm).
+  :class:`~ragjury.llm.limiter.AdaptiveLimiter` (AIMD concurrency; pacing to the endpoint's
+  rate-limit headers and to rpm/tpm, shared across processes when given a ledger) and its
+  :class:`~ragjury.llm.breaker.CircuitBreaker` (an endpoint that is down is probed, not
+  hammered).
 
 Because every request passes through ``_retrying``, every attempt's tokens are counted, priced
 and added to the run's :class:`~ragjury.llm.budget.Budget`.
@@ -44,8 +47,10 @@ from ragjury.errors import (
 )
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.backends import ChatBackend
+from ragjury.llm.breaker import CircuitBreaker, Health
 from ragjury.llm.budget import Budget
 from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
+from ragjury.llm.ratelimit import HeaderBox, RateLedger, answer_box
 from ragjury.llm.resolve import open_backend
 from ragjury.llm.tokens import (
     COMPLETION_RESERVE,
@@ -101,7 +106,10 @@ class LLM:
         seed: int | None = None,
         require_endpoint: bool = True,
         backend: ChatBackend | None = None,
+        ledger: RateLedger | None = None,
     ) -> None:
+        """``ledger``: where the endpoint's rate buckets are kept (the store, so that every
+        process on one database shares them); None: in this process."""
         self._backend: ChatBackend = backend or open_backend(settings, required=require_endpoint)
         if self._backend.model_name != settings.model:
             settings = settings.model_copy(update={"model": self._backend.model_name})
@@ -120,9 +128,21 @@ class LLM:
         self._on_call = on_call
         self._on_start = on_start
         self._rng = random.Random(seed)
+        endpoint = redacted(settings.base_url or "openai")
         self.limiter = AdaptiveLimiter(
-            settings.concurrency, rpm=settings.rpm, tpm=settings.tpm, clock=clock, sleep=sleep
+            settings.concurrency,
+            rpm=settings.rpm,
+            tpm=settings.tpm,
+            clock=clock,
+            sleep=sleep,
+            ledger=ledger,
+            key=f"{endpoint} {self._backend.model_name}",
         )
+        self.breaker = CircuitBreaker(
+            base=settings.backoff_base, cap=settings.backoff_max, name=endpoint
+        )
+        self._completions: dict[str, float] = {}
+        """Completion tokens per stage, a running average: what a tpm reservation assumes."""
         mode = self._backend.forced_mode or settings.mode
         # instructor's patch() is typed for its own protocol; we call it with keywords only.
         self._create: Callable[..., Awaitable[Any]] = instructor.patch(
@@ -297,12 +317,17 @@ class LLM:
                 "--max-prompt-tokens if the model takes more",
                 permanent=True,
             )
+        completion = round(self._completions.get(stats.stage, COMPLETION_RESERVE))
         response: ChatCompletion = await self._retrying(
             stats,
             lambda: self._backend.chat(stage=stats.stage, **kwargs),
-            estimate=prompt + COMPLETION_RESERVE,
+            estimate=prompt + completion,
         )
         self._account(stats, response)
+        if response.usage is not None:
+            seen = float(response.usage.completion_tokens)
+            average = self._completions.get(stats.stage)
+            self._completions[stats.stage] = seen if average is None else 0.8 * average + 0.2 * seen
         return response
 
     async def _retrying(
@@ -316,10 +341,23 @@ class LLM:
         usage.model = stats.model
         retries = self.settings.max_transport_retries
         for attempt in range(retries + 1):
-            permit = await self.limiter.acquire(estimate)
+            health: Health = "unknown"
+            while True:
+                probe = await self.breaker.admit()
+                try:
+                    permit = await self.limiter.acquire(estimate)
+                except BaseException:
+                    self.breaker.record(health, probe=probe, sent_at=time.monotonic())
+                    raise
+                if probe or not self.breaker.is_open:
+                    break
+                # the endpoint went down while this request waited for room: not sent
+                self.limiter.release(permit, "failed")
             outcome: Outcome = "failed"
             pause: float | None = None
             used = 0
+            box = HeaderBox()
+            box_token = answer_box.set(box)
             started = time.monotonic()
             stats.requests += 1
             usage.requests += 1
@@ -334,20 +372,28 @@ class LLM:
                 response = await send()
             except openai.APIError as exc:
                 failure: openai.APIError = exc
+                health = "down" if _down(exc) else "answered"
+                if isinstance(exc, openai.APIStatusError):
+                    box.headers = exc.response.headers
                 if status_of(exc) == 429:
                     outcome, pause = "throttled", retry_after(exc)
             else:
-                outcome = "ok"
+                outcome, health = "ok", "answered"
                 tokens = getattr(response, "usage", None)
                 used = getattr(tokens, "total_tokens", 0) or 0
                 stats.statuses.append(200)
                 self._reached = True
                 return response
             finally:
+                answer_box.reset(box_token)
                 elapsed = time.monotonic() - started
                 stats.latency_seconds += elapsed
                 usage.latency_seconds += elapsed
-                if self.limiter.release(permit, outcome, retry_after=pause, tokens_used=used):
+                self.breaker.record(health, probe=probe, sent_at=started)
+                cut = self.limiter.release(
+                    permit, outcome, retry_after=pause, tokens_used=used, headers=box.headers
+                )
+                if cut:
                     log.info("llm_limit_lowered", stage=stats.stage, limit=self.limiter.limit)
             status = status_of(failure)
             stats.statuses.append(status)
@@ -455,6 +501,13 @@ def _code(exc: openai.APIError) -> int | None:
 def _short(exc: BaseException | str, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _down(exc: openai.APIError) -> bool:
+    """A failure that says the endpoint is down: no connection, no answer in time, a 5xx."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError)
 
 
 def _unreachable(exc: openai.APIError) -> bool:

@@ -1,91 +1,105 @@
-"""Admission to one endpoint: an adaptive (AIMD) concurrency limit and optional
-requests-per-minute and tokens-per-minute token buckets.
+"""Admission to one endpoint: an adaptive (AIMD) concurrency limit, and pacing to the
+endpoint's rate limits, as its headers state them and as ``--rpm`` / ``--tpm`` cap them.
 
-Every request to the endpoint takes a :class:`Permit` from :meth:`AdaptiveLimiter.acquire`
-and gives it back with :meth:`AdaptiveLimiter.release`, saying how the request went:
+Every request takes a :class:`Permit` from :meth:`AdaptiveLimiter.acquire` and gives it back
+with :meth:`AdaptiveLimiter.release`, saying how it went (``"ok"``, ``"throttled"``: a 429,
+``"failed"``: anything else) and passing the answer's headers.
 
-* ``"ok"``: one success. After ``limit`` successes in a row the limit grows by one, up to the
-  cap (``--concurrency``): additive increase, so a limit climbs back slowly.
-* ``"throttled"`` (a 429): the limit halves (never below 1), at most once per window: a
-  request sent before the last cut does not cut again, so a burst of 429s from one overload
-  halves once, as TCP does per round trip. The throttled request itself waits its
-  ``Retry-After`` before it is sent again (the caller does that); the others go on under the
-  lower limit. (Pausing the whole endpoint on every Retry-After made a steady 5% of 429s
-  with ``Retry-After: 1`` a near-permanent pause: 12x slower, where the lower limit alone
-  slows the run down about as much as the endpoint asks.)
-* ``"failed"`` (5xx, timeout, connection error): neither; the caller backs off on its own.
+**Pacing.** Requests and tokens are drawn from two token buckets per endpoint, kept in a
+:class:`~ragjury.llm.ratelimit.RateLedger`: this process's memory, or the store, so that
+every process on one database draws from the same two buckets. A bucket's rate and size are
+the smaller of ``--rpm`` / ``--tpm`` (per minute) and what the endpoint's ``x-ratelimit-*``
+headers say (limit L, remaining R, reset T: L units, refilled at (L - R) / T a second, paced
+at :data:`HEADROOM` of it). Each answer's remaining figure also lowers the bucket to what it
+says is left, less what this process has reserved since that request was sent. A request
+reserves its units before it is sent and waits until the bucket is back at zero; a token
+reservation is an estimate, reconciled with the real usage at the next reservation. Without
+headers and without ``--rpm`` / ``--tpm`` nothing is paced.
 
-Requests in flight never exceed the current limit when they are sent, and the limit never
-exceeds the cap. ``rpm`` and ``tpm`` are static token buckets refilled continuously; a tpm
-reservation is an estimate made before the send, reconciled with the real usage on release.
+**Concurrency (AIMD).** After ``limit`` successes in a row the limit grows by one, up to the
+cap (``--concurrency``). A 429 that is load halves it (never below 1), at most once per
+window: a request sent before the last cut does not cut again, as TCP halves once per round
+trip. Which 429s are load:
+
+* with rate-limit headers on the 429: none. A 429 whose headers say a budget is spent is
+  a pacing error, corrected in the bucket (the request waits its ``Retry-After``); one whose
+  headers say there was room is not about us at all. Neither says anything of concurrency.
+* without headers: a 429 halves the limit unless the 429s are known to be *noise*: a low,
+  steady share that does not fall when concurrency falls. To find out, the first cut is a
+  trial: the limit is held at half, and the share of 429s among the answers to requests
+  sent after the cut is compared, after ``max(2 x limit, 100)`` of them, with the share in
+  the last 100 answers before it. If it is at least a third of that, at least two 429s, and
+  at most :data:`NOISE_CEILING`, halving did not help: the limit goes back to where the cuts
+  began and that share is the noise; after that a 429 cuts only when the share of 429s in
+  the last 100 answers rises above twice the noise plus two points. Otherwise the 429s were
+  load: the cut stays and AIMD goes on. A trial whose share passes :data:`CLEARLY_LOAD`
+  (after 20 answers) ends at once as load. Until a run has 100 answers its share is counted
+  over 100, so that its first few cannot decide.
+
 The clock and sleep are injectable, so tests drive time by hand.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import httpx2
+import structlog
 
 from ragjury.errors import ConfigurationError
+from ragjury.llm.ratelimit import Clock, LocalLedger, RateHeaders, RateLedger, Window
 
-Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 Outcome = Literal["ok", "throttled", "failed"]
+Kind = Literal["requests", "tokens"]
+KINDS: tuple[Kind, ...] = ("requests", "tokens")
 
+HEADROOM = 0.97
+"""The share of an endpoint's stated rate that requests are paced to."""
+NOISE_CEILING = 0.15
+"""A share of 429s above this is never noise."""
+_RECENT = 100
+_TRIAL_MIN = 100
+_CLEARLY_LOAD_AFTER = 20  # answers in a trial before its share alone can end it as load
+CLEARLY_LOAD = 0.2
+"""A trial whose share of 429s passes this (after 20 answers) ends at once as load."""
 
-class TokenBucket:
-    """``capacity`` units, refilled at ``per_minute / 60`` units per second.
+log = structlog.get_logger("ragjury.llm")
 
-    The level may go below zero when a reservation turns out too small: the debt is repaid
-    by the refill before anyone else is admitted.
-    """
-
-    def __init__(self, per_minute: int, clock: Clock) -> None:
-        if per_minute < 1:
-            raise ConfigurationError(
-                f"a rate limit must be at least 1 per minute, got {per_minute}; leave it unset "
-                "for no limit"
-            )
-        self.capacity = float(per_minute)
-        self._rate = per_minute / 60.0
-        self._clock = clock
-        self._level = self.capacity
-        self._stamp = clock()
-
-    @property
-    def level(self) -> float:
-        self._refill()
-        return self._level
-
-    def wait_for(self, amount: float) -> float:
-        """Seconds until ``amount`` (at most the capacity) is available; 0 if it is now."""
-        missing = min(amount, self.capacity) - self.level
-        return max(missing / self._rate, 0.0)
-
-    def take(self, amount: float) -> None:
-        self._refill()
-        self._level -= amount
-
-    def give(self, amount: float) -> None:
-        self._refill()
-        self._level = min(self._level + amount, self.capacity)
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._level = min(self.capacity, self._level + (now - self._stamp) * self._rate)
-        self._stamp = now
+__all__ = ["AdaptiveLimiter", "Clock", "Outcome", "Permit", "Sleep"]
 
 
 @dataclass(frozen=True)
 class Permit:
-    """One admitted request: its place in the send order and the tokens it reserved."""
+    """One admitted request: its place in the send order, its token estimate, and how many
+    requests and tokens had been reserved when it was (itself included)."""
 
     seq: int
     tokens: int
+    marks: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass
+class _Seen:
+    """The latest remaining figure of one budget, and the reservations made up to its send."""
+
+    seq: int
+    remaining: float
+    mark: float
+
+
+@dataclass
+class _Trial:
+    limit_before: int
+    share_before: float
+    after_seq: int
+    answers: int = 0
+    throttled: int = 0
 
 
 class AdaptiveLimiter:
@@ -99,27 +113,49 @@ class AdaptiveLimiter:
         tpm: int | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = anyio.sleep,
+        ledger: RateLedger | None = None,
+        key: str = "endpoint",
     ) -> None:
         if cap < 1:
             raise ConfigurationError(f"--concurrency must be >= 1, got {cap}")
+        for name, value in (("--rpm", rpm), ("--tpm", tpm)):
+            if value is not None and value < 1:
+                raise ConfigurationError(
+                    f"a rate limit must be at least 1 per minute, got {name} {value}; leave it "
+                    "unset for no limit"
+                )
         self.cap = cap
         self._limit = cap
         self._clock, self._sleep = clock, sleep
-        self._requests = TokenBucket(rpm, clock) if rpm is not None else None
-        self._tokens = TokenBucket(tpm, clock) if tpm is not None else None
+        self._ledger: RateLedger = ledger or LocalLedger(clock)
+        self.shared = ledger is not None
+        self._key = key
         self.rpm, self.tpm = rpm, tpm
         self._in_flight = 0
         self._issued = 0  # permits handed out so far; a permit's seq is its number
         self._cut_at = 0  # permits issued when the limit was last cut
         self._successes = 0
         self._changed = anyio.Event()
+        self._learned: dict[Kind, tuple[float, float]] = {}  # per second, capacity
+        self._seen: dict[Kind, _Seen] = {}
+        self._reserved = {"requests": 0.0, "tokens": 0.0}
+        self._refund = {"requests": 0.0, "tokens": 0.0}
+        self._recent: deque[bool] = deque(maxlen=_RECENT)
+        self._trial: _Trial | None = None
+        self._before_cuts: int | None = None  # the limit before the cuts since load was last seen
+        self.noise: float | None = None
+        """The share of 429s found to be noise (see the module docstring), once known."""
         self.lowest_limit = cap
         self.throttled = 0
+        self.throttled_spent = 0
+        """429s whose headers said a budget was spent (corrected by pacing)."""
+        self.throttled_noise = 0
+        """429s taken for noise: their headers said there was room, or the share is noise."""
         self.cuts = 0
         self.retry_after_seconds = 0.0
         """Seconds throttled requests were asked to wait (Retry-After), summed over them."""
         self.rate_wait_seconds = 0.0
-        """Seconds requests waited for the rpm/tpm buckets, summed over requests."""
+        """Seconds requests waited for the rate buckets, summed over requests."""
 
     @property
     def limit(self) -> int:
@@ -130,28 +166,60 @@ class AdaptiveLimiter:
     def in_flight(self) -> int:
         return self._in_flight
 
+    def budget(self, kind: Kind) -> tuple[float, float] | None:
+        """The (per second, capacity) a bucket is paced to, or None when it is not."""
+        static = self.rpm if kind == "requests" else self.tpm
+        options = [(static / 60.0, float(static))] if static is not None else []
+        if kind in self._learned:
+            options.append(self._learned[kind])
+        if not options:
+            return None
+        return min(rate for rate, _ in options), min(size for _, size in options)
+
     async def acquire(self, tokens: int = 0) -> Permit:
-        """Wait until a request (reserving ``tokens`` against tpm) may be sent; admit it."""
-        while True:
-            if self._in_flight >= self._limit:
-                await self._changed.wait()
-                continue
-            wait = max(
-                self._requests.wait_for(1) if self._requests else 0.0,
-                self._tokens.wait_for(tokens) if self._tokens else 0.0,
-            )
+        """Wait for room under the limit, reserve the request (and ``tokens``) in the rate
+        buckets, wait until the reservation is due; admit it."""
+        while self._in_flight >= self._limit:
+            await self._changed.wait()
+        self._in_flight += 1
+        self._issued += 1
+        seq = self._issued
+        try:
+            wait, marks = 0.0, [0.0, 0.0]
+            for index, kind in enumerate(KINDS):
+                amount = 1.0 if kind == "requests" else float(tokens)
+                self._reserved[kind] += amount
+                marks[index] = self._reserved[kind]
+                wait = max(wait, await self._reserve(kind, amount))
             if wait > 0:
                 self.rate_wait_seconds += wait
                 await self._sleep(wait)
-                continue
-            break
-        if self._requests is not None:
-            self._requests.take(1)
-        if self._tokens is not None:
-            self._tokens.take(tokens)
-        self._in_flight += 1
-        self._issued += 1
-        return Permit(seq=self._issued, tokens=tokens)
+        except BaseException:
+            self._in_flight -= 1
+            self._wake()
+            raise
+        return Permit(seq=seq, tokens=tokens, marks=(marks[0], marks[1]))
+
+    async def _reserve(self, kind: Kind, amount: float) -> float:
+        """Take ``amount`` (already added to ``_reserved``) from the bucket; the wait."""
+        budget = self.budget(kind)
+        if budget is None:
+            self._refund[kind] = 0.0
+            return 0.0
+        per_second, capacity = budget
+        refund, self._refund[kind] = self._refund[kind], 0.0
+        seen = self._seen.pop(kind, None)
+        at_most = None
+        if seen is not None:  # what the endpoint said was left, less what was reserved since
+            at_most = seen.remaining - (self._reserved[kind] - amount - seen.mark)
+            # (reservations made since its request, this one excepted: it is taken below)
+        return await self._ledger.take_rate(
+            f"{self._key}:{kind}",
+            amount - refund,
+            per_second=per_second,
+            capacity=capacity,
+            at_most=at_most,
+        )
 
     def release(
         self,
@@ -160,14 +228,23 @@ class AdaptiveLimiter:
         *,
         retry_after: float | None = None,
         tokens_used: int | None = None,
+        headers: Mapping[str, str] | httpx2.Headers | None = None,
     ) -> bool:
         """Give ``permit`` back. Returns True when this release cut the limit."""
         self._in_flight -= 1
-        if self._tokens is not None and tokens_used is not None:
-            self._tokens.give(permit.tokens - tokens_used)  # negative: the estimate was low
+        stated = RateHeaders.parse(headers)
+        if stated is not None:
+            self._observe(permit, stated)
+        if outcome == "ok":
+            if tokens_used is not None:
+                self._refund["tokens"] += permit.tokens - tokens_used
+        else:  # not answered, or refused: the endpoint did not count it
+            self._refund["requests"] += 1
+            self._refund["tokens"] += permit.tokens
         cut = False
         if outcome == "ok":
-            if self._limit < self.cap:
+            self._count(permit, throttled=False)
+            if self._limit < self.cap and self._trial is None:  # a trial holds the limit
                 self._successes += 1
                 if self._successes >= self._limit:
                     self._limit += 1
@@ -176,15 +253,83 @@ class AdaptiveLimiter:
             self.throttled += 1
             if retry_after is not None and retry_after > 0:
                 self.retry_after_seconds += retry_after
-            if permit.seq > self._cut_at:
-                self._limit = max(1, self._limit // 2)
-                self.lowest_limit = min(self.lowest_limit, self._limit)
-                self._cut_at = self._issued
-                self._successes = 0
-                self.cuts += 1
-                cut = True
+            if stated is not None:
+                self._count(permit, throttled=False)
+                if stated.room_for(permit.tokens):
+                    self.throttled_noise += 1
+                else:
+                    self.throttled_spent += 1
+            else:
+                cut = self._throttled_without_headers(permit)
         self._wake()
         return cut
+
+    def _observe(self, permit: Permit, stated: RateHeaders) -> None:
+        for index, kind in enumerate(KINDS):
+            window: Window | None = getattr(stated, kind)
+            if window is None:
+                continue
+            rate = window.per_second
+            known = self._learned.get(kind)
+            if rate is None:
+                rate = known[0] / HEADROOM if known else window.limit / 60.0
+            elif known is not None:
+                rate = 0.8 * known[0] / HEADROOM + 0.2 * rate  # smooth the rounding of reset
+            self._learned[kind] = (rate * HEADROOM, window.limit)
+            seen = self._seen.get(kind)
+            if seen is None or permit.seq >= seen.seq:
+                self._seen[kind] = _Seen(permit.seq, window.remaining, permit.marks[index])
+
+    def _share(self) -> float:
+        """The share of 429s in the last answers; until there are :data:`_TRIAL_MIN` of
+        them, over that many (the first answers of a run are too few to tell)."""
+        return sum(self._recent) / max(len(self._recent), _TRIAL_MIN)
+
+    def _count(self, permit: Permit, *, throttled: bool) -> None:
+        """One answer, into the recent share of 429s and the trial running, if any."""
+        self._recent.append(throttled)
+        trial = self._trial
+        if trial is None or permit.seq <= trial.after_seq:
+            return
+        trial.answers += 1
+        trial.throttled += throttled
+        if trial.answers >= max(2 * self._limit, _TRIAL_MIN):
+            self._trial = None
+            share = trial.throttled / trial.answers
+            if trial.throttled >= 2 and trial.share_before / 3 <= share <= NOISE_CEILING:
+                self.noise = share
+                self._limit = max(self._limit, trial.limit_before, self._before_cuts or 0)
+                self._successes = 0
+                log.info("llm_429s_are_noise", share=round(share, 3), limit=self._limit)
+            else:
+                self._before_cuts = None  # the cuts helped: where they began was too high
+
+    def _throttled_without_headers(self, permit: Permit) -> bool:
+        """Whether a 429 with no rate-limit headers cuts the limit (the rule above)."""
+        self._count(permit, throttled=True)
+        share = self._share()
+        trial = self._trial
+        if trial is not None:
+            share_now = trial.throttled / max(trial.answers, 1)
+            if trial.answers < _CLEARLY_LOAD_AFTER or share_now <= CLEARLY_LOAD:
+                return False  # measuring: not yet known
+            self._trial = None  # clearly load: cut again below
+        elif self.noise is not None and share <= min(2 * self.noise + 0.02, NOISE_CEILING):
+            self.throttled_noise += 1
+            return False
+        if permit.seq <= self._cut_at:
+            return False
+        before = self._limit
+        if self._before_cuts is None:
+            self._before_cuts = before
+        self._limit = max(1, self._limit // 2)
+        self.lowest_limit = min(self.lowest_limit, self._limit)
+        self._cut_at = self._issued
+        self._successes = 0
+        self.cuts += 1
+        if trial is None:
+            self._trial = _Trial(limit_before=before, share_before=share, after_seq=self._issued)
+        return True
 
     def snapshot(self) -> dict[str, Any]:
         """The limiter's state for logs and run summaries."""
@@ -193,13 +338,23 @@ class AdaptiveLimiter:
             "limit": self._limit,
             "lowest_limit": self.lowest_limit,
             "throttled": self.throttled,
+            "throttled_budget_spent": self.throttled_spent,
+            "throttled_noise": self.throttled_noise,
+            "noise_share": None if self.noise is None else round(self.noise, 3),
             "cuts": self.cuts,
             "retry_after_seconds": round(self.retry_after_seconds, 3),
             "rate_wait_seconds": round(self.rate_wait_seconds, 3),
             "rpm": self.rpm,
             "tpm": self.tpm,
+            "paced_rpm": _per_minute(self.budget("requests")),
+            "paced_tpm": _per_minute(self.budget("tokens")),
+            "shared": self.shared,
         }
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+
+def _per_minute(budget: tuple[float, float] | None) -> float | None:
+    return None if budget is None else round(budget[0] * 60.0, 1)

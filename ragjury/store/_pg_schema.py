@@ -8,7 +8,8 @@ start together do it once); an older ragjury refuses a newer database with a mes
 Version 1 is what a one-process store needs (runs, LLM calls, jobs, items, results, the step
 cache); version 2 adds what lets processes on many machines share the work: the durable bus
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
-running ``workers``.
+running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
+processes (``rate_buckets``).
 """
 
 from __future__ import annotations
@@ -154,6 +155,16 @@ CREATE TABLE workers (
     agents TEXT NOT NULL,
     started_at DOUBLE PRECISION NOT NULL,
     heartbeat DOUBLE PRECISION NOT NULL
+);
+""",
+    ),
+    (
+        3,
+        """
+CREATE TABLE rate_buckets (
+    key TEXT PRIMARY KEY,
+    level DOUBLE PRECISION NOT NULL,
+    stamp DOUBLE PRECISION NOT NULL
 );
 """,
     ),

@@ -3,13 +3,14 @@
 The version is SQLite's ``user_version``. 0 and 1 are the databases of ragjury 0.1 (queued
 jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bus
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
-running ``workers``. A newer ragjury upgrades an older file on open; an older ragjury refuses
-a newer file with a message saying so.
+running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``). A newer
+ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
+saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 2
+VERSION = 3
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -128,6 +129,11 @@ CREATE TABLE IF NOT EXISTS workers (
     started_at REAL NOT NULL,
     heartbeat REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    key TEXT PRIMARY KEY,
+    level REAL NOT NULL,
+    stamp REAL NOT NULL
+);
 """
 
 # Columns added after the first release: an older database gets them on open.
@@ -140,7 +146,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 # Indexes on the added columns: made once the columns are there.
 AFTER_COLUMNS = ("CREATE INDEX IF NOT EXISTS items_started ON items(started_by, state)",)
 
-# Run once when a version-0/1 database is opened by this ragjury.
+# Run once when a version-0/1 database is opened by this ragjury (not on later upgrades).
 FROM_VERSION_1 = (
     # Items a 0.1 daemon held had no messages: they start again (their steps are cached).
     "UPDATE items SET state = 'queued', lease_owner = NULL, lease_expires = NULL "

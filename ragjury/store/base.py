@@ -142,6 +142,27 @@ class Store(Protocol):
         """The database's clock, in seconds since the epoch (leases are measured on it)."""
         ...
 
+    async def take_rate(
+        self,
+        key: str,
+        amount: float,
+        *,
+        per_second: float,
+        capacity: float,
+        at_most: float | None = None,
+    ) -> float:
+        """Take ``amount`` from the shared token bucket ``key`` and return the seconds to wait
+        before using it: what every process on this database draws an endpoint's rate from.
+
+        Atomically, on the database's clock: a bucket met for the first time starts full
+        (``capacity``); it refills at ``per_second`` since its last use, up to ``capacity``;
+        it is lowered to ``at_most`` when given (never raised: what an endpoint's headers say
+        remains); ``amount`` is taken (a negative amount gives back, up to ``capacity``). The
+        level may go below zero, a reservation ahead of the refill: the answer is how long
+        until it is back at zero (``-level / per_second``), 0 when the amount was there. The
+        caller's ``per_second`` and ``capacity`` are the bucket's for this call."""
+        ...
+
     # runs and LLM calls ---------------------------------------------------------------
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str: ...
 

@@ -314,6 +314,35 @@ class PostgresStore:
     async def now(self) -> float:
         return float((await self._fetch(f"SELECT {_NOW}"))[0][0])
 
+    async def take_rate(
+        self,
+        key: str,
+        amount: float,
+        *,
+        per_second: float,
+        capacity: float,
+        at_most: float | None = None,
+    ) -> float:
+        # one statement: the row's lock (ON CONFLICT) makes concurrent takes queue up
+        level = await self._run(
+            lambda c: c.fetchval(
+                f"WITH t AS (SELECT {_NOW} AS now) "
+                "INSERT INTO rate_buckets AS b (key, level, stamp) "
+                "SELECT $1, LEAST(LEAST($4, COALESCE($5::float8, 'Infinity')) - $2, $4), t.now "
+                "FROM t ON CONFLICT (key) DO UPDATE SET "
+                "level = LEAST(LEAST(LEAST(b.level + (EXCLUDED.stamp - b.stamp) * $3, $4), "
+                "COALESCE($5::float8, 'Infinity')) - $2, $4), stamp = EXCLUDED.stamp "
+                "RETURNING level",
+                key,
+                float(amount),
+                float(per_second),
+                float(capacity),
+                None if at_most is None else float(at_most),
+            ),
+            transaction=False,
+        )
+        return max(-float(level) / per_second, 0.0)
+
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Rows of a read-only query written with ``?`` placeholders (the status report)."""
         return await self._fetch(_numbered(sql), *params)

@@ -182,7 +182,7 @@ class SQLiteStore:
                         conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
             for statement in _schema.AFTER_COLUMNS:
                 conn.execute(statement)
-            if pairs:
+            if pairs and version < 2:
                 for statement in _schema.FROM_VERSION_1:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {_schema.VERSION}")
@@ -229,6 +229,34 @@ class SQLiteStore:
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Rows of a read-only query (for :mod:`ragjury.store._status` and tests)."""
         return await self._read(sql, params)
+
+    async def take_rate(
+        self,
+        key: str,
+        amount: float,
+        *,
+        per_second: float,
+        capacity: float,
+        at_most: float | None = None,
+    ) -> float:
+        def take(conn: Conn) -> float:
+            now = float(_one(conn, f"SELECT {_NOW}")[0])
+            row = conn.execute(
+                "SELECT level, stamp FROM rate_buckets WHERE key = ?", (key,)
+            ).fetchone()
+            level = capacity if row is None else float(row[0]) + (now - float(row[1])) * per_second
+            level = min(level, capacity)
+            if at_most is not None:
+                level = min(level, at_most)
+            level = min(level - amount, capacity)
+            conn.execute(
+                "INSERT INTO rate_buckets (key, level, stamp) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET level = excluded.level, stamp = excluded.stamp",
+                (key, level, now),
+            )
+            return max(-level / per_second, 0.0)
+
+        return await self._write(take)
 
     # runs and calls -----------------------------------------------------------------
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:

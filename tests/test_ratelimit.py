@@ -1,0 +1,97 @@
+"""The endpoint's limits at the real boundary: the real openai client against the scripted
+server enforcing a provider's budgets (x-ratelimit-* headers), shared by two stores on one
+database as two processes share it, and an endpoint that goes down for a while."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+import structlog
+
+from ragjury.llm import LLM
+from ragjury.schemas import Critique
+from ragjury.store import SQLiteStore
+
+from conftest import make_settings
+from fakeopenai import Behaviour, FakeOpenAI, RecordedRequest, Reply, chat_json
+
+pytestmark = pytest.mark.anyio
+
+RATED = chat_json({"rationale": "ok", "rating": 4})
+
+
+async def rate(llm: LLM, calls: int) -> None:
+    async def one() -> None:
+        await llm.structured(Critique, [{"role": "user", "content": "Rate it."}], stage="critic")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(calls):
+            tg.start_soon(one)
+
+
+async def test_requests_are_paced_by_the_endpoints_headers_instead_of_its_429s(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.behave(Behaviour(rpm=20, window=1.0, latency=0.02))  # 20 a second, 20 at once
+    fake.route("critic", RATED)
+    async with LLM(make_settings(fake, tmp_path, concurrency=16)) as llm:
+        await rate(llm, 60)
+
+        assert llm.usage.stage("critic").failed_calls == 0
+        assert fake.stats().get("limit_429", 0) <= 2  # the first burst may meet one or two
+        per_second, capacity = llm.limiter.budget("requests") or (0, 0)
+        assert capacity == 20
+        assert per_second == pytest.approx(20 * 0.97, rel=0.2)
+
+
+async def test_two_processes_on_one_database_share_the_endpoints_limit(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.behave(Behaviour(rpm=20, window=1.0, latency=0.02))
+    fake.route("critic", RATED)
+    settings = make_settings(fake, tmp_path, concurrency=8)  # 16 at first: within the 20
+    async with (
+        SQLiteStore(tmp_path / "shared.db") as one,
+        SQLiteStore(tmp_path / "shared.db") as other,
+        LLM(settings, ledger=one) as first,
+        LLM(settings, ledger=other) as second,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(rate, first, 40)
+        tg.start_soon(rate, second, 40)
+
+    assert fake.stats()["status_200"] == 80  # 20 at once, then 60 paced over 3 s, shared
+    # each on its own, thinking it owns the limit, meets about 50; together, the first
+    # second's race to learn the limit costs a few
+    assert fake.stats().get("limit_429", 0) <= 16
+
+
+async def test_an_endpoint_that_goes_down_is_probed_not_hammered_and_the_run_resumes(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    answered = 0
+
+    def answer(request: RecordedRequest) -> Reply:
+        nonlocal answered
+        answered += 1
+        if answered == 30:
+            fake.outage(1.0)  # down for a second, from the thirtieth answer on
+        return chat_json({"rationale": "ok", "rating": 4}, delay=0.02)
+
+    fake.route("critic", answer)
+    settings = make_settings(fake, tmp_path, concurrency=16, backoff_base=0.05, backoff_max=1.0)
+    with structlog.testing.capture_logs() as logs:
+        async with LLM(settings) as llm:
+            await rate(llm, 80)
+
+    assert llm.usage.stage("critic").failed_calls == 0  # nothing failed: it waited
+    assert llm.breaker.outages == 1
+    events = [entry["event"] for entry in logs]
+    assert events.count("endpoint_down") == 1
+    assert events.count("endpoint_back") == 1
+    # during the outage: the requests that found it down before the breaker opened (up to
+    # one per slot, as the 16 in flight end together), then one probe at a time (0.05, 0.1,
+    # 0.2, 0.4, 0.8 s apart); not 50 waiting calls retrying on their own
+    assert fake.stats()["outage_requests"] <= 16 + 6

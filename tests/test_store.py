@@ -75,6 +75,28 @@ async def test_a_ragjury_0_1_database_is_upgraded_on_open(tmp_path: Path) -> Non
         assert conn.execute("PRAGMA user_version").fetchone() == (2,)
 
 
+async def test_a_database_made_before_the_order_indexes_gets_them_on_open(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "before.db"
+    async with SQLiteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX samples_order")
+        conn.execute("DROP INDEX pairs_order")
+    async with SQLiteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT record FROM samples WHERE job_id = ? "
+            "AND (item_id, position, rowid) > (?, ?, ?) ORDER BY item_id, position, rowid",
+            ("j", 0, 0, 0),
+        ).fetchall()
+        assert "samples_order" in str(plan)
+        assert "TEMP B-TREE" not in str(plan)
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+
+
 async def test_a_database_from_a_newer_ragjury_is_refused_with_what_to_do(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     with sqlite3.connect(db) as conn:

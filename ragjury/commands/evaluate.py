@@ -107,8 +107,11 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
         tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
-        async for scored in run.store.scored(job.id):
-            tally.add(SampleScored.model_validate_json(scored))
+        answered_by_target = 0
+        async for text in run.store.scored(job.id):
+            scored = SampleScored.model_validate_json(text)
+            tally.add(scored)
+            answered_by_target += scored.answered_by_target
         summary: dict[str, Any] = summarise(
             tally,
             metrics,
@@ -117,8 +120,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             wall_seconds=run.seconds,
             model=settings.model,
         )
-        reports = await run.store.reports(job.id)
-        summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
+        summary["answered_by_target"] = answered_by_target
         summary.update(result.summary())
         total = loaded.count
         stop = budget_stop(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,16 +173,17 @@ def estimate_generation(
 
 
 def estimate_evaluation(
-    samples: Sequence[Sample],
+    samples: Iterable[Sample],
     metrics: Sequence[MetricName],
     settings: Settings,
     prompts: Mapping[str, Prompt],
     *,
     has_target: bool,
 ) -> Estimate:
-    """The calls each metric makes for each sample, as the agents decide them."""
+    """The calls each metric makes for each sample, as the agents decide them. ``samples``
+    is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.SampleFile`)."""
     options, model = settings.evaluate, settings.model
-    estimate = Estimate("evaluate", {"samples": len(samples)})
+    estimate = Estimate("evaluate", {"samples": 0})
     estimate.assumptions = [
         "no retries or re-asks",
         "faithfulness: one statement per sentence of the answer; every context window judges "
@@ -229,6 +230,7 @@ def estimate_evaluation(
             )
 
     for sample in samples:
+        estimate.items["samples"] += 1
         answered = sample.answer is None and has_target
         answer = _ASSUMED_TARGET_ANSWER if answered else sample.answer
         contexts = [c for c in sample.contexts if c.strip()]

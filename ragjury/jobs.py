@@ -76,18 +76,22 @@ async def submit_documents(
 async def submit_samples(
     store: Store,
     settings: Settings,
-    samples: Sequence[Sample],
+    samples: Iterable[Sample],
     metrics: Sequence[MetricName],
     prompts: Mapping[str, Prompt] | None = None,
     *,
     pin_model: bool = True,
 ) -> Job:
-    """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``."""
+    """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
+    read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
+    SampleFile` reads its file again each time, so a large input is never held in memory;
+    a one-shot iterator is taken into a list first."""
     options = _pinned(
         EvaluationPipeline.options(settings, metrics, prompts or {}), settings, pin_model
     )
+    again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
-        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in samples)
+        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again)
     )
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from ragjury.errors import InputError
-from ragjury.evaluation.inputs import InvalidRecord, SampleSet, load_samples, samples_from_records
+from ragjury.evaluation.inputs import InvalidRecord, SampleFile, load_samples, samples_from_records
 from ragjury.schemas.records import Sample
 
 DATA = Path(__file__).resolve().parent / "data" / "eval"
 
 
-def _by_id(sample_set: SampleSet) -> dict[str, Sample]:
+def _by_id(sample_set: SampleFile) -> dict[str, Sample]:
     return {sample.id: sample for sample in sample_set.samples}
 
 

@@ -11,7 +11,7 @@ import pytest
 from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
 
 from ragjury.errors import ConfigurationError
-from ragjury.store import SQLiteStore, Store, open_store, parse_location
+from ragjury.store import SQLiteStore, Store, _schema, open_store, parse_location
 from ragjury.store.base import QuestionDecision
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +73,29 @@ async def test_a_ragjury_0_1_database_is_upgraded_on_open(tmp_path: Path) -> Non
         assert kept == ["Old question?"]  # the deduplicator knows the old questions
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+
+
+async def test_a_database_made_before_the_order_indexes_gets_them_on_open(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "before.db"
+    async with SQLiteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX samples_order")
+        conn.execute("DROP INDEX pairs_order")
+    async with SQLiteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT record FROM samples WHERE job_id = ? "
+            "AND (item_id, position, rowid) > (?, ?, ?) ORDER BY item_id, position, rowid",
+            ("j", 0, 0, 0),
+        ).fetchall()
+        assert "samples_order" in str(plan)
+        assert "TEMP B-TREE" not in str(plan)
+        # indexes need no new schema version
+        assert conn.execute("PRAGMA user_version").fetchone() == (_schema.VERSION,)
 
 
 async def test_a_database_from_a_newer_ragjury_is_refused_with_what_to_do(tmp_path: Path) -> None:

@@ -74,13 +74,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
-    if not loaded.samples:
+    if not loaded.count:
         console.print(f"ragjury: nothing to do: no valid sample in {args.samples}")
         return 1
-    metrics = choose_metrics(loaded.samples, settings.evaluate.metrics)
+    metrics = choose_metrics(loaded.filled, settings.evaluate.metrics)
     if args.dry_run:
         estimate = estimate_evaluation(
-            loaded.samples, metrics, settings, prompts, has_target=bool(args.target)
+            loaded, metrics, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
     out_format = output_format(args.out, args.format)
@@ -90,17 +90,16 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     if "confidence" in metrics and not settings.logprobs:
         settings = settings.model_copy(update={"logprobs": True})
     target = _target(args)
-    unanswered = sum(s.answer is None for s in loaded.samples)
-    if unanswered and target is None:
+    if loaded.unanswered and target is None:
         log.warning(
             "samples_without_answer",
-            count=unanswered,
+            count=loaded.unanswered,
             hint="pass --target to have your RAG system answer them",
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
-        job = await submit_samples(run.store, settings, loaded.samples, metrics, prompts)
+        job = await submit_samples(run.store, settings, loaded, metrics, prompts)
         try:
-            result = await _work(run, settings, job, console, target, len(loaded.samples))
+            result = await _work(run, settings, job, console, target, loaded.count)
         finally:
             if target is not None:
                 await target.aclose()
@@ -108,8 +107,11 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
         tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
-        async for scored in run.store.scored(job.id):
-            tally.add(SampleScored.model_validate_json(scored))
+        answered_by_target = 0
+        async for text in run.store.scored(job.id):
+            scored = SampleScored.model_validate_json(text)
+            tally.add(scored)
+            answered_by_target += scored.answered_by_target
         summary: dict[str, Any] = summarise(
             tally,
             metrics,
@@ -118,10 +120,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             wall_seconds=run.seconds,
             model=settings.model,
         )
-        reports = await run.store.reports(job.id)
-        summary["answered_by_target"] = sum(bool(r.get("answered_by_target")) for r in reports)
+        summary["answered_by_target"] = answered_by_target
         summary.update(result.summary())
-        total = len(loaded.samples)
+        total = loaded.count
         stop = budget_stop(
             run.llm, what="samples", submitted=total - result.unfinished, total=total
         )
@@ -171,7 +172,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         settings,
         stop,
         result.unfinished,
-        len(loaded.samples),
+        loaded.count,
         "sample",
         budget_reached=budget_reason,
     )

@@ -77,22 +77,19 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                     f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",
                     markup=False,
                 )
-            if not samples.samples:
+            if not samples.count:
                 console.print(f"ragjury: nothing to queue: no valid sample in {args.samples}")
                 return 1
-            unanswered = sum(s.answer is None for s in samples.samples)
-            if unanswered:
+            if samples.unanswered:
                 console.print(
-                    f"ragjury: warning: {unanswered} sample(s) have no answer; `serve` cannot "
-                    "ask a RAG target, so their answer metrics will be not_applicable. Use "
+                    f"ragjury: warning: {samples.unanswered} sample(s) have no answer; `serve` "
+                    "cannot ask a RAG target, so their answer metrics will be not_applicable. Use "
                     "`ragjury evaluate --target` for those.",
                     markup=False,
                 )
-            metrics = choose_metrics(samples.samples, settings.evaluate.metrics)
-            job = await submit_samples(
-                store, settings, samples.samples, metrics, prompts, pin_model=False
-            )
-            what = f"{len(samples.samples)} sample(s) for evaluation ({', '.join(metrics)})"
+            metrics = choose_metrics(samples.filled, settings.evaluate.metrics)
+            job = await submit_samples(store, settings, samples, metrics, prompts, pin_model=False)
+            what = f"{samples.count} sample(s) for evaluation ({', '.join(metrics)})"
         await _say_submitted(console, store, job, what, settings)
     return 0
 

@@ -1,6 +1,6 @@
 """Answer evaluation: loading samples, asking a live RAG target, keyword tests, the pipeline."""
 
-from ragjury.evaluation.inputs import InvalidRecord, SampleSet, load_samples
+from ragjury.evaluation.inputs import InvalidRecord, SampleFile, SampleSet, load_samples
 from ragjury.evaluation.keywords import check_keywords, failure_rates, keyword_score
 from ragjury.evaluation.targets import (
     CallableTarget,
@@ -15,6 +15,7 @@ __all__ = [
     "CallableTarget",
     "HttpTarget",
     "InvalidRecord",
+    "SampleFile",
     "SampleSet",
     "Target",
     "TargetAnswer",

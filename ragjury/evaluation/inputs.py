@@ -32,35 +32,33 @@ The file itself must be usable (it exists, has a known suffix and, for JSON, par
 :class:`~ragjury.errors.InputError` is raised. Inside it nothing raises: a record that cannot
 be used is reported as an :class:`InvalidRecord` with its line number and the reason, and the
 other records still load. A missing answer is not an error; the caller decides.
+
+A file is never held in memory: :func:`load_samples` reads it once, a record at a time, to
+count and check its samples (a :class:`SampleFile`), and each pass over the result reads it
+again. Only a ``.json`` file holding one array is parsed whole; use JSONL for large sets.
 """
 
 from __future__ import annotations
 
-import ast
-import codecs
-import csv
-import io
-import json
-import tokenize
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-from pydantic import ValidationError
-
+from ragjury._repeats import Repeats, id_hash
 from ragjury.errors import InputError
+from ragjury.evaluation._records import SAMPLE_FIELDS, SampleBuilder
+from ragjury.evaluation._rows import csv_rows, json_rows, jsonl_rows
 from ragjury.evaluation.tables import arrow_rows, is_hf_dataset, parquet_rows
-from ragjury.evaluation.targets import context_id
 from ragjury.schemas.records import Sample
-from ragjury.text import clean_value
 
 __all__ = [
     "SAMPLE_FIELDS",
     "InvalidRecord",
+    "SampleFile",
     "SampleSet",
     "field_map",
+    "filled_fields",
     "load_samples",
     "parse_fields",
     "samples_from_records",
@@ -73,38 +71,15 @@ _FORMATS = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
+_READERS: dict[str, Callable[[Path], Iterator[tuple[int, Any]]]] = {
+    "jsonl": jsonl_rows,
+    "json": json_rows,
+    "csv": csv_rows,
+    "parquet": parquet_rows,
+}
 
-QUESTION_FIELDS = ("question", "user_input", "input", "query")
-ANSWER_FIELDS = ("answer", "response", "actual_output")
-CONTEXTS_FIELDS = ("contexts", "retrieved_contexts", "retrieval_context", "context")
-CONTEXT_IDS_FIELDS = ("context_ids", "retrieved_context_ids")
-REFERENCE_CONTEXTS_FIELDS = ("reference_contexts",)
-REFERENCE_CONTEXT_IDS_FIELDS = ("reference_context_ids", "correct_chunks")
-REFERENCE_FIELDS = (
-    "reference",
-    "expected_output",
-    "ground_truth",
-    "correct_answer",
-    "reference_answer",
-)
-KEYWORD_FIELDS = ("must_contain", "must_not_contain", "must_not_start_with")
-SAMPLE_FIELDS = (
-    "id",
-    "question",
-    "answer",
-    "contexts",
-    "context_ids",
-    "reference",
-    "reference_contexts",
-    "reference_context_ids",
-    *KEYWORD_FIELDS,
-    "answer_logprobs",
-)
-
-_MAX_KEYS_SHOWN = 12
-
-
-log = structlog.get_logger("ragjury.input")
+Rows = Callable[[], Iterator[tuple[int, Any]]]
+"""A function that reads a file's records afresh: ``(line, record)`` in file order."""
 
 
 @dataclass(frozen=True)
@@ -121,11 +96,114 @@ class InvalidRecord:
 
 @dataclass(frozen=True)
 class SampleSet:
-    """The samples loaded from ``path``, in file order, and the records skipped."""
+    """Samples already in memory (:func:`samples_from_records`), and the records skipped."""
 
     samples: list[Sample]
     invalid: list[InvalidRecord]
     path: str
+
+
+def filled_fields(samples: Iterable[Sample]) -> frozenset[str]:
+    """The sample fields at least one of ``samples`` has a value for (one pass)."""
+    filled: set[str] = set()
+    for sample in samples:
+        _fill(filled, sample)
+    return frozenset(filled)
+
+
+def _fill(filled: set[str], sample: Sample) -> None:
+    if len(filled) < len(SAMPLE_FIELDS):
+        filled.update(name for name in SAMPLE_FIELDS if getattr(sample, name))
+
+
+class SampleFile:
+    """The valid samples of a file, read from it afresh on each pass, a record at a time.
+
+    What every later step needs to know before the first sample is judged was gathered by
+    one first pass: ``count``, ``unanswered`` (samples without an answer), ``filled`` (the
+    fields some sample has a value for, see :func:`filled_fields`) and ``invalid`` (the
+    records skipped, in file order). Iterating yields the other records' samples in file
+    order; ``samples`` is every one in a list, for small files.
+    """
+
+    def __init__(self, path: str, rows: Rows, builder: SampleBuilder) -> None:
+        self.path = path
+        self._rows, self._builder = rows, builder
+        self._stamp = _stamp(Path(path))
+        self.count = self.unanswered = 0
+        self.filled: frozenset[str] = frozenset()
+        self.invalid: list[InvalidRecord] = []
+        suspects = self._scan(None)
+        if suspects:  # some ids may repeat: check those exactly
+            self._scan(suspects)
+        self._skipped = frozenset(record.line for record in self.invalid)
+
+    def _scan(self, suspects: frozenset[int] | None) -> frozenset[int]:
+        """Count and check every record. Without ``suspects`` the ids' hashes are kept and
+        the repeated ones returned; with them, a repeat of a suspect id is invalid."""
+        repeats = Repeats() if suspects is None else None
+        first_use: dict[str, int] = {}
+        count = unanswered = 0
+        filled: set[str] = set()
+        invalid: list[InvalidRecord] = []
+        for line, record in self._rows():
+            sample = self._builder.build(line, record, log_repairs=suspects is None)
+            if isinstance(sample, str):
+                invalid.append(InvalidRecord(line=line, reason=sample))
+                continue
+            if repeats is not None:
+                repeats.add(sample.id)
+            elif suspects and id_hash(sample.id) in suspects:
+                if sample.id in first_use:
+                    invalid.append(InvalidRecord(line, _repeated(sample.id, first_use)))
+                    continue
+                first_use[sample.id] = line
+            count += 1
+            unanswered += sample.answer is None
+            _fill(filled, sample)
+        self.count, self.unanswered = count, unanswered
+        self.filled, self.invalid = frozenset(filled), invalid
+        return frozenset() if repeats is None else repeats.suspects()
+
+    def __iter__(self) -> Iterator[Sample]:
+        if _stamp(Path(self.path)) != self._stamp:
+            raise InputError(
+                f"{self.path!r} changed while it was being read; run again once it is "
+                "written in full"
+            )
+        for line, record in self._rows():
+            if line in self._skipped:
+                continue
+            sample = self._builder.build(line, record, log_repairs=False)
+            if isinstance(sample, str):  # the first pass found it valid: the file changed
+                raise InputError(
+                    f"{self.path}:{line} changed while the file was being read; run again"
+                )
+            yield sample
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def samples(self) -> list[Sample]:
+        """Every valid sample, in file order, in memory: for small files (iterate a large
+        one)."""
+        return list(self)
+
+
+def _repeated(sample_id: str, first_use: Mapping[str, int]) -> str:
+    return (
+        f"duplicate id {sample_id!r} (first used on line {first_use[sample_id]}); "
+        "give every record a unique id"
+    )
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """What tells a file that changed since it was first read (nothing for a folder)."""
+    if not path.is_file():
+        return (0, 0)
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
 
 
 def parse_fields(values: Iterable[str]) -> dict[str, str]:
@@ -152,9 +230,10 @@ def field_map(pairs: Mapping[str, str]) -> dict[str, str]:
     return dict(pairs)
 
 
-def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> SampleSet:
-    """Read every sample in a ``.jsonl``/``.ndjson``, ``.json``, ``.csv`` or ``.parquet``
-    file, or a folder a Hugging Face dataset was saved to (``save_to_disk``).
+def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> SampleFile:
+    """The samples of a ``.jsonl``/``.ndjson``, ``.json``, ``.csv`` or ``.parquet`` file, or
+    of a folder a Hugging Face dataset was saved to (``save_to_disk``), checked in one pass
+    (see :class:`SampleFile`).
 
     ``fields`` maps a sample field to the record field that holds it (see
     :func:`field_map`). Records without an ``id`` get ``{file stem}-{n}``, n being the line
@@ -170,7 +249,7 @@ def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> S
         )
     mapping = field_map(fields or {})
     if file.is_dir() and is_hf_dataset(file):
-        return _load_rows(arrow_rows(file), file, mapping, from_csv=False)
+        return _sample_file(file, lambda: arrow_rows(file), mapping, from_csv=False)
     fmt = _FORMATS.get(file.suffix.lower())
     if fmt is None:
         accepted = ", ".join(_FORMATS)
@@ -180,450 +259,31 @@ def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> S
         )
     if not file.is_file():
         raise InputError(f"sample path {str(path)!r} is not a file; pass a {fmt} file")
-    if fmt == "parquet":
-        return _load_rows(parquet_rows(file), file, mapping, from_csv=False)
-    text = _read_text(file)
-    if fmt == "jsonl":
-        rows = _jsonl_rows(text)
-    elif fmt == "csv":
-        rows = _csv_rows(text, str(path))
-    else:
-        rows = _json_rows(text, str(path))
-    return _load_rows(rows, file, mapping, from_csv=fmt == "csv")
+    read = _READERS[fmt]
+    return _sample_file(file, lambda: read(file), mapping, from_csv=fmt == "csv")
 
 
-def _load_rows(
-    rows: Iterable[tuple[int, Any]], file: Path, fields: Mapping[str, str], *, from_csv: bool
-) -> SampleSet:
-    builder = _SampleBuilder(stem=file.stem, from_csv=from_csv, fields=fields)
-    for line, record in rows:
-        builder.add(line, record)
-    return SampleSet(samples=builder.samples, invalid=builder.invalid, path=str(file))
+def _sample_file(
+    file: Path, rows: Rows, fields: Mapping[str, str], *, from_csv: bool
+) -> SampleFile:
+    builder = SampleBuilder(stem=file.stem, from_csv=from_csv, fields=fields)
+    return SampleFile(str(file), rows, builder)
 
 
 def samples_from_records(records: Iterable[Any], *, stem: str) -> SampleSet:
     """Samples from records already in memory (dicts), read as the lines of a JSONL file:
     the same field names, and ``{stem}-{n}`` for a record without an ``id`` (n from 1)."""
-    builder = _SampleBuilder(stem=stem, from_csv=False)
+    builder = SampleBuilder(stem=stem, from_csv=False)
+    samples: list[Sample] = []
+    invalid: list[InvalidRecord] = []
+    first_use: dict[str, int] = {}
     for line, record in enumerate(records, start=1):
-        builder.add(line, record)
-    return SampleSet(samples=builder.samples, invalid=builder.invalid, path="<records>")
-
-
-class _Invalid(Exception):
-    """Raised while reading one record to skip it with a reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class _Unreadable:
-    """A row that could not even be parsed (a JSONL line that is not JSON)."""
-
-    reason: str
-
-
-def _read_text(file: Path) -> str:
-    """The file decoded as UTF-8 (a BOM is dropped) or UTF-16 with a BOM."""
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc
-    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else None
-    try:
-        return data.decode(encoding or "utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{str(file)!r} is not UTF-8 text (byte {exc.start} cannot be decoded); "
-            "save the file as UTF-8"
-        ) from exc
-
-
-def _jsonl_rows(text: str) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
+        sample = builder.build(line, record)
+        if not isinstance(sample, str) and sample.id in first_use:
+            sample = _repeated(sample.id, first_use)
+        if isinstance(sample, str):
+            invalid.append(InvalidRecord(line=line, reason=sample))
             continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield (
-                number,
-                _Unreadable(
-                    f"line is not JSON (column {exc.colno}: {exc.msg}); "
-                    "write one JSON object per line"
-                ),
-            )
-
-
-def _json_rows(text: str, path: str) -> Iterator[tuple[int, Any]]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        first = next((line for line in text.split("\n") if line.strip()), "")
-        if exc.msg == "Extra data" and _is_json_object(first):  # JSONL saved as .json
-            yield from _jsonl_rows(text)
-            return
-        raise InputError(
-            f"{path!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}; "
-            "fix the JSON there, or save one object per line as .jsonl"
-        ) from exc
-    yield from enumerate(_records_in(data, path), start=1)
-
-
-def _is_json_object(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
-        return False
-
-
-def _records_in(data: Any, path: str) -> list[Any]:
-    """The records of a JSON document: the list itself, or an object's one list of records."""
-    if isinstance(data, list):
-        return data
-    if not isinstance(data, dict):
-        raise InputError(
-            f"{path!r} holds {_type_name(data)}; expected a list of sample objects "
-            'or an object with one list of them, such as {"samples": [...]}'
-        )
-    lists = [key for key, value in data.items() if isinstance(value, list)]
-    if len(lists) != 1:
-        lists = [
-            key for key in lists if data[key] and all(isinstance(item, dict) for item in data[key])
-        ]
-    if len(lists) == 1:
-        records: list[Any] = data[lists[0]]
-        return records
-    if not lists:
-        raise InputError(
-            f"{path!r} holds an object without a list of records (fields: {_keys(data)}); "
-            "give a list of sample objects, or an object with one list of them"
-        )
-    raise InputError(
-        f"{path!r} holds several lists of records ({', '.join(map(repr, lists))}); "
-        "keep only the list of samples, or save it as its own file"
-    )
-
-
-def _csv_rows(text: str, path: str) -> Iterator[tuple[int, Any]]:
-    """Each data row as a dict (empty cells are None), with the line the row starts on."""
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header: list[str] | None = None
-    start = 1
-    try:
-        for row in reader:
-            line, start = start, reader.line_num + 1
-            if not any(cell.strip() for cell in row):
-                continue
-            if header is None:
-                header = [name.strip() for name in row]
-                continue
-            if len(row) > len(header):
-                yield (
-                    line,
-                    _Unreadable(
-                        f"row has {len(row)} cells but the header has {len(header)} columns; "
-                        "quote cells that contain commas"
-                    ),
-                )
-                continue
-            yield line, {name: cell or None for name, cell in zip(header, row, strict=False)}
-    except csv.Error as exc:
-        raise InputError(
-            f"{path!r} is not valid CSV at line {reader.line_num}: {exc}; fix the quoting there"
-        ) from exc
-
-
-class _SampleBuilder:
-    """Turns records into samples; keeps the invalid ones and the ids seen so far."""
-
-    def __init__(
-        self, *, stem: str, from_csv: bool, fields: Mapping[str, str] | None = None
-    ) -> None:
-        self.stem, self.from_csv = stem, from_csv
-        self.mapped = {name: (source,) for name, source in (fields or {}).items()}
-        self.samples: list[Sample] = []
-        self.invalid: list[InvalidRecord] = []
-        self._first_use: dict[str, int] = {}
-
-    def add(self, line: int, record: Any) -> None:
-        record, repairs = clean_value(record)
-        if repairs:
-            log.warning("input_repaired", line=line, repairs="; ".join(repairs))
-        try:
-            if isinstance(record, _Unreadable):
-                raise _Invalid(record.reason)
-            sample = self._sample(line, record)
-            if sample.id in self._first_use:
-                raise _Invalid(
-                    f"duplicate id {sample.id!r} (first used on line "
-                    f"{self._first_use[sample.id]}); give every record a unique id"
-                )
-        except _Invalid as invalid:
-            self.invalid.append(InvalidRecord(line=line, reason=invalid.reason))
-            return
-        self._first_use[sample.id] = line
-        self.samples.append(sample)
-
-    def _sample(self, line: int, record: Any) -> Sample:
-        if not isinstance(record, dict):
-            raise _Invalid(f"record is {_type_name(record)}, not an object; give a JSON object")
-        names = self.mapped.get
-        fields: dict[str, Any] = {
-            "id": _record_id(record, f"{self.stem}-{line}", names("id", ("id",))[0]),
-            "question": _question(record, names("question", QUESTION_FIELDS)),
-        }
-        generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
-        if generated and not self.mapped:
-            fields["reference"] = _text(record, ("answer",))
-            fields["reference_contexts"] = _texts(record, ("context",), split=False)
-            fields["reference_context_ids"] = _ids(record, ("chunk_id",), split=False)
-        else:
-            fields["answer"] = _text(record, names("answer", ANSWER_FIELDS))
-            contexts = names("contexts", CONTEXTS_FIELDS)
-            fields["contexts"], ids = _contexts(record, contexts, split=self.from_csv)
-            listed = _ids(record, names("context_ids", CONTEXT_IDS_FIELDS), split=self.from_csv)
-            fields["context_ids"] = listed or ids
-            fields["reference"] = _text(record, names("reference", REFERENCE_FIELDS))
-            fields["reference_contexts"] = _texts(
-                record,
-                names("reference_contexts", REFERENCE_CONTEXTS_FIELDS),
-                split=self.from_csv,
-            )
-            fields["reference_context_ids"] = _ids(
-                record,
-                names("reference_context_ids", REFERENCE_CONTEXT_IDS_FIELDS),
-                split=self.from_csv,
-            )
-        for name in KEYWORD_FIELDS:
-            source = names(name, (name,))
-            fields[name] = _texts(record, source, split=self.from_csv, keywords=True)
-        fields["answer_logprobs"] = _logprobs(
-            record, names("answer_logprobs", ("answer_logprobs",))[0]
-        )
-        ids, contexts = fields.get("context_ids", ()), fields.get("contexts", ())
-        if ids and len(ids) != len(contexts):
-            raise _Invalid(
-                f"the record has {len(ids)} context ids for {len(contexts)} contexts; give one "
-                "id per context, in the same order"
-            )
-        try:
-            return Sample(**fields)
-        except ValidationError as exc:  # not expected: the fields above are already checked
-            raise _Invalid(f"record does not fit a sample: {exc}") from exc
-
-
-def _pick(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | None:
-    """The first of ``names`` the record has a value for (null counts as absent)."""
-    for name in names:
-        if record.get(name) is not None:
-            return name, record[name]
-    return None
-
-
-def _record_id(record: Mapping[str, Any], default: str, name: str = "id") -> str:
-    value = record.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _Invalid(
-            f"field {name!r} is {_type_name(value)}; give a string or integer id, or leave it out"
-        )
-    if not str(value).strip():
-        raise _Invalid(f"field {name!r} is empty; give a non-empty id, or leave it out")
-    return str(value)
-
-
-def _question(record: Mapping[str, Any], names: tuple[str, ...]) -> str:
-    picked = _pick(record, names)
-    if picked is None:
-        present = [name for name in names if name in record]
-        if present:
-            raise _Invalid(f"field {present[0]!r} is empty; write the question there")
-        looked_for = ", ".join(repr(name) for name in names)
-        raise _Invalid(
-            f"record has no question (looked for {looked_for}; the record has {_keys(record)}); "
-            "rename the question field to 'question', or name it with --field question=FIELD"
-        )
-    name, value = picked
-    if not isinstance(value, str):
-        raise _Invalid(f"field {name!r} is {_type_name(value)}; the question must be a string")
-    if not value.strip():
-        raise _Invalid(f"field {name!r} is empty; write the question there")
-    return value
-
-
-def _text(record: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
-    picked = _pick(record, names)
-    if picked is None:
-        return None
-    name, value = picked
-    if not isinstance(value, str):
-        raise _Invalid(
-            f"field {name!r} is {_type_name(value)}; give a string, or leave the field out"
-        )
-    return value
-
-
-def _texts(
-    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool, keywords: bool = False
-) -> tuple[str, ...]:
-    """A list-of-strings field; a string is one item, or (CSV) a JSON array or ``a|b`` text."""
-    picked = _pick(record, names)
-    if picked is None:
-        return ()
-    name, value = picked
-    if isinstance(value, str):
-        if split:
-            value = _split_cell(value)
-        else:
-            return (value,) if value.strip() else ()
-    if isinstance(value, tuple):
-        value = list(value)
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _Invalid(
-            f"field {name!r} is {_type_name(value)}; give a list of strings (or one string)"
-        )
-    if keywords and not all(item.strip() for item in value):
-        raise _Invalid(f"field {name!r} holds an empty keyword; remove it")
-    return tuple(value)
-
-
-def _contexts(
-    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool
-) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    """The retrieved contexts, strings or objects with a ``text`` (or ``page_content``) and
-    an ``id``; their ids, ``()`` when none has one."""
-    picked = _pick(record, names)
-    if picked is None or not isinstance(picked[1], list | tuple):
-        return _texts(record, names, split=split), ()
-    name, value = picked
-    texts: list[str] = []
-    ids: list[str | None] = []
-    for index, item in enumerate(value):
-        if isinstance(item, dict):
-            text = next(
-                (item[k] for k in ("text", "page_content") if isinstance(item.get(k), str)), None
-            )
-            if text is None:
-                raise _Invalid(
-                    f"field {name!r} item {index} is an object without a 'text' string; give "
-                    'strings, or objects such as {"id": "doc-1", "text": "..."}'
-                )
-            texts.append(text)
-            ids.append(context_id(item))
-        elif isinstance(item, str):
-            texts.append(item)
-            ids.append(None)
-        else:
-            raise _Invalid(
-                f"field {name!r} item {index} is {_type_name(item)}; give strings, or objects "
-                "with a 'text' string and an 'id'"
-            )
-    return tuple(texts), tuple(ids) if any(i is not None for i in ids) else ()
-
-
-def _ids(record: Mapping[str, Any], names: tuple[str, ...], *, split: bool) -> tuple[str, ...]:
-    """A list of ids (strings or integers), or one id."""
-    picked = _pick(record, names)
-    if picked is None:
-        return ()
-    name, value = picked
-    if isinstance(value, str) and split:
-        value = _split_cell(value)
-    if isinstance(value, str | int) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(item, str | int) and not isinstance(item, bool) for item in value
-    ):
-        raise _Invalid(
-            f"field {name!r} is {_type_name(value)}; give a list of ids (strings), or one id"
-        )
-    return tuple(str(item) for item in value if str(item).strip())
-
-
-def _split_cell(cell: str) -> Any:
-    """A CSV cell holding a list: a JSON array, a Python or numpy list of strings (as pandas
-    writes a list column), else ``|``-separated text."""
-    if cell.lstrip().startswith("["):
-        try:
-            return json.loads(cell)
-        except json.JSONDecodeError:
-            pass
-        listed = _repr_list(cell)
-        if listed is not None:
-            return listed
-    return [part.strip() for part in cell.split("|") if part.strip()]
-
-
-_LAYOUT = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT})
-
-
-def _repr_list(cell: str) -> list[str] | None:
-    """``['a', 'b']`` (Python's repr) or ``['a' 'b']`` (numpy's): the strings, each literal
-    read on its own (so numpy's missing commas never join two contexts); None otherwise."""
-    try:
-        tokens = [
-            t
-            for t in tokenize.generate_tokens(io.StringIO(cell.strip()).readline)
-            if t.type not in _LAYOUT
-        ]
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    if len(tokens) < 2 or (tokens[0].string, tokens[-1].string) != ("[", "]"):
-        return None
-    items: list[str] = []
-    for token in tokens[1:-1]:
-        if token.type == tokenize.STRING:
-            value = ast.literal_eval(token.string)
-            if not isinstance(value, str):
-                return None
-            items.append(value)
-        elif token.string != ",":
-            return None
-    return items
-
-
-def _logprobs(record: Mapping[str, Any], name: str = "answer_logprobs") -> tuple[float, ...] | None:
-    value = record.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = _split_cell(value)
-            value = [float(item) if isinstance(item, str) else item for item in value]
-        except ValueError:
-            pass
-    if not isinstance(value, list) or not all(
-        isinstance(item, int | float) and not isinstance(item, bool) for item in value
-    ):
-        raise _Invalid(
-            f"field 'answer_logprobs' is {_type_name(value)}; give a list of numbers, "
-            "or leave the field out"
-        )
-    return tuple(float(item) for item in value)
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        kinds = sorted({_type_name(item).split(" (")[0] for item in value})
-        return "a list holding " + " and ".join(kinds) if kinds else "an empty list"
-    if isinstance(value, str):
-        return f"a string ({value[:40]!r})"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"a number ({value!r})"
-    return "null"
-
-
-def _keys(record: Mapping[str, Any]) -> str:
-    if not record:
-        return "no fields"
-    keys = [repr(key) for key in record]
-    shown = ", ".join(keys[:_MAX_KEYS_SHOWN])
-    return "fields " + shown + (", ..." if len(keys) > _MAX_KEYS_SHOWN else "")
+        first_use[sample.id] = line
+        samples.append(sample)
+    return SampleSet(samples=samples, invalid=invalid, path="<records>")

@@ -10,7 +10,8 @@ Adding a metric means writing its agent(s) and one entry in :data:`METRICS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,6 +34,7 @@ from ragjury.agents import (
 )
 from ragjury.agents.joins import JoinState
 from ragjury.config import EvaluationOptions, Settings
+from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
 from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
@@ -193,21 +195,24 @@ METRICS: dict[MetricName, Metric] = {
 
 
 def choose_metrics(
-    samples: Sequence[Sample], requested: Sequence[MetricChoice] | None
+    samples: Iterable[Sample] | AbstractSet[str], requested: Sequence[MetricChoice] | None
 ) -> tuple[MetricName, ...]:
     """The metrics of a run: as requested (``rag_triad`` standing for its three), or
-    faithfulness plus what the data allows."""
+    faithfulness plus what the data allows. ``samples`` may instead be the names of the
+    fields some sample fills (:func:`~ragjury.evaluation.inputs.filled_fields`, or a
+    :class:`~ragjury.evaluation.inputs.SampleFile`'s ``filled``), so a file is not read again."""
     if requested:
         expanded: list[MetricName] = []
         for name in requested:
             expanded.extend(RAG_TRIAD if name == "rag_triad" else (name,))
         return tuple(dict.fromkeys(expanded))
+    filled = samples if isinstance(samples, AbstractSet) else filled_fields(samples)
     chosen: list[MetricName] = ["faithfulness"]
-    if any(s.reference for s in samples):
+    if "reference" in filled:
         chosen.append("correctness")
-    if any(s.must_contain or s.must_not_contain or s.must_not_start_with for s in samples):
+    if filled & {"must_contain", "must_not_contain", "must_not_start_with"}:
         chosen.append("keywords")
-    if any(s.reference_contexts or s.reference_context_ids for s in samples):
+    if filled & {"reference_contexts", "reference_context_ids"}:
         chosen.append("retrieval")
     return tuple(chosen)
 

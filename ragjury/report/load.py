@@ -111,7 +111,7 @@ def join_samples(records: list[dict[str, Any]], path: Path) -> None:
     """Add each result's contexts and reference from the samples file it was judged from."""
     from ragjury.evaluation.inputs import load_samples  # only this path needs the loaders
 
-    by_id = {s.id: s for s in load_samples(path).samples}
+    by_id = {s.id: s for s in load_samples(path)}
     for record in records:
         sample = by_id.get(str(record.get("id")))
         if sample is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragjury._repeats import Repeats, id_hash
 from ragjury.errors import InputError
 from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
 
@@ -47,19 +48,25 @@ def alive(pid: int) -> bool:
 
 def job_key(kind: JobKind, options: Mapping[str, Any], items: ItemsFactory) -> tuple[str, int]:
     """The key of a job (a hash of what it does and its items) and how many items it has;
-    refuses items that share an id."""
+    refuses items that share an id. Only the ids' hashes are kept (:class:`Repeats`), so a
+    million items cost a few megabytes; ``items`` is called again only to name repeats."""
     digest = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
-    seen: Counter[str] = Counter()
+    ids = Repeats()
+    size = 0
     for key, payload in items():
-        seen[key] += 1
+        ids.add(key)
+        size += 1
         digest.update(b"\0" + key.encode() + b"\0" + encode(payload).encode())
-    repeated = sorted(k for k, n in seen.items() if n > 1)
-    if repeated:
-        raise InputError(
-            f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
-            f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
-        )
-    return digest.hexdigest(), len(seen)
+    suspects = ids.suspects()
+    if suspects:
+        seen = Counter(key for key, _ in items() if id_hash(key) in suspects)
+        repeated = sorted(k for k, n in seen.items() if n > 1)
+        if repeated:
+            raise InputError(
+                f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
+                f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
+            )
+    return digest.hexdigest(), size
 
 
 def abandoned(attempts: int) -> str:

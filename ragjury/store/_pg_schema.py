@@ -9,7 +9,8 @@ Version 1 is what a one-process store needs (runs, LLM calls, jobs, items, resul
 cache); version 2 adds what lets processes on many machines share the work: the durable bus
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
-processes (``rate_buckets``).
+processes (``rate_buckets``), and indexes that read a job's results in item order a page
+at a time.
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ CREATE TABLE rate_buckets (
     level DOUBLE PRECISION NOT NULL,
     stamp DOUBLE PRECISION NOT NULL
 );
+DROP INDEX samples_order;
+CREATE INDEX samples_order ON samples(job_id, item_id, position, seq);
+CREATE INDEX pairs_order ON pairs(job_id, item_id, position, seq);
 """,
     ),
 )

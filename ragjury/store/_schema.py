@@ -146,6 +146,13 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 # Indexes on the added columns: made once the columns are there.
 AFTER_COLUMNS = ("CREATE INDEX IF NOT EXISTS items_started ON items(started_by, state)",)
 
+# Indexes that only make reads faster, created on open wherever missing (a database made
+# before them needs no new version): the results of a job in item order, a page at a time.
+ORDER_INDEXES = {
+    name: f"CREATE INDEX IF NOT EXISTS {name} ON {table}(job_id, item_id, position)"
+    for name, table in (("samples_order", "samples"), ("pairs_order", "pairs"))
+}
+
 # Run once when a version-0/1 database is opened by this ragjury (not on later upgrades).
 FROM_VERSION_1 = (
     # Items a 0.1 daemon held had no messages: they start again (their steps are cached).

@@ -696,40 +696,35 @@ class PostgresStore:
         return self._records("samples", job_ids)
 
     async def scored(self, job_id: str) -> AsyncIterator[str]:
-        sql = (
-            "SELECT scored AS value, 0::bigint AS k1, position::bigint AS k2, seq AS k3 "
-            "FROM samples WHERE job_id = $1"
-        )
-        async for value in self._pages(sql, (job_id,)):
+        async for value in self._pages("samples", "scored", job_id):
             yield str(value)
 
     async def _records(
         self, table: str, job_ids: Sequence[str] | None
     ) -> AsyncIterator[dict[str, Any]]:
-        sql = (
-            "SELECT r.record AS value, j.seq AS k1, i.position::bigint AS k2, "
-            f"r.position::bigint AS k3 FROM {table} r "
-            "JOIN items i ON i.id = r.item_id JOIN jobs j ON j.id = r.job_id"
-        )
-        params: tuple[Any, ...] = ()
-        if job_ids is not None:
-            sql += " WHERE r.job_id = ANY($1::text[])"
-            params = (list(job_ids),)
-        async for value in self._pages(sql, params):
-            yield json.loads(value)
+        if job_ids is None:
+            jobs = await self._fetch("SELECT id FROM jobs ORDER BY seq")
+        else:
+            jobs = await self._fetch(
+                "SELECT id FROM jobs WHERE id = ANY($1::text[]) ORDER BY seq", list(job_ids)
+            )
+        for (job_id,) in jobs:
+            async for value in self._pages(table, "record", job_id):
+                yield json.loads(value)
 
-    async def _pages(self, sql: str, params: tuple[Any, ...]) -> AsyncIterator[Any]:
-        """``value`` of ``sql`` (which selects ``value, k1, k2, k3``) in (k1, k2, k3) order, a
-        page at a time, each page starting where the last ended."""
-        n = len(params)
+    async def _pages(self, table: str, column: str, job_id: str) -> AsyncIterator[Any]:
+        """``column`` of a job's rows of ``table`` in item order, a page at a time, each page
+        starting where the last ended through the ``{table}_order`` index (so every page costs
+        the same however many came before). A job's items are copied in position order in
+        one transaction, so their ids follow their positions."""
         page = (
-            f"SELECT value, k1, k2, k3 FROM ({sql}) AS r "
-            f"WHERE (k1, k2, k3) > (${n + 1}::bigint, ${n + 2}::bigint, ${n + 3}::bigint) "
-            f"ORDER BY k1, k2, k3 LIMIT {PAGE}"
+            f"SELECT {column}, item_id, position, seq FROM {table} "
+            "WHERE job_id = $1 AND (item_id, position, seq) > ($2::bigint, $3::int, $4::bigint) "
+            f"ORDER BY item_id, position, seq LIMIT {PAGE}"
         )
         after: tuple[Any, ...] = (-1, -1, -1)
         while True:
-            rows = await self._fetch(page, *params, *after)
+            rows = await self._fetch(page, job_id, *after)
             for row in rows:
                 yield row[0]
             if len(rows) < PAGE:

@@ -163,6 +163,7 @@ class SQLiteStore:
                 "(pip install -U ragjury) to use it"
             )
         if version == _schema.VERSION:
+            self._add_order_indexes(conn)
             return
 
         def migrate(conn: Conn) -> None:
@@ -188,6 +189,13 @@ class SQLiteStore:
             conn.execute(f"PRAGMA user_version = {_schema.VERSION}")
 
         _transaction(conn, migrate)
+        self._add_order_indexes(conn)
+
+    def _add_order_indexes(self, conn: Conn) -> None:
+        present = {row[0] for row in _all(conn, "SELECT name FROM sqlite_master")}
+        missing = [sql for name, sql in _schema.ORDER_INDEXES.items() if name not in present]
+        if missing:
+            _transaction(conn, lambda c: [c.execute(sql) for sql in missing])
 
     # plumbing -----------------------------------------------------------------------
     async def _call(self, fn: Callable[[Conn], T], *, opening: bool = False) -> T:
@@ -580,36 +588,33 @@ class SQLiteStore:
         return self._records("samples", job_ids)
 
     async def scored(self, job_id: str) -> AsyncIterator[str]:
-        sql = (
-            "SELECT scored AS value, 0 AS k1, position AS k2, rowid AS k3 FROM samples "
-            "WHERE job_id = ?"
-        )
-        async for value in self._pages(sql, (job_id,)):
+        async for value in self._pages("samples", "scored", job_id):
             yield str(value)
 
     async def _records(
         self, table: str, job_ids: Sequence[str] | None
     ) -> AsyncIterator[dict[str, Any]]:
-        sql = (
-            f"SELECT r.record AS value, j.rowid AS k1, i.position AS k2, r.position AS k3 "
-            f"FROM {table} r JOIN items i ON i.id = r.item_id JOIN jobs j ON j.id = r.job_id"
-        )
-        params: tuple[Any, ...] = ()
+        sql, params = "SELECT id FROM jobs", tuple(job_ids or ())
         if job_ids is not None:
-            sql += f" WHERE r.job_id IN ({_marks(job_ids)})"
-            params = tuple(job_ids)
-        async for value in self._pages(sql, params):
-            yield json.loads(value)
+            sql += f" WHERE id IN ({_marks(job_ids)})"
+        for (job_id,) in await self._read(sql + " ORDER BY rowid", params):
+            async for value in self._pages(table, "record", job_id):
+                yield json.loads(value)
 
-    async def _pages(self, sql: str, params: tuple[Any, ...]) -> AsyncIterator[Any]:
-        """``value`` of ``sql`` (which selects ``value, k1, k2, k3``) in (k1, k2, k3) order,
-        a page at a time: no statement stays open between pages, and each page starts where
-        the last ended (no OFFSET to scan again)."""
-        page = f"SELECT value, k1, k2, k3 FROM ({sql}) WHERE (k1, k2, k3) > (?, ?, ?) "
-        page += f"ORDER BY k1, k2, k3 LIMIT {PAGE}"
+    async def _pages(self, table: str, column: str, job_id: str) -> AsyncIterator[Any]:
+        """``column`` of a job's rows of ``table`` in item order, a page at a time: no
+        statement stays open between pages, and each page starts where the last ended, found
+        through the ``{table}_order`` index, so every page costs the same however many rows
+        came before (no OFFSET, no sort of the whole job per page). A job's items are
+        inserted in position order in one transaction, so their ids follow their positions."""
+        page = (
+            f"SELECT {column}, item_id, position, rowid FROM {table} "
+            "WHERE job_id = ? AND (item_id, position, rowid) > (?, ?, ?) "
+            f"ORDER BY item_id, position, rowid LIMIT {PAGE}"
+        )
         after: tuple[Any, ...] = (-1, -1, -1)
         while True:
-            rows = await self._read(page, (*params, *after))
+            rows = await self._read(page, (job_id, *after))
             for row in rows:
                 yield row[0]
             if len(rows) < PAGE:

@@ -1,0 +1,323 @@
+"""One record (a parsed JSON object, CSV row or table row) turned into a :class:`Sample`.
+
+The field names read, and how list fields are read from CSV cells, are described in
+:mod:`ragjury.evaluation.inputs`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from ragjury.evaluation._rows import Unreadable, keys_text, type_name
+from ragjury.evaluation.targets import context_id
+from ragjury.schemas.records import Sample
+from ragjury.text import clean_value
+
+__all__ = ["SAMPLE_FIELDS", "SampleBuilder"]
+
+QUESTION_FIELDS = ("question", "user_input", "input", "query")
+ANSWER_FIELDS = ("answer", "response", "actual_output")
+CONTEXTS_FIELDS = ("contexts", "retrieved_contexts", "retrieval_context", "context")
+CONTEXT_IDS_FIELDS = ("context_ids", "retrieved_context_ids")
+REFERENCE_CONTEXTS_FIELDS = ("reference_contexts",)
+REFERENCE_CONTEXT_IDS_FIELDS = ("reference_context_ids", "correct_chunks")
+REFERENCE_FIELDS = (
+    "reference",
+    "expected_output",
+    "ground_truth",
+    "correct_answer",
+    "reference_answer",
+)
+KEYWORD_FIELDS = ("must_contain", "must_not_contain", "must_not_start_with")
+SAMPLE_FIELDS = (
+    "id",
+    "question",
+    "answer",
+    "contexts",
+    "context_ids",
+    "reference",
+    "reference_contexts",
+    "reference_context_ids",
+    *KEYWORD_FIELDS,
+    "answer_logprobs",
+)
+
+log = structlog.get_logger("ragjury.input")
+
+
+class _Invalid(Exception):
+    """Raised while reading one record to skip it with a reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SampleBuilder:
+    """Turns one record into a sample, or into the reason it cannot be one."""
+
+    def __init__(
+        self, *, stem: str, from_csv: bool, fields: Mapping[str, str] | None = None
+    ) -> None:
+        self.stem, self.from_csv = stem, from_csv
+        self.mapped = {name: (source,) for name, source in (fields or {}).items()}
+
+    def build(self, line: int, record: Any, *, log_repairs: bool = True) -> Sample | str:
+        """The sample of the record on ``line``, or why it was skipped. Bad text is repaired
+        (and logged, with ``log_repairs``); ids are not checked against other records'."""
+        record, repairs = clean_value(record)
+        if repairs and log_repairs:
+            log.warning("input_repaired", line=line, repairs="; ".join(repairs))
+        try:
+            if isinstance(record, Unreadable):
+                raise _Invalid(record.reason)
+            return self._sample(line, record)
+        except _Invalid as invalid:
+            return invalid.reason
+
+    def _sample(self, line: int, record: Any) -> Sample:
+        if not isinstance(record, dict):
+            raise _Invalid(f"record is {type_name(record)}, not an object; give a JSON object")
+        names = self.mapped.get
+        fields: dict[str, Any] = {
+            "id": _record_id(record, f"{self.stem}-{line}", names("id", ("id",))[0]),
+            "question": _question(record, names("question", QUESTION_FIELDS)),
+        }
+        generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
+        if generated and not self.mapped:
+            fields["reference"] = _text(record, ("answer",))
+            fields["reference_contexts"] = _texts(record, ("context",), split=False)
+            fields["reference_context_ids"] = _ids(record, ("chunk_id",), split=False)
+        else:
+            fields["answer"] = _text(record, names("answer", ANSWER_FIELDS))
+            contexts = names("contexts", CONTEXTS_FIELDS)
+            fields["contexts"], ids = _contexts(record, contexts, split=self.from_csv)
+            listed = _ids(record, names("context_ids", CONTEXT_IDS_FIELDS), split=self.from_csv)
+            fields["context_ids"] = listed or ids
+            fields["reference"] = _text(record, names("reference", REFERENCE_FIELDS))
+            fields["reference_contexts"] = _texts(
+                record,
+                names("reference_contexts", REFERENCE_CONTEXTS_FIELDS),
+                split=self.from_csv,
+            )
+            fields["reference_context_ids"] = _ids(
+                record,
+                names("reference_context_ids", REFERENCE_CONTEXT_IDS_FIELDS),
+                split=self.from_csv,
+            )
+        for name in KEYWORD_FIELDS:
+            source = names(name, (name,))
+            fields[name] = _texts(record, source, split=self.from_csv, keywords=True)
+        fields["answer_logprobs"] = _logprobs(
+            record, names("answer_logprobs", ("answer_logprobs",))[0]
+        )
+        ids, contexts = fields.get("context_ids", ()), fields.get("contexts", ())
+        if ids and len(ids) != len(contexts):
+            raise _Invalid(
+                f"the record has {len(ids)} context ids for {len(contexts)} contexts; give one "
+                "id per context, in the same order"
+            )
+        try:
+            return Sample(**fields)
+        except ValidationError as exc:  # not expected: the fields above are already checked
+            raise _Invalid(f"record does not fit a sample: {exc}") from exc
+
+
+def _pick(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | None:
+    """The first of ``names`` the record has a value for (null counts as absent)."""
+    for name in names:
+        if record.get(name) is not None:
+            return name, record[name]
+    return None
+
+
+def _record_id(record: Mapping[str, Any], default: str, name: str = "id") -> str:
+    value = record.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _Invalid(
+            f"field {name!r} is {type_name(value)}; give a string or integer id, or leave it out"
+        )
+    if not str(value).strip():
+        raise _Invalid(f"field {name!r} is empty; give a non-empty id, or leave it out")
+    return str(value)
+
+
+def _question(record: Mapping[str, Any], names: tuple[str, ...]) -> str:
+    picked = _pick(record, names)
+    if picked is None:
+        present = [name for name in names if name in record]
+        if present:
+            raise _Invalid(f"field {present[0]!r} is empty; write the question there")
+        looked_for = ", ".join(repr(name) for name in names)
+        raise _Invalid(
+            f"record has no question (looked for {looked_for}; the record has "
+            f"{keys_text(record)}); "
+            "rename the question field to 'question', or name it with --field question=FIELD"
+        )
+    name, value = picked
+    if not isinstance(value, str):
+        raise _Invalid(f"field {name!r} is {type_name(value)}; the question must be a string")
+    if not value.strip():
+        raise _Invalid(f"field {name!r} is empty; write the question there")
+    return value
+
+
+def _text(record: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    picked = _pick(record, names)
+    if picked is None:
+        return None
+    name, value = picked
+    if not isinstance(value, str):
+        raise _Invalid(
+            f"field {name!r} is {type_name(value)}; give a string, or leave the field out"
+        )
+    return value
+
+
+def _texts(
+    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool, keywords: bool = False
+) -> tuple[str, ...]:
+    """A list-of-strings field; a string is one item, or (CSV) a JSON array or ``a|b`` text."""
+    picked = _pick(record, names)
+    if picked is None:
+        return ()
+    name, value = picked
+    if isinstance(value, str):
+        if split:
+            value = _split_cell(value)
+        else:
+            return (value,) if value.strip() else ()
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _Invalid(
+            f"field {name!r} is {type_name(value)}; give a list of strings (or one string)"
+        )
+    if keywords and not all(item.strip() for item in value):
+        raise _Invalid(f"field {name!r} holds an empty keyword; remove it")
+    return tuple(value)
+
+
+def _contexts(
+    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool
+) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    """The retrieved contexts, strings or objects with a ``text`` (or ``page_content``) and
+    an ``id``; their ids, ``()`` when none has one."""
+    picked = _pick(record, names)
+    if picked is None or not isinstance(picked[1], list | tuple):
+        return _texts(record, names, split=split), ()
+    name, value = picked
+    texts: list[str] = []
+    ids: list[str | None] = []
+    for index, item in enumerate(value):
+        if isinstance(item, dict):
+            text = next(
+                (item[k] for k in ("text", "page_content") if isinstance(item.get(k), str)), None
+            )
+            if text is None:
+                raise _Invalid(
+                    f"field {name!r} item {index} is an object without a 'text' string; give "
+                    'strings, or objects such as {"id": "doc-1", "text": "..."}'
+                )
+            texts.append(text)
+            ids.append(context_id(item))
+        elif isinstance(item, str):
+            texts.append(item)
+            ids.append(None)
+        else:
+            raise _Invalid(
+                f"field {name!r} item {index} is {type_name(item)}; give strings, or objects "
+                "with a 'text' string and an 'id'"
+            )
+    return tuple(texts), tuple(ids) if any(i is not None for i in ids) else ()
+
+
+def _ids(record: Mapping[str, Any], names: tuple[str, ...], *, split: bool) -> tuple[str, ...]:
+    """A list of ids (strings or integers), or one id."""
+    picked = _pick(record, names)
+    if picked is None:
+        return ()
+    name, value = picked
+    if isinstance(value, str) and split:
+        value = _split_cell(value)
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(item, str | int) and not isinstance(item, bool) for item in value
+    ):
+        raise _Invalid(
+            f"field {name!r} is {type_name(value)}; give a list of ids (strings), or one id"
+        )
+    return tuple(str(item) for item in value if str(item).strip())
+
+
+def _split_cell(cell: str) -> Any:
+    """A CSV cell holding a list: a JSON array, a Python or numpy list of strings (as pandas
+    writes a list column), else ``|``-separated text."""
+    if cell.lstrip().startswith("["):
+        try:
+            return json.loads(cell)
+        except json.JSONDecodeError:
+            pass
+        listed = _repr_list(cell)
+        if listed is not None:
+            return listed
+    return [part.strip() for part in cell.split("|") if part.strip()]
+
+
+_LAYOUT = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT})
+
+
+def _repr_list(cell: str) -> list[str] | None:
+    """``['a', 'b']`` (Python's repr) or ``['a' 'b']`` (numpy's): the strings, each literal
+    read on its own (so numpy's missing commas never join two contexts); None otherwise."""
+    try:
+        tokens = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(cell.strip()).readline)
+            if t.type not in _LAYOUT
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    if len(tokens) < 2 or (tokens[0].string, tokens[-1].string) != ("[", "]"):
+        return None
+    items: list[str] = []
+    for token in tokens[1:-1]:
+        if token.type == tokenize.STRING:
+            value = ast.literal_eval(token.string)
+            if not isinstance(value, str):
+                return None
+            items.append(value)
+        elif token.string != ",":
+            return None
+    return items
+
+
+def _logprobs(record: Mapping[str, Any], name: str = "answer_logprobs") -> tuple[float, ...] | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = _split_cell(value)
+            value = [float(item) if isinstance(item, str) else item for item in value]
+        except ValueError:
+            pass
+    if not isinstance(value, list) or not all(
+        isinstance(item, int | float) and not isinstance(item, bool) for item in value
+    ):
+        raise _Invalid(
+            f"field 'answer_logprobs' is {type_name(value)}; give a list of numbers, "
+            "or leave the field out"
+        )
+    return tuple(float(item) for item in value)

@@ -1,0 +1,216 @@
+"""The records of a sample file, read from the open file a record at a time.
+
+Each reader yields ``(line, record)``: the 1-based line (the record index in a JSON list) and
+the parsed record, or :class:`Unreadable` when the line cannot even be parsed. JSONL is read
+line by line and CSV row by row, so a file of any size costs the memory of one record; a
+``.json`` file is one document, parsed whole (JSONL is the format for large sets). Text is
+UTF-8 (a BOM is dropped) or UTF-16 with a BOM.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import csv
+import io
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ragjury.errors import InputError
+
+__all__ = [
+    "Unreadable",
+    "csv_rows",
+    "json_rows",
+    "jsonl_rows",
+    "keys_text",
+    "type_name",
+]
+
+_MAX_KEYS_SHOWN = 12
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A row that could not even be parsed (a JSONL line that is not JSON)."""
+
+    reason: str
+
+
+def _encoding(file: Path) -> str:
+    try:
+        with file.open("rb") as raw:
+            head = raw.read(2)
+    except OSError as exc:
+        raise InputError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc
+    return "utf-16" if head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) else "utf-8-sig"
+
+
+@contextlib.contextmanager
+def _text(file: Path, *, newline: str) -> Iterator[io.TextIOWrapper]:
+    """The file opened as text; a byte that cannot be decoded raises InputError."""
+    encoding = _encoding(file)
+    try:
+        with file.open("r", encoding=encoding, newline=newline) as text:
+            yield text
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{str(file)!r} is not UTF-8 text (byte {_bad_byte(file, encoding)} cannot be "
+            "decoded); save the file as UTF-8"
+        ) from exc
+
+
+def _bad_byte(file: Path, encoding: str) -> int:
+    """The offset in the file of the first byte that cannot be decoded (-1 if none is)."""
+    if encoding == "utf-8-sig":
+        encoding = "utf-8"  # a BOM decodes as U+FEFF; offsets then count from the file's start
+    decoder = codecs.getincrementaldecoder(encoding)()
+    offset = 0
+    with file.open("rb") as raw:
+        while True:
+            chunk = raw.read(_CHUNK)
+            held = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as exc:
+                return offset - held + exc.start
+            if not chunk:
+                return -1
+            offset += len(chunk)
+
+
+def jsonl_rows(file: Path) -> Iterator[tuple[int, Any]]:
+    """Each line of a JSONL file, parsed; blank lines are skipped but counted."""
+    with _text(file, newline="\n") as text:
+        yield from _lines_parsed(enumerate(text, start=1))
+
+
+def _lines_parsed(lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, Any]]:
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield (
+                number,
+                Unreadable(
+                    f"line is not JSON (column {exc.colno}: {exc.msg}); "
+                    "write one JSON object per line"
+                ),
+            )
+
+
+def json_rows(file: Path) -> Iterator[tuple[int, Any]]:
+    """The records of a JSON document (read whole), or of JSONL saved as ``.json``."""
+    with _text(file, newline="\n") as handle:
+        text = handle.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        first = next((line for line in text.split("\n") if line.strip()), "")
+        if exc.msg == "Extra data" and _is_json_object(first):  # JSONL saved as .json
+            del text
+            yield from jsonl_rows(file)
+            return
+        raise InputError(
+            f"{str(file)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column "
+            f"{exc.colno}; fix the JSON there, or save one object per line as .jsonl"
+        ) from exc
+    del text
+    yield from enumerate(_records_in(data, str(file)), start=1)
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _records_in(data: Any, path: str) -> list[Any]:
+    """The records of a JSON document: the list itself, or an object's one list of records."""
+    if isinstance(data, list):
+        return data
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{path!r} holds {type_name(data)}; expected a list of sample objects "
+            'or an object with one list of them, such as {"samples": [...]}'
+        )
+    lists = [key for key, value in data.items() if isinstance(value, list)]
+    if len(lists) != 1:
+        lists = [
+            key for key in lists if data[key] and all(isinstance(item, dict) for item in data[key])
+        ]
+    if len(lists) == 1:
+        records: list[Any] = data[lists[0]]
+        return records
+    if not lists:
+        raise InputError(
+            f"{path!r} holds an object without a list of records (fields: {keys_text(data)}); "
+            "give a list of sample objects, or an object with one list of them"
+        )
+    raise InputError(
+        f"{path!r} holds several lists of records ({', '.join(map(repr, lists))}); "
+        "keep only the list of samples, or save it as its own file"
+    )
+
+
+def csv_rows(file: Path) -> Iterator[tuple[int, Any]]:
+    """Each data row as a dict (empty cells are None), with the line the row starts on."""
+    with _text(file, newline="") as text:
+        reader = csv.reader(text)
+        header: list[str] | None = None
+        start = 1
+        try:
+            for row in reader:
+                line, start = start, reader.line_num + 1
+                if not any(cell.strip() for cell in row):
+                    continue
+                if header is None:
+                    header = [name.strip() for name in row]
+                    continue
+                if len(row) > len(header):
+                    yield (
+                        line,
+                        Unreadable(
+                            f"row has {len(row)} cells but the header has {len(header)} "
+                            "columns; quote cells that contain commas"
+                        ),
+                    )
+                    continue
+                yield line, {name: cell or None for name, cell in zip(header, row, strict=False)}
+        except csv.Error as exc:
+            raise InputError(
+                f"{str(file)!r} is not valid CSV at line {reader.line_num}: {exc}; fix the "
+                "quoting there"
+            ) from exc
+
+
+def type_name(value: Any) -> str:
+    """What ``value`` is, as an error message names it."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        kinds = sorted({type_name(item).split(" (")[0] for item in value})
+        return "a list holding " + " and ".join(kinds) if kinds else "an empty list"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    return "null"
+
+
+def keys_text(record: Mapping[str, Any]) -> str:
+    """The fields of ``record``, as an error message lists them."""
+    if not record:
+        return "no fields"
+    keys = [repr(key) for key in record]
+    shown = ", ".join(keys[:_MAX_KEYS_SHOWN])
+    return "fields " + shown + (", ..." if len(keys) > _MAX_KEYS_SHOWN else "")

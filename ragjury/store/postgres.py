@@ -111,23 +111,20 @@ def _driver() -> Any:
 
 
 def _lost(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection or the server went away (try again), as opposed
-    to a mistake in what was asked (raise)."""
+    """Whether ``exc`` means the connection or the server went away, or the server cannot
+    take the work just now (try again), as opposed to a mistake in what was asked (raise)."""
     asyncpg = _driver()
     if isinstance(exc, OSError | TimeoutError | ConnectionError):
         return True
-    if isinstance(
-        exc,
-        asyncpg.PostgresConnectionError
-        | asyncpg.ConnectionDoesNotExistError
-        | asyncpg.CannotConnectNowError
-        | asyncpg.AdminShutdownError
-        | asyncpg.CrashShutdownError
-        | asyncpg.DeadlockDetectedError
-        | asyncpg.SerializationError,
-    ):
-        return True
-    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
+    if isinstance(exc, asyncpg.PostgresError):
+        state = str(getattr(exc, "sqlstate", "") or "")
+        # 08: connection exceptions; 57P: shutdown, crash, cannot connect now; 53: too many
+        # connections, out of memory or disk; 40001/40P01: a serialization failure or a
+        # deadlock, whose transaction was rolled back whole
+        return state.startswith(("08", "57P", "53")) or state in ("40001", "40P01")
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
+        return "closed" in str(exc) or "connection" in str(exc).lower()
+    return False
 
 
 def _numbered(sql: str) -> str:

@@ -64,8 +64,9 @@ def results_gate(
     ``--fail-on-regression``; each failed one is named with its value and its bar."""
     if judged and failed == judged:
         reason = (
-            f"nothing was judged: all {failed} judgement(s) failed (the endpoint may be down or "
-            "hanging; each failure's error is in the output)"
+            f"nothing was judged: all {failed} judgement(s) failed (each failure's error is in "
+            "the output: an endpoint that is down or hanging, or a model whose answers never "
+            "validate)"
         )
     elif (line := reason_line(gates)) is not None:
         reason = line

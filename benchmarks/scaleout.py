@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         ("1 process, every agent", [None]),
         ("2 processes, every agent", [None, None]),
         ("4 processes, every agent", [None] * 4),
-        ("4 processes, one per agent", [[a] for a in AGENTS]),
+        ("3 processes, one per LLM agent and intake", [[a] for a in AGENTS]),
     ]
     rows: list[dict[str, Any]] = []
     with (

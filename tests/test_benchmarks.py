@@ -135,7 +135,7 @@ def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: 
     assert [(r["store"], r["layout"].split(",")[0]) for r in runs] == [
         (store, layout)
         for store in ("sqlite", "postgresql")
-        for layout in ("1 process", "2 processes", "4 processes", "4 processes")
+        for layout in ("1 process", "2 processes", "4 processes", "3 processes")
     ]
     assert result["settings"]["messages_per_sample"] == 2  # splitter, verdict judge: counted
     for run in runs:

@@ -279,15 +279,20 @@ def test_the_grammar_spells_out_rating_ranges_and_requires_every_field() -> None
     assert set(verdict["required"]) == {"statement_index", "reason", "evidence", "supported"}
 
 
-def test_counts_reach_the_schema_but_not_the_local_grammar() -> None:
+async def test_the_grammar_holds_the_model_to_the_count_asked_for(
+    bundled: Path, tmp_path: Path
+) -> None:
     from ragjury.schemas import DraftedPairs
-    from ragjury.schemas.responses import counted, grammar_schema
+    from ragjury.schemas.responses import counted
 
-    schema = counted(DraftedPairs, "pairs", 3).model_json_schema()
-    assert (
-        schema["properties"]["pairs"]["minItems"],
-        schema["properties"]["pairs"]["maxItems"],
-    ) == (3, 3)
-    grammar = grammar_schema(schema)["properties"]["pairs"]  # see grammar_schema: too slow
-    assert "maxItems" not in grammar
-    assert grammar["minItems"] == 1
+    # the prompt asks for five; the schema (and so the grammar) for exactly two
+    ask = [{"role": "user", "content": "Write five question/answer pairs about Paris as JSON."}]
+    settings = local_settings(tmp_path, local_max_tokens=200, max_retries=0)
+    async with LLM(settings) as llm:
+        two, stats = await llm.structured_call(
+            counted(DraftedPairs, "pairs", 2), ask, stage="generator",
+            context={"questions_per_chunk": 2},
+        )  # fmt: skip
+    assert len(two.pairs) == 2
+    assert stats.requests == 1  # right first time: no re-ask for the count
+    assert len(json.loads(stats.last_raw_output or "")["pairs"]) == 2

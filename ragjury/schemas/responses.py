@@ -65,25 +65,10 @@ def grammar_schema(schema: Any) -> Any:
     local model that can then only write output of that shape: small integer ranges (ratings
     1-5) as enums, since its converter ignores minimum/maximum, and every field required.
 
-    The counts the validators check (exactly N pairs, one verdict per statement; see
-    :func:`counted`) are taken out: a short answer of the right count comes quickly, but with
-    the 600-character string bounds llama-cpp-python 0.3.16 then spends about 90 s of CPU per
-    generator call on the bundled model (against about 7 s without counts), the README's main
-    job running for over 15 minutes. A wrong count is re-asked, as for any endpoint."""
-    return _required(_integer_enums(_uncounted(copy.deepcopy(schema))))
-
-
-def _uncounted(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_uncounted(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    result = {key: _uncounted(value) for key, value in schema.items()}
-    if result.get("type") == "array":
-        result.pop("maxItems", None)
-        if result.get("minItems", 0) > 1:
-            result["minItems"] = 1
-    return result
+    The counts the validators check (exactly N pairs, one verdict per statement) are not put
+    in: with them, llama-cpp-python 0.3.16 stalled for minutes on the bundled model's first
+    call. A wrong count is re-asked, as for any endpoint."""
+    return _required(_integer_enums(copy.deepcopy(schema)))
 
 
 def _required(schema: Any) -> Any:

@@ -65,9 +65,10 @@ def grammar_schema(schema: Any) -> Any:
     local model that can then only write output of that shape: small integer ranges (ratings
     1-5) as enums, since its converter ignores minimum/maximum, and every field required.
 
-    The counts the validators check (exactly N pairs, one verdict per statement) are not put
-    in: with them, llama-cpp-python 0.3.16 stalled for minutes on the bundled model's first
-    call. A wrong count is re-asked, as for any endpoint."""
+    The counts the validators check (exactly N pairs, one verdict per statement) come in
+    through :func:`counted` as ``minItems``/``maxItems`` and stay. (An earlier version left
+    them out, having taken llama.cpp's slow calls under a busy CPU for their cost; measured
+    on one chunk, a 512-token generator call took 12 s with them and 17.5 s without.)"""
     return _required(_integer_enums(copy.deepcopy(schema)))
 
 

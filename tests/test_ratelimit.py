@@ -40,7 +40,7 @@ async def test_requests_are_paced_by_the_endpoints_headers_instead_of_its_429s(
         await rate(llm, 60)
 
         assert llm.usage.stage("critic").failed_calls == 0
-        # unpaced, 16 at a time at 20 ms each would meet about 40 429s; paced, the first burst
+        # unpaced, 16 at a time at 20 ms each would meet dozens of 429s; paced, the first burst
         # may meet a few (more when a busy CPU delays the first answers' headers)
         assert fake.stats().get("limit_429", 0) <= 5
         per_second, capacity = llm.limiter.budget("requests") or (0, 0)

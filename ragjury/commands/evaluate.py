@@ -62,6 +62,11 @@ def _target(args: argparse.Namespace) -> Target | None:
     )
 
 
+def _shown(figure: float | None) -> str:
+    """A mean or rate for the one-line summary; '-' when no sample was scored."""
+    return "-" if figure is None else str(figure)
+
+
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
@@ -151,7 +156,10 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             console.print(at_k)
     else:
         parts = [
-            f"{name} mean {m['mean']} pass {m['pass_rate']} (failed {m['failed']})"
+            f"{name} mean {_shown(m['mean'])} pass {_shown(m['pass_rate'])} "
+            f"(failed {m['failed']}"
+            + (f", not applicable {m['not_applicable']}" if m.get("not_applicable") else "")
+            + ")"
             + "".join(
                 f", hit@{k} {f['hit_rate']} mrr@{k} {f['mrr']}"
                 for k, f in (m.get("at_k") or {}).items()

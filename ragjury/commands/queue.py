@@ -335,10 +335,12 @@ async def prune_command(args: argparse.Namespace, settings: Settings) -> int:
         if args.vacuum:
             await store.compact()
     gone = ", ".join(f"{n} {table}" for table, n in deleted.items() if n) or "nothing"
+    sizes = (
+        f": {size_before / 1e6:.1f} MB -> {_size(path) / 1e6:.1f} MB" if path is not None else ""
+    )  # a server's files are not ours to measure
     console.print(
         f"ragjury prune: deleted {gone} (finished more than {args.older_than} ago; unfinished "
-        f"jobs are kept whole); {settings.db_shown}: {size_before / 1e6:.1f} MB -> "
-        f"{_size(path) / 1e6:.1f} MB",
+        f"jobs are kept whole); {settings.db_shown}{sizes}",
         markup=False,
     )
     return 0

@@ -1,13 +1,17 @@
-"""Scale: `ragjury evaluate` from start to written outputs at growing sizes, as a user runs it.
+"""Scale: `ragjury evaluate` and `ragjury generate` from start to written outputs at growing
+sizes, as a user runs them.
 
-Each size runs the real command line in its own process on a JSONL file of generated
-samples: keywords only (no LLM call: what is left is ragjury's own bookkeeping), and
-faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping). It
-reports seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per
-item, each with its ratio to the smallest size: flat ratios mean linear time and flat memory.
+Each size runs the real command line in its own process: `evaluate` on a JSONL file of
+generated samples, keywords only (no LLM call: what is left is ragjury's own bookkeeping)
+and faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping), and
+`generate` on a folder of small generated documents (one chunk, one pair, three critics each)
+against the same endpoint. It reports seconds per item, items per second, peak RSS
+(``os.wait4``) and database bytes per item, each with its ratio to the smallest size of its
+kind: flat ratios mean linear time and flat memory.
 
-    python benchmarks/scale.py                      # 1k, 10k, 100k keywords; 1k, 10k faithfulness
-    python benchmarks/scale.py --quick              # 1k, 4k keywords; 500, 2k faithfulness
+    python benchmarks/scale.py          # keywords 1k, 10k, 100k; faithfulness and generate 1k, 10k
+    python benchmarks/scale.py --quick  # keywords 1k, 4k; faithfulness 500, 2k; generate 200, 800
+    python benchmarks/scale.py --keywords 1000,1000000 --generate 1000,100000
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import FakeEndpoint, base_parser, quiet, show, write_result
+from corpus import write_documents
 
 _RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -31,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--keywords", type=str, default=None, help="sizes, e.g. 1000,10000")
     parser.add_argument("--faithfulness", type=str, default=None, help="sizes, e.g. 1000")
+    parser.add_argument("--generate", type=str, default=None, help="documents, e.g. 1000")
     args = parser.parse_args(argv)
+    args.generate = _sizes(args.generate or ("200,800" if args.quick else "1000,10000"))
     args.keywords = _sizes(args.keywords or ("1000,4000" if args.quick else "1000,10000,100000"))
     args.faithfulness = _sizes(args.faithfulness or ("500,2000" if args.quick else "1000,10000"))
     return args
@@ -56,14 +63,35 @@ def write_samples(path: Path, n: int) -> None:
 
 
 def run_evaluate(work: Path, samples: Path, metric: str, base_url: str | None) -> dict[str, Any]:
-    db = work / "run.db"
     command = [
         sys.executable, "-c", _RUN_CLI, "evaluate", str(samples), "--metrics", metric,
-        "--db", str(db), "--out", str(work / "results.jsonl"),
+        "--db", str(work / "run.db"), "--out", str(work / "results.jsonl"),
         "--summary", str(work / "summary.json"), "--concurrency", "16",
     ]  # fmt: skip
     if base_url is not None:
         command += ["--base-url", base_url, "--api-key", "scale", "--model", "fake-model"]
+    measured = run_command(work, command)
+    summary = json.loads((work / "summary.json").read_text(encoding="utf-8"))
+    figures = summary["metrics"][metric]
+    return {**measured, "failed": figures["failed"], "scored": figures["scored"]}
+
+
+def run_generate(work: Path, documents: Path, base_url: str) -> dict[str, Any]:
+    command = [
+        sys.executable, "-c", _RUN_CLI, "generate", str(documents), "--whole-documents",
+        "--db", str(work / "run.db"), "--out", str(work / "dataset.jsonl"),
+        "--rejected", str(work / "rejected.jsonl"), "--summary", str(work / "summary.json"),
+        "--concurrency", "16", "--base-url", base_url, "--api-key", "scale",
+        "--model", "fake-model",
+    ]  # fmt: skip
+    measured = run_command(work, command)
+    summary = json.loads((work / "summary.json").read_text(encoding="utf-8"))
+    failed = summary["chunks_failed"] + summary["failed"]
+    return {**measured, "failed": failed, "scored": summary["kept"]}
+
+
+def run_command(work: Path, command: list[str]) -> dict[str, Any]:
+    """Run a ragjury command line; its wall time, peak RSS and database size."""
     started = time.perf_counter()
     with (work / "stderr.txt").open("w", encoding="utf-8") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -71,15 +99,11 @@ def run_evaluate(work: Path, samples: Path, metric: str, base_url: str | None) -
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         errors = (work / "stderr.txt").read_text(encoding="utf-8")
-        raise RuntimeError(f"ragjury evaluate exited {status}:\n{errors[-2000:]}")
-    summary = json.loads((work / "summary.json").read_text(encoding="utf-8"))
-    db_bytes = sum(p.stat().st_size for p in work.glob("run.db*"))
+        raise RuntimeError(f"ragjury {command[3]} exited {status}:\n{errors[-2000:]}")
     return {
         "seconds": round(seconds, 2),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-        "db_bytes": db_bytes,
-        "failed": summary["metrics"][metric]["failed"],
-        "scored": summary["metrics"][metric]["scored"],
+        "db_bytes": sum(p.stat().st_size for p in work.glob("run.db*")),
     }
 
 
@@ -88,9 +112,14 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
     for n in sizes:
         work = tmp / f"{metric}-{n}"
         work.mkdir()
-        samples = work / "samples.jsonl"
-        write_samples(samples, n)
-        measured = run_evaluate(work, samples, metric, base_url)
+        if metric == "generate":
+            assert base_url is not None
+            write_documents(work / "docs", n, filler_chars=200)
+            measured = run_generate(work, work / "docs", base_url)
+        else:
+            samples = work / "samples.jsonl"
+            write_samples(samples, n)
+            measured = run_evaluate(work, samples, metric, base_url)
         rows.append(
             {
                 "metric": metric,
@@ -115,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(folder)
         rows = measure(tmp, "keywords", args.keywords, None)
         rows += measure(tmp, "faithfulness", args.faithfulness, fake.base_url)
+        rows += measure(tmp, "generate", args.generate, fake.base_url)
     result = {"settings": {"quick": args.quick}, "sizes": rows}
     path = write_result("scale", result, args.out)
     columns = [

@@ -114,12 +114,14 @@ def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> 
 
 
 def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Path) -> None:
-    result = run_benchmark("scale", tmp_path, "--keywords=40,80", "--faithfulness=20")
+    args = ("--keywords=40,80", "--faithfulness=20", "--generate=10")
+    result = run_benchmark("scale", tmp_path, *args)
     rows = result["sizes"]
     assert [(r["metric"], r["samples"]) for r in rows] == [
         ("keywords", 40),
         ("keywords", 80),
         ("faithfulness", 20),
+        ("generate", 10),
     ]
     for row in rows:
         assert row["failed"] == 0

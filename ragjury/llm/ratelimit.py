@@ -109,6 +109,30 @@ class RateLedger(Protocol):
     ) -> float: ...
 
 
+def bucket_after(
+    level: float | None,
+    elapsed: float,
+    amount: float,
+    *,
+    per_second: float,
+    capacity: float,
+    at_most: float | None = None,
+) -> float:
+    """A token bucket's level after taking ``amount`` (the semantics of ``take_rate``, for
+    every ledger kept in Python): ``level`` None is a bucket met for the first time (full);
+    it refills for ``elapsed`` seconds up to ``capacity``, is lowered to ``at_most`` when
+    given, then ``amount`` is taken (a negative one gives back, up to ``capacity``)."""
+    level = capacity if level is None else min(capacity, level + elapsed * per_second)
+    if at_most is not None:
+        level = min(level, at_most)
+    return min(level - amount, capacity)
+
+
+def wait_for(level: float, per_second: float) -> float:
+    """Seconds until a bucket at ``level`` is back at zero (0 when it is not below)."""
+    return max(-level / per_second, 0.0)
+
+
 class LocalLedger:
     """The buckets of one process, in memory, on ``clock``: the store's semantics."""
 
@@ -126,13 +150,13 @@ class LocalLedger:
         at_most: float | None = None,
     ) -> float:
         now = self._clock()
-        level, stamp = self._buckets.get(key, (capacity, now))
-        level = min(capacity, level + (now - stamp) * per_second)
-        if at_most is not None:
-            level = min(level, at_most)
-        level = min(level - amount, capacity)
+        found = self._buckets.get(key)
+        before, elapsed = (None, 0.0) if found is None else (found[0], now - found[1])
+        level = bucket_after(
+            before, elapsed, amount, per_second=per_second, capacity=capacity, at_most=at_most
+        )
         self._buckets[key] = (level, now)
-        return max(-level / per_second, 0.0)
+        return wait_for(level, per_second)
 
 
 class HeaderBox:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
@@ -22,19 +22,7 @@ MetricName = Literal[
     "context_recall",
     "answer_relevance",
 ]
-METRICS: tuple[MetricName, ...] = (
-    "faithfulness",
-    "correctness",
-    "rubric",
-    "keywords",
-    "similarity",
-    "confidence",
-    "retrieval",
-    "context_relevance",
-    "context_precision",
-    "context_recall",
-    "answer_relevance",
-)
+METRICS: tuple[MetricName, ...] = get_args(MetricName)
 MetricChoice = MetricName | Literal["rag_triad"]
 """What ``--metrics`` takes: a metric, or ``rag_triad`` for the three of :data:`RAG_TRIAD`."""
 RAG_TRIAD: tuple[MetricName, ...] = ("context_relevance", "faithfulness", "answer_relevance")

@@ -30,6 +30,7 @@ import anyio
 import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
+from ragjury.llm.ratelimit import wait_for
 from ragjury.llm.usage import CallStats
 from ragjury.store import _pg_schema
 from ragjury.store._common import (
@@ -338,7 +339,7 @@ class PostgresStore:
             ),
             transaction=False,
         )
-        return max(-float(level) / per_second, 0.0)
+        return wait_for(float(level), per_second)
 
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Rows of a read-only query written with ``?`` placeholders (the status report)."""

@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 
 from ragjury.errors import ConfigurationError
+from ragjury.llm.ratelimit import bucket_after, wait_for
 from ragjury.llm.usage import CallStats
 from ragjury.store import _schema
 from ragjury.store._common import (
@@ -252,17 +253,16 @@ class SQLiteStore:
             row = conn.execute(
                 "SELECT level, stamp FROM rate_buckets WHERE key = ?", (key,)
             ).fetchone()
-            level = capacity if row is None else float(row[0]) + (now - float(row[1])) * per_second
-            level = min(level, capacity)
-            if at_most is not None:
-                level = min(level, at_most)
-            level = min(level - amount, capacity)
+            before, elapsed = (None, 0.0) if row is None else (float(row[0]), now - float(row[1]))
+            level = bucket_after(
+                before, elapsed, amount, per_second=per_second, capacity=capacity, at_most=at_most
+            )
             conn.execute(
                 "INSERT INTO rate_buckets (key, level, stamp) VALUES (?, ?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET level = excluded.level, stamp = excluded.stamp",
                 (key, level, now),
             )
-            return max(-level / per_second, 0.0)
+            return wait_for(level, per_second)
 
         return await self._write(take)
 

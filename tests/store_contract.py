@@ -8,11 +8,12 @@ so "a lease ran out" is a lease of 0 seconds, and "held" is one of a minute.
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import anyio
 import pytest
 
+from ragjury.agents.question_index import QuestionIndex
 from ragjury.errors import InputError
 from ragjury.llm.usage import CallStats
 from ragjury.store.base import ItemResults, OutgoingMessage, QuestionDecision, Store
@@ -217,21 +218,28 @@ async def test_joins_keep_the_first_value_and_answer_by_prefix(store: Store) -> 
 
 async def test_question_decisions_are_stored_once_and_replayed(store: Store) -> None:
     job_id = await _job(store, 1, "generate")
-    seen: list[Sequence[tuple[int, str, str]]] = []
+    index = QuestionIndex(0.9)
+    first = await store.decide_questions(job_id, [("p1", "Which port does the server use?")], index)
+    assert first == [QuestionDecision("p1", None, None)]
+    assert await store.decide_questions(job_id, [("p1", "anything")], index) == first  # replayed
+    drafted = [("p2", "Which port does the server use"), ("p3", "Which colour is the logo?")]
+    again = await store.decide_questions(job_id, drafted, index)
+    assert again == [QuestionDecision("p2", "p1", 1.0), QuestionDecision("p3", None, None)]
+    other_job = (await store.submit("generate", {"y": 2}, lambda: [("d", {})])).id
+    logo = [("p4", "Which colour is the logo?")]
+    elsewhere = await store.decide_questions(other_job, logo, index)
+    assert elsewhere == [QuestionDecision("p4", None, None)]  # jobs do not share questions
 
-    def keep_all(
-        kept: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
-    ) -> list[QuestionDecision]:
-        seen.append(kept)
-        return [QuestionDecision(pid, None, None) for pid, _ in pairs]
 
-    decisions, cursor = await store.decide_questions(job_id, [("p1", "q1")], 0, keep_all)
-    assert decisions == [QuestionDecision("p1", None, None)]
-    again, _ = await store.decide_questions(job_id, [("p1", "q1")], cursor, keep_all)
-    assert again == decisions
-    assert len(seen) == 1
-    await store.decide_questions(job_id, [("p2", "q2")], 0, keep_all)
-    assert [q for _, _, q in seen[-1]] == ["q1"]  # the kept questions since the cursor
+async def test_questions_indexed_at_another_threshold_are_indexed_again(store: Store) -> None:
+    job_id = await _job(store, 1, "generate")
+    kept = "alpha bravo charlie delta echo foxtrot golf hotel"
+    await store.decide_questions(job_id, [("p1", kept)], QuestionIndex(1.0))  # one key only
+    looser = QuestionIndex(0.5)
+    drafted = "alpha bravo charlie delta india juliet kilo lima"  # half the words: 0.5
+    assert not set(QuestionIndex(1.0).keys(kept)) & set(looser.probes(drafted))
+    decisions = await store.decide_questions(job_id, [("p2", drafted)], looser)
+    assert decisions == [QuestionDecision("p2", "p1", 0.5)]
 
 
 async def test_the_step_cache_and_call_records(store: Store) -> None:

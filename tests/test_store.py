@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
 
+from ragjury.agents.question_index import QuestionIndex
 from ragjury.errors import ConfigurationError
 from ragjury.store import SQLiteStore, Store, _schema, open_store, parse_location
 from ragjury.store.base import QuestionDecision
@@ -62,17 +63,12 @@ async def test_a_ragjury_0_1_database_is_upgraded_on_open(tmp_path: Path) -> Non
         counts = await store.counts()
         assert (counts["done"], counts["queued"]) == (1, 1)  # its held item starts again
         assert [r async for r in store.pairs()] == [{"id": "p0"}]
-        kept: list[str] = []
-
-        def record(kept_rows, pairs):  # type: ignore[no-untyped-def]  # a test probe
-            kept.extend(q for _, _, q in kept_rows)
-            return [QuestionDecision(pid, None, None) for pid, _ in pairs]
-
-        await store.decide_questions("j1", [], 0, record)
-        await store.decide_questions("j1", [("p9", "New?")], 0, record)
-        assert kept == ["Old question?"]  # the deduplicator knows the old questions
+        decisions = await store.decide_questions(
+            "j1", [("p9", "old question"), ("p10", "New?")], QuestionIndex(0.9)
+        )  # the deduplicator knows the old questions
+        assert decisions == [QuestionDecision("p9", "p0", 1.0), QuestionDecision("p10", None, None)]
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (_schema.VERSION,)
 
 
 async def test_a_database_made_before_the_order_indexes_gets_them_on_open(

@@ -172,6 +172,21 @@ CREATE INDEX samples_order ON samples(job_id, item_id, position, seq);
 CREATE INDEX pairs_order ON pairs(job_id, item_id, position, seq);
 """,
     ),
+    (
+        4,
+        """
+CREATE TABLE question_keys (
+    job_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    question_id BIGINT NOT NULL,
+    PRIMARY KEY (job_id, key, question_id)
+);
+CREATE TABLE question_indexes (
+    job_id TEXT PRIMARY KEY,
+    signature TEXT NOT NULL
+);
+""",
+    ),
 )
 
 VERSION = MIGRATIONS[-1][0]

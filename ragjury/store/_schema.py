@@ -3,14 +3,16 @@
 The version is SQLite's ``user_version``. 0 and 1 are the databases of ragjury 0.1 (queued
 jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bus
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
-running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``). A newer
+running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``); 4 adds the
+deduplicator's index of kept questions (``question_keys``, built per job at the signature in
+``question_indexes``; a job from before it is indexed when next deduplicated). A newer
 ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
 saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 3
+VERSION = 4
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -128,6 +130,16 @@ CREATE TABLE IF NOT EXISTS workers (
     agents TEXT NOT NULL,
     started_at REAL NOT NULL,
     heartbeat REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS question_keys (
+    job_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    question_id INTEGER NOT NULL,
+    PRIMARY KEY (job_id, key, question_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS question_indexes (
+    job_id TEXT PRIMARY KEY,
+    signature TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS rate_buckets (
     key TEXT PRIMARY KEY,

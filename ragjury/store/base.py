@@ -121,11 +121,31 @@ class QuestionDecision:
 
 
 ItemsFactory = Callable[[], Iterable[tuple[str, Any]]]
-DedupDecide = Callable[
-    [Sequence[tuple[int, str, str]], Sequence[tuple[str, str]]], list[QuestionDecision]
-]
-"""(new kept questions since the caller's cursor as (row, pair id, question), the pairs to
-decide as (pair id, question)) -> a decision per pair, in order."""
+
+
+class QuestionMatcher(Protocol):
+    """How the deduplicator indexes and decides questions (``ragjury.agents.question_index``)."""
+
+    @property
+    def signature(self) -> str:
+        """What its keys depend on (threshold, word order): keys stored under another
+        signature are made again."""
+        ...
+
+    def keys(self, question: str) -> list[str]:
+        """The keys a kept question is stored under."""
+        ...
+
+    def probes(self, question: str) -> list[str]:
+        """The keys under which every kept question a drafted one could repeat is found."""
+        ...
+
+    def decide(
+        self, candidates: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
+    ) -> list[QuestionDecision]:
+        """(the kept questions found by the pairs' probes as (row, pair id, question), the
+        pairs to decide as (pair id, question)) -> a decision per pair, in order."""
+        ...
 
 
 class Store(Protocol):
@@ -316,13 +336,14 @@ class Store(Protocol):
         self,
         job_id: str,
         pairs: Sequence[tuple[str, str]],
-        since: int,
-        decide: DedupDecide,
-    ) -> tuple[list[QuestionDecision], int]:
+        matcher: QuestionMatcher,
+    ) -> list[QuestionDecision]:
         """The deduplicator's step, serialised per job across processes: decisions already
-        stored for these pairs are returned as they were; otherwise ``decide`` sees the
-        questions kept since row ``since`` and the pairs, and its decisions are stored.
-        Returns the decisions and the new cursor."""
+        stored for these pairs are returned as they were; the others are decided by
+        ``matcher`` against the job's kept questions its probes find in the store's index
+        of them, and stored, the kept ones indexed under their keys. A job whose kept
+        questions were indexed under another ``matcher.signature`` (or not at all: a
+        database from before the index) is indexed again first."""
         ...
 
     async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:

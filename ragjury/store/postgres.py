@@ -54,7 +54,6 @@ from ragjury.store._common import (
 from ragjury.store.base import (
     STATES,
     Claim,
-    DedupDecide,
     Item,
     ItemResults,
     ItemsFactory,
@@ -62,6 +61,7 @@ from ragjury.store.base import (
     JobKind,
     OutgoingMessage,
     QuestionDecision,
+    QuestionMatcher,
     RunRecord,
     StoredMessage,
 )
@@ -874,15 +874,11 @@ class PostgresStore:
         return {str(name): str(value) for name, value in await self._run(join)}
 
     async def decide_questions(
-        self,
-        job_id: str,
-        pairs: Sequence[tuple[str, str]],
-        since: int,
-        decide: DedupDecide,
-    ) -> tuple[list[QuestionDecision], int]:
+        self, job_id: str, pairs: Sequence[tuple[str, str]], matcher: QuestionMatcher
+    ) -> list[QuestionDecision]:
         ids = [pair_id for pair_id, _ in pairs]
 
-        async def step(conn: Conn) -> tuple[list[QuestionDecision], int]:
+        async def step(conn: Conn) -> list[QuestionDecision]:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"dedup/{job_id}"
             )
@@ -897,31 +893,35 @@ class PostgresStore:
             }
             new = [(pid, q) for pid, q in pairs if pid not in stored]
             if not new:
-                return [stored[pid] for pid in ids], since
-            seen = [
+                return [stored[pid] for pid in ids]
+            await _index_questions(conn, job_id, matcher)
+            probes = sorted({key for _, question in new for key in matcher.probes(question)})
+            candidates = [
                 (int(row[0]), str(row[1]), str(row[2]))
                 for row in await conn.fetch(
-                    "SELECT id, pair_id, question FROM questions WHERE job_id = $1 "
-                    "AND duplicate_of IS NULL AND id > $2 ORDER BY id",
+                    "SELECT DISTINCT q.id, q.pair_id, q.question FROM question_keys k "
+                    "JOIN questions q ON q.id = k.question_id "
+                    "WHERE k.job_id = $1 AND k.key = ANY($2::text[])",
                     job_id,
-                    since,
+                    probes,
                 )
             ]
-            decisions = decide(seen, new)
+            decisions = matcher.decide(candidates, new)
             questions = dict(new)
-            await conn.executemany(
-                "INSERT INTO questions (job_id, pair_id, question, duplicate_of, similarity) "
-                "VALUES ($1, $2, $3, $4, $5)",
-                [
-                    (job_id, d.pair_id, questions[d.pair_id], d.duplicate_of, d.similarity)
-                    for d in decisions
-                ],
-            )
-            cursor = await conn.fetchval(
-                "SELECT COALESCE(MAX(id), 0) FROM questions WHERE job_id = $1", job_id
-            )
+            for d in decisions:
+                row = await conn.fetchval(
+                    "INSERT INTO questions (job_id, pair_id, question, duplicate_of, similarity) "
+                    "VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                    job_id,
+                    d.pair_id,
+                    questions[d.pair_id],
+                    d.duplicate_of,
+                    d.similarity,
+                )
+                if d.duplicate_of is None:
+                    await _add_keys(conn, job_id, [(int(row), questions[d.pair_id])], matcher)
             by_id = {**stored, **{d.pair_id: d for d in decisions}}
-            return [by_id[pid] for pid in ids], int(cursor)
+            return [by_id[pid] for pid in ids]
 
         return await self._run(step)
 
@@ -1012,6 +1012,8 @@ class PostgresStore:
                 deleted[table] = _affected(
                     await conn.execute(f"DELETE FROM {table} WHERE job_id = ANY($1::text[])", jobs)
                 )
+            for index in ("question_keys", "question_indexes"):  # the deduplicator's, unreported
+                await conn.execute(f"DELETE FROM {index} WHERE job_id = ANY($1::text[])", jobs)
             deleted["jobs"] = _affected(
                 await conn.execute("DELETE FROM jobs WHERE id = ANY($1::text[])", jobs)
             )
@@ -1034,8 +1036,49 @@ class PostgresStore:
         """Mark deleted rows' space for reuse and refresh the planner's statistics. (The
         server keeps the space for new rows rather than giving it back to the file system;
         ``VACUUM FULL`` would, but it locks every table while it runs.)"""
-        tables = "runs, jobs, items, pairs, samples, steps, llm_calls, messages, joins, questions"
+        tables = (
+            "runs, jobs, items, pairs, samples, steps, llm_calls, messages, joins, questions, "
+            "question_keys, question_indexes"
+        )
         await self._execute(f"VACUUM (ANALYZE) {tables}")
+
+
+async def _index_questions(conn: Conn, job_id: str, matcher: QuestionMatcher) -> None:
+    """Make sure the job's kept questions are indexed under ``matcher``'s keys: once per job,
+    or again if they were indexed under another signature."""
+    found = await conn.fetchval("SELECT signature FROM question_indexes WHERE job_id = $1", job_id)
+    if found == matcher.signature:
+        return
+    await conn.execute("DELETE FROM question_keys WHERE job_id = $1", job_id)
+    kept: list[tuple[int, str]] = []
+    async for row in conn.cursor(
+        "SELECT id, question FROM questions WHERE job_id = $1 AND duplicate_of IS NULL",
+        job_id,
+        prefetch=1000,
+    ):
+        kept.append((int(row[0]), str(row[1])))
+        if len(kept) == 1000:
+            await _add_keys(conn, job_id, kept, matcher)
+            kept = []
+    await _add_keys(conn, job_id, kept, matcher)
+    await conn.execute(
+        "INSERT INTO question_indexes (job_id, signature) VALUES ($1, $2) "
+        "ON CONFLICT (job_id) DO UPDATE SET signature = EXCLUDED.signature",
+        job_id,
+        matcher.signature,
+    )
+
+
+async def _add_keys(
+    conn: Conn, job_id: str, kept: Sequence[tuple[int, str]], matcher: QuestionMatcher
+) -> None:
+    rows = [(job_id, key, row) for row, question in kept for key in matcher.keys(question)]
+    if rows:
+        await conn.executemany(
+            "INSERT INTO question_keys (job_id, key, question_id) VALUES ($1, $2, $3) "
+            "ON CONFLICT DO NOTHING",
+            rows,
+        )
 
 
 async def migrate(conn: Conn, version: int, target: int) -> None:

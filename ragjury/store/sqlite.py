@@ -47,7 +47,6 @@ from ragjury.store._common import (
 from ragjury.store.base import (
     STATES,
     Claim,
-    DedupDecide,
     Item,
     ItemResults,
     ItemsFactory,
@@ -55,6 +54,7 @@ from ragjury.store.base import (
     JobKind,
     OutgoingMessage,
     QuestionDecision,
+    QuestionMatcher,
     RunRecord,
     StoredMessage,
 )
@@ -77,6 +77,36 @@ _INSERT_CALL = (
     "latency_ms, statuses, error, created_at, model, cost_usd) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def _index_questions(conn: Conn, job_id: str, matcher: QuestionMatcher) -> None:
+    """Make sure the job's kept questions are indexed under ``matcher``'s keys: once per job,
+    or again if they were indexed under another signature."""
+    found = conn.execute(
+        "SELECT signature FROM question_indexes WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    if found is not None and found[0] == matcher.signature:
+        return
+    conn.execute("DELETE FROM question_keys WHERE job_id = ?", (job_id,))
+    kept = conn.execute(
+        "SELECT id, question FROM questions WHERE job_id = ? AND duplicate_of IS NULL ORDER BY id",
+        (job_id,),
+    )
+    while batch := kept.fetchmany(1000):
+        _add_keys(conn, job_id, [(int(r[0]), str(r[1])) for r in batch], matcher)
+    conn.execute(
+        "INSERT OR REPLACE INTO question_indexes (job_id, signature) VALUES (?, ?)",
+        (job_id, matcher.signature),
+    )
+
+
+def _add_keys(
+    conn: Conn, job_id: str, kept: Sequence[tuple[int, str]], matcher: QuestionMatcher
+) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO question_keys (job_id, key, question_id) VALUES (?, ?, ?)",
+        [(job_id, key, row) for row, question in kept for key in matcher.keys(question)],
+    )
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -766,15 +796,11 @@ class SQLiteStore:
         return {str(name): str(value) for name, value in await self._write(join)}
 
     async def decide_questions(
-        self,
-        job_id: str,
-        pairs: Sequence[tuple[str, str]],
-        since: int,
-        decide: DedupDecide,
-    ) -> tuple[list[QuestionDecision], int]:
+        self, job_id: str, pairs: Sequence[tuple[str, str]], matcher: QuestionMatcher
+    ) -> list[QuestionDecision]:
         ids = [pair_id for pair_id, _ in pairs]
 
-        def step(conn: Conn) -> tuple[list[QuestionDecision], int]:
+        def step(conn: Conn) -> list[QuestionDecision]:
             stored = {
                 str(row[0]): QuestionDecision(str(row[0]), row[1], row[2])
                 for row in _all(
@@ -786,29 +812,31 @@ class SQLiteStore:
             }
             new = [(pid, q) for pid, q in pairs if pid not in stored]
             if not new:
-                return [stored[pid] for pid in ids], since
-            seen = [
+                return [stored[pid] for pid in ids]
+            _index_questions(conn, job_id, matcher)
+            probes = sorted({key for _, question in new for key in matcher.probes(question)})
+            candidates = [
                 (int(row[0]), str(row[1]), str(row[2]))
                 for row in _all(
                     conn,
-                    "SELECT id, pair_id, question FROM questions WHERE job_id = ? "
-                    "AND duplicate_of IS NULL AND id > ? ORDER BY id",
-                    (job_id, since),
+                    "SELECT DISTINCT q.id, q.pair_id, q.question FROM question_keys k "
+                    "JOIN questions q ON q.id = k.question_id "
+                    f"WHERE k.job_id = ? AND k.key IN ({_marks(probes)})",
+                    (job_id, *probes),
                 )
             ]
-            decisions = decide(seen, new)
+            decisions = matcher.decide(candidates, new)
             questions = dict(new)
-            conn.executemany(
-                "INSERT INTO questions (job_id, pair_id, question, duplicate_of, similarity) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (job_id, d.pair_id, questions[d.pair_id], d.duplicate_of, d.similarity)
-                    for d in decisions
-                ],
-            )
-            cursor = int(_one(conn, "SELECT COALESCE(MAX(id), 0) FROM questions")[0])
+            for d in decisions:
+                row = conn.execute(
+                    "INSERT INTO questions (job_id, pair_id, question, duplicate_of, similarity) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (job_id, d.pair_id, questions[d.pair_id], d.duplicate_of, d.similarity),
+                ).lastrowid
+                if d.duplicate_of is None:
+                    _add_keys(conn, job_id, [(int(row or 0), questions[d.pair_id])], matcher)
             by_id = {**stored, **{d.pair_id: d for d in decisions}}
-            return [by_id[pid] for pid in ids], cursor
+            return [by_id[pid] for pid in ids]
 
         return await self._write(step)
 
@@ -888,6 +916,9 @@ class SQLiteStore:
                     if jobs
                     else 0
                 )
+            for index in ("question_keys", "question_indexes"):  # the deduplicator's, unreported
+                if jobs:
+                    conn.execute(f"DELETE FROM {index} WHERE job_id IN ({marks})", jobs)
             deleted["jobs"] = (
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", jobs).rowcount
                 if jobs

@@ -119,13 +119,14 @@ class Estimate:
 
 
 def estimate_generation(
-    documents: Sequence[Document], settings: Settings, prompts: Mapping[str, Prompt]
+    documents: Iterable[Document], settings: Settings, prompts: Mapping[str, Prompt]
 ) -> Estimate:
-    """One generator call per chunk and three critic calls per drafted pair."""
+    """One generator call per chunk and three critic calls per drafted pair. ``documents``
+    is read once, a document at a time."""
     options, model = settings.generate, settings.model
     wanted = options.questions_per_chunk
     pair_guess = COMPLETION_GUESS[f"pair_{options.answer_style}"]
-    estimate = Estimate("generate", {"documents": len(documents), "chunks": 0})
+    estimate = Estimate("generate", {"documents": 0, "chunks": 0})
     estimate.assumptions = [
         "no retries or re-asks",
         "no near-duplicate question dropped",
@@ -140,6 +141,7 @@ def estimate_generation(
     ]
     generator = prompts.get("generator") or Prompt.builtin("generator")
     for document in documents:
+        estimate.items["documents"] += 1
         chunks = chunk_document(
             document,
             chunk_size=options.chunk_size,

@@ -583,3 +583,13 @@ def test_iter_documents_reports_skips_as_it_meets_them(tmp_path: Path) -> None:
 def test_iter_documents_refuses_a_missing_path_before_reading_anything(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nowhere"):
         iter_documents([tmp_path / "nowhere"])
+
+
+def test_a_folder_is_read_in_sorted_path_order(tmp_path: Path) -> None:
+    names = ["b.md", "a-b.md", "a/z.md", "a/b/c.txt", "a0.md", "A.md", "a/a.md", "ab/x.md"]
+    for name in [*names, ".hidden/x.md", "node_modules/x.md", "a/.x.md"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"text of {name}", encoding="utf-8")
+    (tmp_path / "linked").symlink_to(tmp_path / "a", target_is_directory=True)
+    found = [d.text.removeprefix("text of ") for d in iter_documents([tmp_path])]
+    assert found == sorted(names, key=lambda name: Path(name).parts)  # links not followed

@@ -79,7 +79,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             write_text_atomically(args.summary, text)
         return 1
     if args.dry_run:
-        estimate = estimate_generation(list(documents()), settings, prompts)
+        estimate = estimate_generation(documents(), settings, prompts)
         return await report_estimate(estimate, settings, args, console)
     settings.require_endpoint()
     formats = {

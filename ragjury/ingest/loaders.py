@@ -190,24 +190,30 @@ def _class_end(pattern: str, start: int) -> int:
 
 
 def _walk(
-    directory: Path, matchers: Sequence[re.Pattern[str]], skipped: list[Skipped]
-) -> list[Path]:
-    """Files under ``directory`` matching any pattern, sorted by relative path."""
-
-    def on_error(error: OSError) -> None:
-        skipped.append(Skipped(str(error.filename), f"cannot list folder: {error.strerror}"))
-
-    found: list[tuple[tuple[str, ...], Path]] = []
-    for root, dirs, files in os.walk(directory, onerror=on_error):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _IGNORED_DIRS]
-        for name in files:
-            if name.startswith("."):
-                continue
-            path = Path(root) / name
-            relative = path.relative_to(directory)
-            if any(m.fullmatch(relative.as_posix()) for m in matchers):
-                found.append((relative.parts, path))
-    return [path for _, path in sorted(found)]
+    directory: Path, matchers: Sequence[re.Pattern[str]], skipped: list[Skipped], relative: str = ""
+) -> Iterator[Path]:
+    """Files under ``directory`` matching any pattern, in the order of their relative paths'
+    parts, found as they are read: only one folder's names are held at a time (a folder's
+    files and sub-folders are sorted together and each sub-folder is walked in its place,
+    which is the same order as sorting every path). Symbolic links to folders are not
+    followed; a folder that cannot be listed is skipped with the reason."""
+    try:
+        with os.scandir(directory) as listing:
+            entries = sorted(
+                (entry.name, entry.is_dir() and not entry.is_symlink(), entry.is_dir())
+                for entry in listing
+                if not entry.name.startswith(".")
+            )
+    except OSError as error:
+        skipped.append(Skipped(str(directory), f"cannot list folder: {error.strerror}"))
+        return
+    for name, walk_into, is_dir in entries:
+        path = directory / name
+        if walk_into:
+            if name not in _IGNORED_DIRS:
+                yield from _walk(path, matchers, skipped, f"{relative}{name}/")
+        elif not is_dir and any(m.fullmatch(relative + name) for m in matchers):
+            yield path
 
 
 @dataclass

@@ -16,6 +16,7 @@ import pytest
 from ragjury.agents.question_index import QuestionIndex
 from ragjury.errors import InputError
 from ragjury.llm.usage import CallStats
+from ragjury.store._common import PAGE
 from ragjury.store.base import ItemResults, OutgoingMessage, QuestionDecision, Store
 
 HELD, RAN_OUT = 60.0, 0.0
@@ -106,7 +107,7 @@ async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> Non
     assert await store.fail_item(job_id, "s1", "broken", results=None) is True
     assert [r async for r in store.samples([job_id])] == [record]
     assert [s async for s in store.scored(job_id)] == ['{"x": 1}']
-    assert await store.reports(job_id) == [{"r": 1}]
+    assert [r async for r in store.reports(job_id)] == [{"r": 1}]
     assert await store.failed_items(job_id) == [{"item": "s1", "error": "broken"}]
     assert await store.counts([job_id]) == {"queued": 0, "processing": 0, "done": 1, "failed": 1}
     assert await store.unfinished([job_id]) == 0
@@ -214,6 +215,18 @@ async def test_joins_keep_the_first_value_and_answer_by_prefix(store: Store) -> 
     assert state == {"p:1:a": "x", "p:1:b": "z"}
     await store.finish_item(job_id, "s0", ItemResults(report={}))
     assert await store.join(job_id, "s0", {}, "p:") == {}  # an ended item's state is gone
+
+
+async def test_reports_come_in_item_order_a_page_at_a_time(store: Store) -> None:
+    n = PAGE * 2 + 3
+    job_id = await _job(store, n)
+    for i in reversed(range(n)):  # ended in another order than submitted
+        if i % 7 == 3:
+            await store.fail_item(job_id, f"s{i}", "broken", results=None)  # no report
+        else:
+            await store.finish_item(job_id, f"s{i}", ItemResults(report={"i": i}))
+    found = [r["i"] async for r in store.reports(job_id)]
+    assert found == [i for i in range(n) if i % 7 != 3]
 
 
 async def test_question_decisions_are_stored_once_and_replayed(store: Store) -> None:

@@ -252,7 +252,7 @@ async def test_operations_wait_out_a_server_restart_and_lose_nothing(tmp_path: P
                 "done": 20,
                 "failed": 0,
             }
-            assert [r["i"] for r in await store.reports(job.id)] == list(range(20))
+            assert [r["i"] async for r in store.reports(job.id)] == list(range(20))
     finally:
         server.close()
 

@@ -197,7 +197,7 @@ def summarise(
 async def generation_counts(store: Store, job_id: str) -> GenerationCounts:
     """What the store holds of a generation job: the sum of its finished documents' reports."""
     counts = GenerationCounts()
-    for report in await store.reports(job_id):
+    async for report in store.reports(job_id):
         counts.add_report(report)
     # the stored pairs are what is exported (and what databases of ragjury 0.1 have)
     outcomes = await store.pair_outcomes(job_id)

@@ -185,6 +185,7 @@ CREATE TABLE question_indexes (
     job_id TEXT PRIMARY KEY,
     signature TEXT NOT NULL
 );
+CREATE INDEX items_order ON items(job_id, id);
 """,
     ),
 )

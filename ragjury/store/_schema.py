@@ -159,11 +159,12 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 AFTER_COLUMNS = ("CREATE INDEX IF NOT EXISTS items_started ON items(started_by, state)",)
 
 # Indexes that only make reads faster, created on open wherever missing (a database made
-# before them needs no new version): the results of a job in item order, a page at a time.
+# before them needs no new version): the results and reports of a job in item order, a page
+# at a time.
 ORDER_INDEXES = {
     name: f"CREATE INDEX IF NOT EXISTS {name} ON {table}(job_id, item_id, position)"
     for name, table in (("samples_order", "samples"), ("pairs_order", "pairs"))
-}
+} | {"items_order": "CREATE INDEX IF NOT EXISTS items_order ON items(job_id, id)"}
 
 # Run once when a version-0/1 database is opened by this ragjury (not on later upgrades).
 FROM_VERSION_1 = (

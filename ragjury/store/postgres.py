@@ -667,12 +667,20 @@ class PostgresStore:
         sql += " AND job_id = ANY($2::text[])"
         return int((await self._fetch(sql, _UNFINISHED, list(job_ids)))[0][0])
 
-    async def reports(self, job_id: str) -> list[dict[str, Any]]:
-        rows = await self._fetch(
-            "SELECT report FROM items WHERE job_id = $1 AND report IS NOT NULL ORDER BY position",
-            job_id,
+    async def reports(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        page = (
+            "SELECT report, id FROM items WHERE job_id = $1 AND id > $2 "
+            f"ORDER BY id LIMIT {PAGE}"  # through items_order: each page costs the same
         )
-        return [json.loads(row[0]) for row in rows]
+        after = -1
+        while True:
+            rows = await self._fetch(page, job_id, after)
+            for report, _ in rows:
+                if report is not None:
+                    yield json.loads(report)
+            if len(rows) < PAGE:
+                return
+            after = int(rows[-1][1])
 
     async def failed_items(self, job_id: str) -> list[dict[str, Any]]:
         rows = await self._fetch(

@@ -591,12 +591,20 @@ class SQLiteStore:
             sql += f" AND job_id IN ({_marks(job_ids)})"
         return int((await self._read(sql, params))[0][0])
 
-    async def reports(self, job_id: str) -> list[dict[str, Any]]:
-        rows = await self._read(
-            "SELECT report FROM items WHERE job_id = ? AND report IS NOT NULL ORDER BY position",
-            (job_id,),
+    async def reports(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        page = (
+            "SELECT report, id FROM items WHERE job_id = ? AND id > ? "
+            f"ORDER BY id LIMIT {PAGE}"  # through items_order: each page costs the same
         )
-        return [json.loads(row[0]) for row in rows]
+        after = -1
+        while True:
+            rows = await self._read(page, (job_id, after))
+            for report, _ in rows:
+                if report is not None:
+                    yield json.loads(report)
+            if len(rows) < PAGE:
+                return
+            after = int(rows[-1][1])
 
     async def failed_items(self, job_id: str) -> list[dict[str, Any]]:
         rows = await self._read(

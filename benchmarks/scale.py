@@ -9,7 +9,8 @@ against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry
 same samples, and `status --json` and `export --results` on the database it left. It reports
 seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per item, each
 with its ratio to the smallest size of its kind and command: flat ratios mean linear time and
-flat memory.
+flat memory. Start-up weighs on the small sizes, so it also reports the marginal time per item
+from one size to the next, which a linear command keeps flat too.
 
     python benchmarks/scale.py          # keywords 1k, 10k, 100k; faithfulness and generate 1k, 10k
     python benchmarks/scale.py --quick  # keywords 1k, 4k; faithfulness 500, 2k; generate 200, 800
@@ -187,10 +188,23 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
                 }
             )
     first: dict[str, dict[str, Any]] = {}
+    previous: dict[str, dict[str, Any]] = {}
     for row in rows:
         base = first.setdefault(row["command"], row)
         row["time_per_item_ratio"] = round(row["ms_per_item"] / base["ms_per_item"], 2)
         row["rss_ratio"] = round(row["peak_rss_mib"] / base["peak_rss_mib"], 2)
+        # the time each item added since the previous size: what start-up (a second or so,
+        # which dwarfs the per-item time of the readers at small sizes) leaves out
+        before = previous.get(row["command"])
+        row["marginal_ms_per_item"] = (
+            None
+            if before is None or row["samples"] <= before["samples"]
+            else round(
+                1000 * (row["seconds"] - before["seconds"]) / (row["samples"] - before["samples"]),
+                4,
+            )
+        )
+        previous[row["command"]] = row
     return sorted(rows, key=lambda r: list(first).index(r["command"]))
 
 
@@ -206,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("scale", result, args.out)
     columns = [
         "metric", "command", "samples", "seconds", "items/s", "ms/item", "time ratio",
-        "peak RSS MiB", "RSS ratio", "db bytes/item", "failed",
+        "marginal ms/item", "peak RSS MiB", "RSS ratio", "db bytes/item", "failed",
     ]  # fmt: skip
     table = [
         [
             r["metric"], r["command"], r["samples"], r["seconds"], r["items_per_second"],
-            r["ms_per_item"], r["time_per_item_ratio"], r["peak_rss_mib"], r["rss_ratio"],
-            r["db_bytes_per_item"], r["failed"],
+            r["ms_per_item"], r["time_per_item_ratio"], r["marginal_ms_per_item"] or "-",
+            r["peak_rss_mib"], r["rss_ratio"], r["db_bytes_per_item"], r["failed"],
         ]
         for r in rows
     ]  # fmt: skip

@@ -136,6 +136,9 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
         # a dry run stores nothing; the others have the run's database beside them
         assert (row["db_bytes_per_item"] > 0) == (row["command"] != "evaluate --dry-run")
     assert [r["time_per_item_ratio"] for r in rows if r["samples"] == 40] == [1.0] * 4
+    # the marginal time needs a smaller size of the same command before it
+    marginal = [r["marginal_ms_per_item"] is not None for r in rows]
+    assert marginal == [False, True, False, True, False, True, False, True, False, False]
 
 
 def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:

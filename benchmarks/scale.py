@@ -1,28 +1,34 @@
 """Scale: `ragjury evaluate` and `ragjury generate` from start to written outputs at growing
-sizes, as a user runs them.
+sizes, as a user runs them, and the commands that read what a run left behind.
 
 Each size runs the real command line in its own process: `evaluate` on a JSONL file of
 generated samples, keywords only (no LLM call: what is left is ragjury's own bookkeeping)
 and faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping), and
 `generate` on a folder of small generated documents (one chunk, one pair, three critics each)
-against the same endpoint. It reports seconds per item, items per second, peak RSS
-(``os.wait4``) and database bytes per item, each with its ratio to the smallest size of its
-kind: flat ratios mean linear time and flat memory.
+against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry-run` on the
+same samples, and `status --json` and `export --results` on the database it left. It reports
+seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per item, each
+with its ratio to the smallest size of its kind and command: flat ratios mean linear time and
+flat memory. Start-up weighs on the small sizes, so it also reports the marginal time per item
+from one size to the next, which a linear command keeps flat too.
 
     python benchmarks/scale.py          # keywords 1k, 10k, 100k; faithfulness and generate 1k, 10k
     python benchmarks/scale.py --quick  # keywords 1k, 4k; faithfulness 500, 2k; generate 200, 800
     python benchmarks/scale.py --keywords 1000,1000000 --generate 1000,100000
+    python benchmarks/scale.py --keywords 1000,1000000 --faithfulness 0 --generate 0
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +41,10 @@ _RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--keywords", type=str, default=None, help="sizes, e.g. 1000,10000")
-    parser.add_argument("--faithfulness", type=str, default=None, help="sizes, e.g. 1000")
-    parser.add_argument("--generate", type=str, default=None, help="documents, e.g. 1000")
+    parser.add_argument("--faithfulness", type=str, default=None, help="sizes, e.g. 1000 (0: skip)")
+    parser.add_argument(
+        "--generate", type=str, default=None, help="documents, e.g. 1000 (0: skip generate)"
+    )
     args = parser.parse_args(argv)
     args.generate = _sizes(args.generate or ("200,800" if args.quick else "1000,10000"))
     args.keywords = _sizes(args.keywords or ("1000,4000" if args.quick else "1000,10000,100000"))
@@ -45,7 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _sizes(text: str) -> list[int]:
-    return [int(n) for n in text.split(",") if n.strip()]
+    """Comma-separated sizes; 0 (or nothing) leaves a kind out."""
+    return [int(n) for n in text.split(",") if n.strip() and int(n) > 0]
 
 
 def write_samples(path: Path, n: int) -> None:
@@ -76,6 +85,39 @@ def run_evaluate(work: Path, samples: Path, metric: str, base_url: str | None) -
     return {**measured, "failed": figures["failed"], "scored": figures["scored"]}
 
 
+def run_dry_run(work: Path, samples: Path) -> dict[str, Any]:
+    """``evaluate --dry-run``: the samples are read and estimated, nothing is stored."""
+    command = [
+        sys.executable, "-c", _RUN_CLI, "evaluate", str(samples), "--metrics", "keywords",
+        "--dry-run", "--db", str(work / "dry.db"), "--out", str(work / "dry.jsonl"),
+        "--summary", str(work / "estimate.json"),
+    ]  # fmt: skip
+    measured = run_command(work, command)
+    estimate = json.loads((work / "estimate.json").read_text(encoding="utf-8"))
+    return {**measured, "failed": 0, "scored": estimate["samples"]}
+
+
+def run_status(work: Path) -> dict[str, Any]:
+    """``status --json`` on the database a finished evaluate left."""
+    command = [sys.executable, "-c", _RUN_CLI, "status", "--db", str(work / "run.db"), "--json"]
+    measured = run_command(work, command, stdout=work / "status.json")
+    status = json.loads((work / "status.json").read_text(encoding="utf-8"))
+    return {**measured, "failed": status["failed"], "scored": status["done"]}
+
+
+def run_export(work: Path) -> dict[str, Any]:
+    """``export --results`` of the judged samples of a finished evaluate."""
+    out = work / "exported.jsonl"
+    command = [
+        sys.executable, "-c", _RUN_CLI, "export", "--db", str(work / "run.db"),
+        "--results", str(out),
+    ]  # fmt: skip
+    measured = run_command(work, command)
+    with out.open("rb") as lines:
+        exported = sum(1 for _ in lines)
+    return {**measured, "failed": 0, "scored": exported}
+
+
 def run_generate(work: Path, documents: Path, base_url: str) -> dict[str, Any]:
     command = [
         sys.executable, "-c", _RUN_CLI, "generate", str(documents), "--whole-documents",
@@ -90,11 +132,14 @@ def run_generate(work: Path, documents: Path, base_url: str) -> dict[str, Any]:
     return {**measured, "failed": failed, "scored": summary["kept"]}
 
 
-def run_command(work: Path, command: list[str]) -> dict[str, Any]:
-    """Run a ragjury command line; its wall time, peak RSS and database size."""
+def run_command(work: Path, command: list[str], stdout: Path | None = None) -> dict[str, Any]:
+    """Run a ragjury command line (its standard output to ``stdout``, else discarded); its
+    wall time, peak RSS and database size."""
     started = time.perf_counter()
-    with (work / "stderr.txt").open("w", encoding="utf-8") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context((work / "stderr.txt").open("w", encoding="utf-8"))
+        out = files.enter_context(stdout.open("wb")) if stdout else subprocess.DEVNULL
+        process = subprocess.Popen(command, stdout=out, stderr=stderr)
         _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
@@ -108,6 +153,8 @@ def run_command(work: Path, command: list[str]) -> dict[str, Any]:
 
 
 def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> list[dict[str, Any]]:
+    """Rows of every size for one kind; keywords adds `evaluate --dry-run`, `status` and
+    `export` rows for each size beside its `evaluate` row."""
     rows = []
     for n in sizes:
         work = tmp / f"{metric}-{n}"
@@ -115,26 +162,50 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
         if metric == "generate":
             assert base_url is not None
             write_documents(work / "docs", n, filler_chars=200)
-            measured = run_generate(work, work / "docs", base_url)
+            runs = {"generate": partial(run_generate, work, work / "docs", base_url)}
         else:
             samples = work / "samples.jsonl"
             write_samples(samples, n)
-            measured = run_evaluate(work, samples, metric, base_url)
-        rows.append(
-            {
-                "metric": metric,
-                "samples": n,
-                **measured,
-                "items_per_second": round(n / measured["seconds"], 1),
-                "ms_per_item": round(1000 * measured["seconds"] / n, 3),
-                "db_bytes_per_item": round(measured["db_bytes"] / n),
-            }
-        )
-    first = rows[0]
+            runs = {"evaluate": partial(run_evaluate, work, samples, metric, base_url)}
+            if metric == "keywords":
+                runs = {
+                    "evaluate --dry-run": partial(run_dry_run, work, samples),
+                    **runs,
+                    "status": partial(run_status, work),
+                    "export": partial(run_export, work),
+                }
+        for command, run in runs.items():
+            measured = run()
+            rows.append(
+                {
+                    "metric": metric,
+                    "command": command,
+                    "samples": n,
+                    **measured,
+                    "items_per_second": round(n / measured["seconds"], 1),
+                    "ms_per_item": round(1000 * measured["seconds"] / n, 3),
+                    "db_bytes_per_item": round(measured["db_bytes"] / n),
+                }
+            )
+    first: dict[str, dict[str, Any]] = {}
+    previous: dict[str, dict[str, Any]] = {}
     for row in rows:
-        row["time_per_item_ratio"] = round(row["ms_per_item"] / first["ms_per_item"], 2)
-        row["rss_ratio"] = round(row["peak_rss_mib"] / first["peak_rss_mib"], 2)
-    return rows
+        base = first.setdefault(row["command"], row)
+        row["time_per_item_ratio"] = round(row["ms_per_item"] / base["ms_per_item"], 2)
+        row["rss_ratio"] = round(row["peak_rss_mib"] / base["peak_rss_mib"], 2)
+        # the time each item added since the previous size: what start-up (a second or so,
+        # which dwarfs the per-item time of the readers at small sizes) leaves out
+        before = previous.get(row["command"])
+        row["marginal_ms_per_item"] = (
+            None
+            if before is None or row["samples"] <= before["samples"]
+            else round(
+                1000 * (row["seconds"] - before["seconds"]) / (row["samples"] - before["samples"]),
+                4,
+            )
+        )
+        previous[row["command"]] = row
+    return sorted(rows, key=lambda r: list(first).index(r["command"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,19 +219,24 @@ def main(argv: list[str] | None = None) -> int:
     result = {"settings": {"quick": args.quick}, "sizes": rows}
     path = write_result("scale", result, args.out)
     columns = [
-        "metric", "samples", "seconds", "items/s", "ms/item", "time ratio", "peak RSS MiB",
-        "RSS ratio", "db bytes/item", "failed",
+        "metric", "command", "samples", "seconds", "items/s", "ms/item", "time ratio",
+        "marginal ms/item", "peak RSS MiB", "RSS ratio", "db bytes/item", "failed",
     ]  # fmt: skip
     table = [
         [
-            r["metric"], r["samples"], r["seconds"], r["items_per_second"], r["ms_per_item"],
-            r["time_per_item_ratio"], r["peak_rss_mib"], r["rss_ratio"], r["db_bytes_per_item"],
-            r["failed"],
+            r["metric"], r["command"], r["samples"], r["seconds"], r["items_per_second"],
+            r["ms_per_item"], r["time_per_item_ratio"], r["marginal_ms_per_item"] or "-",
+            r["peak_rss_mib"], r["rss_ratio"], r["db_bytes_per_item"], r["failed"],
         ]
         for r in rows
     ]  # fmt: skip
-    show("ragjury evaluate at growing sizes (ratios to the smallest)", columns, table, path)
-    return 0 if all(r["failed"] == 0 for r in rows) else 1
+    show("ragjury at growing sizes (ratios to the smallest)", columns, table, path)
+    readers = ("evaluate --dry-run", "status", "export")  # each saw every sample, or not
+    complete = all(
+        r["failed"] == 0 and (r["command"] not in readers or r["scored"] == r["samples"])
+        for r in rows
+    )
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

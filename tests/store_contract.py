@@ -304,6 +304,34 @@ async def test_a_jobs_latest_run_is_the_newest_finished_run_that_names_it(store:
     assert await store.latest_run("no-such-job") is None
 
 
+async def test_status_counts_each_jobs_items_per_state_and_the_items_done_lately(
+    store: Store,
+) -> None:
+    first, second = await _job(store, 3), await _job(store, 2, "generate")
+    await store.finish_item(first, "s0", ItemResults(report={}))
+    await store.finish_item(first, "s1", ItemResults(report={}))
+    await store.fail_item(second, "s0", "broken")
+    await store.claim_items("a", 1, lease_seconds=HELD)  # first's s2: processing
+
+    status = await store.status()
+
+    assert [(j["id"], j["kind"]) for j in status["jobs"]] == [
+        (first, "evaluate"),
+        (second, "generate"),
+    ]
+    states = ("queued", "processing", "done", "failed")
+    assert [tuple(j[s] for s in states) for j in status["jobs"]] == [
+        (0, 1, 2, 0),
+        (1, 0, 0, 1),
+    ]
+    assert tuple(status[s] for s in states) == (1, 1, 2, 1)
+    assert status["throughput"]["items_done_last_minute"] == 2
+    assert (
+        status["throughput"]["items_per_minute"] is None
+        or status["throughput"]["items_per_minute"] > 0
+    )
+
+
 async def test_workers_are_listed_and_a_dead_one_on_this_host_is_released(store: Store) -> None:
     job_id = await _job(store, 1)
     await store.register_worker("w1", ["generator"])

@@ -117,18 +117,38 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
     args = ("--keywords=40,80", "--faithfulness=20", "--generate=10")
     result = run_benchmark("scale", tmp_path, *args)
     rows = result["sizes"]
-    assert [(r["metric"], r["samples"]) for r in rows] == [
-        ("keywords", 40),
-        ("keywords", 80),
-        ("faithfulness", 20),
-        ("generate", 10),
+    assert [(r["metric"], r["command"], r["samples"]) for r in rows] == [
+        ("keywords", "evaluate --dry-run", 40),
+        ("keywords", "evaluate --dry-run", 80),
+        ("keywords", "evaluate", 40),
+        ("keywords", "evaluate", 80),
+        ("keywords", "status", 40),
+        ("keywords", "status", 80),
+        ("keywords", "export", 40),
+        ("keywords", "export", 80),
+        ("faithfulness", "evaluate", 20),
+        ("generate", "generate", 10),
     ]
     for row in rows:
         assert row["failed"] == 0
-        assert row["scored"] == row["samples"]  # every sample really judged
+        assert row["scored"] == row["samples"]  # every sample really judged, counted, written
         assert row["peak_rss_mib"] > 0
-        assert row["db_bytes_per_item"] > 0
-    assert rows[0]["time_per_item_ratio"] == 1.0
+        # a dry run stores nothing; the others have the run's database beside them
+        assert (row["db_bytes_per_item"] > 0) == (row["command"] != "evaluate --dry-run")
+    assert [r["time_per_item_ratio"] for r in rows if r["samples"] == 40] == [1.0] * 4
+    # the marginal time needs a smaller size of the same command before it
+    marginal = [r["marginal_ms_per_item"] is not None for r in rows]
+    assert marginal == [False, True, False, True, False, True, False, True, False, False]
+
+
+def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:
+    result = run_benchmark("scale", tmp_path, "--keywords=30", "--faithfulness=0", "--generate=0")
+    assert {r["command"] for r in result["sizes"]} == {
+        "evaluate --dry-run",
+        "evaluate",
+        "status",
+        "export",
+    }
 
 
 def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: object) -> None:

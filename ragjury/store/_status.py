@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ragjury.store.base import STATES
+
 _LIVE_SECONDS = 120.0
 """A worker that has not beaten its heart for this long is taken for dead."""
 
@@ -19,8 +21,6 @@ class _Readable(Protocol):
 
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
-    async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]: ...
-
     async def now(self) -> float: ...
 
     async def waiting_messages(self) -> dict[str, int]: ...
@@ -28,15 +28,28 @@ class _Readable(Protocol):
 
 async def status(store: _Readable) -> dict[str, Any]:
     now = time.time()
-    doc: dict[str, Any] = {"db": store.location, **await store.counts()}
-    jobs = []
-    for job_id, kind, created_at in await store.read(
-        f"SELECT id, kind, created_at FROM jobs ORDER BY {store.job_order}"
+    # every job's items per state in one pass over the items_job index, the totals summed
+    # from it: not a count of the whole table and then one more query per job
+    totals: dict[str, int] = dict.fromkeys(STATES, 0)
+    per_job: dict[str, dict[str, int]] = {}
+    for job_id, state, n in await store.read(
+        "SELECT job_id, state, COUNT(*) FROM items GROUP BY job_id, state"
     ):
-        jobs.append(
-            {"id": job_id, "kind": kind, "created_at": created_at, **await store.counts([job_id])}
+        shown = "processing" if state == "running" else str(state)
+        per_job.setdefault(str(job_id), dict.fromkeys(STATES, 0))[shown] += int(n)
+        totals[shown] += int(n)
+    doc: dict[str, Any] = {"db": store.location, **totals}
+    doc["jobs"] = [
+        {
+            "id": job_id,
+            "kind": kind,
+            "created_at": created_at,
+            **per_job.get(str(job_id), dict.fromkeys(STATES, 0)),
+        }
+        for job_id, kind, created_at in await store.read(
+            f"SELECT id, kind, created_at FROM jobs ORDER BY {store.job_order}"
         )
-    doc["jobs"] = jobs
+    ]
 
     cached = {
         str(agent): int(n)
@@ -66,16 +79,15 @@ async def status(store: _Readable) -> dict[str, Any]:
         "completion": sum(s.get("completion_tokens", 0) for s in stages.values()),
     }
 
-    [(done, first, last)] = await store.read(
-        "SELECT COUNT(*), MIN(finished_at), MAX(finished_at) FROM items "
-        "WHERE state = 'done' AND finished_at IS NOT NULL"
-    )
-    [(recent,)] = await store.read(
-        "SELECT COUNT(*) FROM items WHERE state = 'done' AND finished_at >= ?", (now - 60,)
+    [(done, first, last, recent)] = await store.read(  # one pass over the done items
+        "SELECT COUNT(*), MIN(finished_at), MAX(finished_at), "
+        "SUM(CASE WHEN finished_at >= ? THEN 1 ELSE 0 END) FROM items "
+        "WHERE state = 'done' AND finished_at IS NOT NULL",
+        (now - 60,),
     )
     span = (last - first) if done and done > 1 and first is not None else None
     doc["throughput"] = {
-        "items_done_last_minute": int(recent),
+        "items_done_last_minute": int(recent or 0),  # SUM of no rows is NULL
         "items_per_minute": round(60 * (done - 1) / span, 2) if span else None,
     }
 

@@ -27,6 +27,7 @@ import structlog
 from pypdf import PdfReader
 from pypdf.errors import FileNotDecryptedError
 
+from ragjury._repeats import Seen
 from ragjury.errors import InputError
 from ragjury.schemas.records import Document
 from ragjury.text import clean_value
@@ -198,21 +199,16 @@ def _walk(
     which is the same order as sorting every path). Symbolic links to folders are not
     followed; a folder that cannot be listed is skipped with the reason."""
     try:
-        with os.scandir(directory) as listing:
-            entries = sorted(
-                (entry.name, entry.is_dir() and not entry.is_symlink(), entry.is_dir())
-                for entry in listing
-                if not entry.name.startswith(".")
-            )
+        names = sorted(name for name in os.listdir(directory) if not name.startswith("."))
     except OSError as error:
         skipped.append(Skipped(str(directory), f"cannot list folder: {error.strerror}"))
         return
-    for name, walk_into, is_dir in entries:
+    for name in names:  # only the names are held (not entries or paths): ~70 bytes a file
         path = directory / name
-        if walk_into:
-            if name not in _IGNORED_DIRS:
+        if path.is_dir():
+            if name not in _IGNORED_DIRS and not path.is_symlink():
                 yield from _walk(path, matchers, skipped, f"{relative}{name}/")
-        elif not is_dir and any(m.fullmatch(relative + name) for m in matchers):
+        elif any(m.fullmatch(relative + name) for m in matchers):
             yield path
 
 
@@ -225,14 +221,12 @@ class _Loader:
     id_field: str | None
     documents: list[Document] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
-    _seen_files: set[str] = field(default_factory=set)
-    _seen_ids: set[str] = field(default_factory=set)
+    _seen_files: Seen = field(default_factory=Seen)  # 8 bytes a file, not its path
+    _seen_ids: Seen = field(default_factory=Seen)
 
     def load_file(self, path: Path) -> None:
-        real = os.path.realpath(path)
-        if real in self._seen_files:
+        if not self._seen_files.add(os.path.realpath(path)):
             return
-        self._seen_files.add(real)
         name = str(path)
         suffix = path.suffix.lower()
         try:
@@ -255,9 +249,8 @@ class _Loader:
             log.warning("input_repaired", document=doc_id, repairs="; ".join(repairs))
         if not text.strip():
             raise _Skip("empty")
-        if doc_id in self._seen_ids:
+        if not self._seen_ids.add(doc_id):
             raise _Skip(f"duplicate document id {doc_id!r}; an earlier document has the same id")
-        self._seen_ids.add(doc_id)
         self.documents.append(Document(id=doc_id, source=doc_id, text=text))
 
     def _add_json(self, name: str, text: str) -> None:

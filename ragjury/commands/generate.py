@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -28,7 +27,7 @@ from ragjury.commands._run import (
 from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
-from ragjury.ingest import Skipped, iter_documents
+from ragjury.ingest import DocumentReader
 from ragjury.jobs import JobRun, submit_documents
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
@@ -39,7 +38,7 @@ from ragjury.output import (
 )
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
-from ragjury.schemas import Document, DocumentJudged
+from ragjury.schemas import DocumentJudged
 from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.generate")
@@ -51,29 +50,20 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     options = settings.generate
     prompts = load_overrides(args.prompt, _PROMPT_NAMES)
     console = Console(stderr=True)
-    found: list[Skipped] = []
-
-    def documents() -> Iterator[Document]:
-        """The input, read one file at a time (twice: once to key the job, once to queue)."""
-        found.clear()
-        return iter_documents(
-            args.paths,
-            globs=options.globs,
-            text_field=options.text_field,
-            id_field=options.id_field,
-            skipped=found,
-        )
+    documents = DocumentReader(
+        args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
+    )
 
     if next(documents(), None) is None:
         where = ", ".join(str(p) for p in args.paths)
-        reasons = "; ".join(f"{s.path}: {s.reason}" for s in found[:5])
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in documents.skipped[:5])
         console.print(
             f"[bold red]ragjury: nothing to do[/]: no readable documents in {where}"
             + (f" (skipped: {reasons})" if reasons else "")
             + (f"; the globs were {list(options.globs)}" if options.globs else "")
         )
         if args.summary is not None:  # a CI job reads it whatever the exit code
-            skipped = [{"path": s.path, "reason": s.reason} for s in found]
+            skipped = [{"path": s.path, "reason": s.reason} for s in documents.skipped]
             empty = {"documents": 0, "documents_skipped": len(skipped), "skipped": skipped}
             text = json.dumps({**empty, "error": "no readable documents"}, indent=2) + "\n"
             write_text_atomically(args.summary, text)
@@ -106,7 +96,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
         )
         async with recorded_run(settings, "generate") as run:
             job = await submit_documents(run.store, settings, documents, prompts)
-            skipped = [{"path": s.path, "reason": s.reason} for s in found]
+            skipped = [{"path": s.path, "reason": s.reason} for s in documents.skipped]
             for item in skipped:
                 log.warning("input_skipped", **item)
             result = await _work(run, settings, job, console)

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,13 @@ from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
-from ragjury.ingest import Skipped, iter_documents
+from ragjury.ingest import DocumentReader
 from ragjury.jobs import submit_documents, submit_samples
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
 from ragjury.runtime import select_roles
-from ragjury.schemas import Document
 from ragjury.service import INTAKE, Service, ServiceCounts
 from ragjury.store import Store, open_store, parse_location
 from ragjury.store.base import Job
@@ -55,23 +54,16 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
         if args.paths:
             prompts = load_overrides(args.prompt, _GENERATION_PROMPTS)
             options = settings.generate
-            found: list[Skipped] = []
-
-            def documents() -> Iterator[Document]:
-                """Read a file at a time, on each pass (to key the job, then to queue it)."""
-                found.clear()
-                return iter_documents(
-                    args.paths,
-                    globs=options.globs,
-                    text_field=options.text_field,
-                    id_field=options.id_field,
-                    skipped=found,
-                )
-
+            documents = DocumentReader(
+                args.paths,
+                globs=options.globs,
+                text_field=options.text_field,
+                id_field=options.id_field,
+            )
             empty = next(documents(), None) is None
             if not empty:
                 job = await submit_documents(store, settings, documents, prompts, pin_model=False)
-            for skipped in found:
+            for skipped in documents.skipped:
                 console.print(f"ragjury: skipped {skipped.path}: {skipped.reason}", markup=False)
             if empty:
                 console.print("ragjury: nothing to queue: no readable documents", markup=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ragjury.ingest.chunking import chunk_document, split_text
 from ragjury.ingest.loaders import (
     DEFAULT_GLOBS,
+    DocumentReader,
     LoadResult,
     Skipped,
     iter_documents,
@@ -13,6 +14,7 @@ from ragjury.ingest.loaders import (
 
 __all__ = [
     "DEFAULT_GLOBS",
+    "DocumentReader",
     "LoadResult",
     "Skipped",
     "chunk_document",

@@ -91,6 +91,34 @@ def load_documents(
     return LoadResult(documents=documents, skipped=skipped)
 
 
+class DocumentReader:
+    """The documents under ``paths``, read again a file at a time on each call (to key a job,
+    then to queue it): a run over a large folder holds none of them. ``skipped`` is what the
+    last pass skipped."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        globs: Sequence[str] | None = None,
+        text_field: str = "text",
+        id_field: str | None = None,
+    ) -> None:
+        self._paths, self._globs = paths, globs
+        self._text_field, self._id_field = text_field, id_field
+        self.skipped: list[Skipped] = []
+
+    def __call__(self) -> Iterator[Document]:
+        self.skipped = []
+        return iter_documents(
+            self._paths,
+            globs=self._globs,
+            text_field=self._text_field,
+            id_field=self._id_field,
+            skipped=self.skipped,
+        )
+
+
 def iter_documents(
     paths: Sequence[str | Path],
     *,

@@ -250,7 +250,7 @@ async def test_questions_indexed_at_another_threshold_are_indexed_again(store: S
     await store.decide_questions(job_id, [("p1", kept)], QuestionIndex(1.0))  # one key only
     looser = QuestionIndex(0.5)
     drafted = "alpha bravo charlie delta india juliet kilo lima"  # half the words: 0.5
-    assert not set(QuestionIndex(1.0).keys(kept)) & set(looser.probes(drafted))
+    assert not set(QuestionIndex(1.0).keys(kept)) & set(looser.keys(drafted))
     decisions = await store.decide_questions(job_id, [("p2", drafted)], looser)
     assert decisions == [QuestionDecision("p2", "p1", 0.5)]
 

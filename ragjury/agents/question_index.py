@@ -11,8 +11,8 @@ fixed order; if two word sets share ``a`` words, the first ``x - a + 1`` words o
 the first ``y - a + 1`` words of the other have a word in common. Since ``a`` is at least
 ``ceil(t * n / (2 - t))`` for either length ``n`` of a pair that can match, each kept
 question is stored under the first ``n - ceil(t * n / (2 - t)) + 1`` of its words (its
-keys), and a drafted one looks up the same number of its own (its probes). Every kept
-question similar enough shares a key with a probe; the few that share one by chance are
+keys), and a drafted one is looked up by its own keys, taken the same way. Every kept
+question similar enough shares a key with it; the few that share one by chance are
 scored and dropped. At the default threshold 0.9 a ten-word question has two keys.
 
 The order puts words common in any question ("what", "the", "does") last and every other
@@ -73,7 +73,7 @@ def _order(token: str) -> tuple[int, bytes, str]:
 
 @dataclass(frozen=True)
 class QuestionIndex:
-    """Keys, probes and decisions of the deduplicator at one similarity threshold."""
+    """Keys and decisions of the deduplicator at one similarity threshold."""
 
     threshold: float
 
@@ -82,14 +82,8 @@ class QuestionIndex:
         return f"threshold={self.threshold!r} order={ORDER_VERSION}"
 
     def keys(self, question: str) -> list[str]:
-        """The keys a kept question is stored under."""
-        return self._prefix(words(question))
-
-    def probes(self, question: str) -> list[str]:
-        """The keys to look a drafted question's candidates up by (the same prefix)."""
-        return self._prefix(words(question))
-
-    def _prefix(self, found: list[str]) -> list[str]:
+        """The keys a kept question is stored under, and a drafted one looked up by."""
+        found = words(question)
         if not found:
             return [_EMPTY]
         if self.threshold <= 0.0:
@@ -105,7 +99,7 @@ class QuestionIndex:
         self, candidates: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
     ) -> list[QuestionDecision]:
         """Decide ``pairs`` (pair id, question) in order against ``candidates`` (row, pair id,
-        question: every kept question that shares a key with one of the pairs' probes, and
+        question: every kept question that shares a key with one of the pairs, and
         maybe more) and against the pairs kept before them."""
         kept = [(row, pair_id, words(question)) for row, pair_id, question in candidates]
         kept.sort(key=lambda candidate: candidate[0])

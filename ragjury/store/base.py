@@ -133,17 +133,14 @@ class QuestionMatcher(Protocol):
         ...
 
     def keys(self, question: str) -> list[str]:
-        """The keys a kept question is stored under."""
-        ...
-
-    def probes(self, question: str) -> list[str]:
-        """The keys under which every kept question a drafted one could repeat is found."""
+        """The keys a kept question is stored under; every kept question a drafted one
+        could repeat shares one of the drafted one's keys."""
         ...
 
     def decide(
         self, candidates: Sequence[tuple[int, str, str]], pairs: Sequence[tuple[str, str]]
     ) -> list[QuestionDecision]:
-        """(the kept questions found by the pairs' probes as (row, pair id, question), the
+        """(the kept questions found by the pairs' keys as (row, pair id, question), the
         pairs to decide as (pair id, question)) -> a decision per pair, in order."""
         ...
 
@@ -342,7 +339,7 @@ class Store(Protocol):
     ) -> list[QuestionDecision]:
         """The deduplicator's step, serialised per job across processes: decisions already
         stored for these pairs are returned as they were; the others are decided by
-        ``matcher`` against the job's kept questions its probes find in the store's index
+        ``matcher`` against the job's kept questions their keys find in the store's index
         of them, and stored, the kept ones indexed under their keys. A job whose kept
         questions were indexed under another ``matcher.signature`` (or not at all: a
         database from before the index) is indexed again first."""

@@ -903,7 +903,7 @@ class PostgresStore:
             if not new:
                 return [stored[pid] for pid in ids]
             await _index_questions(conn, job_id, matcher)
-            probes = sorted({key for _, question in new for key in matcher.probes(question)})
+            keys = sorted({key for _, question in new for key in matcher.keys(question)})
             candidates = [
                 (int(row[0]), str(row[1]), str(row[2]))
                 for row in await conn.fetch(
@@ -911,7 +911,7 @@ class PostgresStore:
                     "JOIN questions q ON q.id = k.question_id "
                     "WHERE k.job_id = $1 AND k.key = ANY($2::text[])",
                     job_id,
-                    probes,
+                    keys,
                 )
             ]
             decisions = matcher.decide(candidates, new)

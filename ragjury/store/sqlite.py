@@ -822,15 +822,15 @@ class SQLiteStore:
             if not new:
                 return [stored[pid] for pid in ids]
             _index_questions(conn, job_id, matcher)
-            probes = sorted({key for _, question in new for key in matcher.probes(question)})
+            keys = sorted({key for _, question in new for key in matcher.keys(question)})
             candidates = [
                 (int(row[0]), str(row[1]), str(row[2]))
                 for row in _all(
                     conn,
                     "SELECT DISTINCT q.id, q.pair_id, q.question FROM question_keys k "
                     "JOIN questions q ON q.id = k.question_id "
-                    f"WHERE k.job_id = ? AND k.key IN ({_marks(probes)})",
-                    (job_id, *probes),
+                    f"WHERE k.job_id = ? AND k.key IN ({_marks(keys)})",
+                    (job_id, *keys),
                 )
             ]
             decisions = matcher.decide(candidates, new)

@@ -33,7 +33,7 @@ from ragjury._groups import only_the_callers
 from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
 from ragjury.errors import InputError, RagjuryError
-from ragjury.ingest import load_documents
+from ragjury.ingest import DocumentReader
 from ragjury.jobs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
@@ -152,18 +152,16 @@ class Jury:
 
         Uses ``settings.generate``; the same documents and options make the same job."""
         options = self.settings.generate
-        loaded = load_documents(
+        documents = DocumentReader(
             paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
-        )
-        if not loaded.documents:
-            reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:5])
+        )  # read a file at a time on each pass, never all held
+        if next(documents(), None) is None:
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in documents.skipped[:5])
             raise InputError(
                 f"no readable documents in {', '.join(map(str, paths))}"
                 + (f" (skipped: {reasons})" if reasons else "")
             )
-        job = await submit_documents(
-            await self.store(), self.settings, loaded.documents, self._prompts
-        )
+        job = await submit_documents(await self.store(), self.settings, documents, self._prompts)
         self._submitted.append(job.id)
         return job.id
 

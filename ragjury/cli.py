@@ -16,6 +16,8 @@ from ragjury import __version__
 from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
+from ragjury.metrics import Registry, builtin_metrics, registry
+from ragjury.pipelines.generation import PROMPT_NAMES as GENERATION_PROMPTS
 from ragjury.pricing import load_price_file
 
 log = structlog.get_logger("ragjury.cli")
@@ -42,15 +44,7 @@ _GENERATION_FLAGS = (
 _EVALUATION_FLAGS = (
     "verdict_batch",
     "context_window_chars",
-    "faithfulness_threshold",
-    "correctness_threshold",
-    "rubric_threshold",
-    "similarity_threshold",
     "case_sensitive",
-    "context_relevance_threshold",
-    "context_precision_threshold",
-    "context_recall_threshold",
-    "answer_relevance_threshold",
 )
 _LLM_FLAGS = (
     "model",
@@ -162,9 +156,9 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="replace a built-in prompt template with your Jinja2 file; names: generator, "
-        "groundedness, relevance, standalone (generate); splitter, verdict, correctness, "
-        "rubric (evaluate)",
+        help="replace a built-in prompt template with your Jinja2 file; names: "
+        f"{', '.join(GENERATION_PROMPTS)} (generate); {', '.join(_declared().prompt_names())} "
+        "(evaluate)",
     )
 
 
@@ -236,15 +230,37 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _declared() -> Registry:
+    """The installed metrics, for the flags and their help (a plugin that fails to load is
+    left out here; the command that needs it says why)."""
+    try:
+        return registry()
+    except RagjuryError:
+        return Registry(builtin_metrics())
+
+
+def _metric_help(metrics: Registry) -> str:
+    groups = "; ".join(f"{g} ({', '.join(names)})" for g, names in metrics.groups.items())
+    chosen = [m.name for m in metrics if m.by_default is not None]
+    return (
+        f"comma-separated: {', '.join(metrics.names)}"
+        + (f", or {groups}" if groups else "")
+        + ", or a judge file's metric (see --judge); `ragjury metrics` describes each "
+        f"(default: {', '.join(chosen)}, each where the samples have what it needs)"
+    )
+
+
 def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
+    metrics = _declared()
     judging = parser.add_argument_group("evaluation")
+    judging.add_argument("--metrics", help=_metric_help(metrics))
     judging.add_argument(
-        "--metrics",
-        help="comma-separated: faithfulness, correctness, rubric, keywords, similarity, "
-        "confidence, retrieval, context_relevance, context_precision, context_recall, "
-        "answer_relevance, or rag_triad (context_relevance, faithfulness, answer_relevance) "
-        "(default: faithfulness, plus correctness where references exist, plus keywords "
-        "where keyword fields exist, plus retrieval where reference contexts exist)",
+        "--judge",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="add the metric of a judge file you wrote (TOML: name, description, inputs, "
+        "scale, pass_at, prompt; repeatable); see the README's 'Write your own judge'",
     )
     judging.add_argument(
         "--k",
@@ -257,31 +273,29 @@ def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="contexts longer than this are judged in windows (default 12000)",
     )
-    judging.add_argument("--faithfulness-threshold", type=float, help="passing score (default 0.8)")
-    judging.add_argument("--correctness-threshold", type=int, help="passing score 1-5 (default 4)")
-    judging.add_argument("--rubric-threshold", type=int, help="passing score 1-5 (default 4)")
-    judging.add_argument("--similarity-threshold", type=float, help="passing cosine (default 0.8)")
     judging.add_argument(
         "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
     )
     judging.add_argument(
-        "--context-relevance-threshold",
-        type=float,
-        help="passing share of relevant contexts (default 0.5)",
+        "--threshold",
+        action="append",
+        default=[],
+        dest="thresholds",
+        metavar="METRIC=X",
+        help="a metric's pass mark on its own scale, e.g. --threshold politeness=3 (repeatable)",
     )
-    judging.add_argument(
-        "--context-precision-threshold",
-        type=float,
-        help="passing average precision (default 0.5)",
-    )
-    judging.add_argument(
-        "--context-recall-threshold",
-        type=float,
-        help="passing share of the reference's statements supported (default 0.8)",
-    )
-    judging.add_argument(
-        "--answer-relevance-threshold", type=int, help="passing score 1-5 (default 4)"
-    )
+    marks = parser.add_argument_group("pass marks (each on its metric's scale)")
+    for metric in metrics:
+        if metric.threshold is None:
+            continue
+        scale = metric.scale
+        marks.add_argument(
+            f"--{metric.name.replace('_', '-')}-threshold",
+            type=float,
+            dest=f"{metric.name}_threshold",
+            metavar="X",
+            help=f"passing {metric.name} score, {scale.describe()} (default {metric.threshold:g})",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -315,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(gen)
     _add_llm_options(gen)
     _add_evaluate(commands)
+    _add_metrics_command(commands)
     _add_queue_commands(commands)
     from ragjury.commands.report import add_report_commands
 
@@ -325,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_evaluate(commands: Any) -> None:
     ev = commands.add_parser(
         "evaluate",
-        help="judge RAG answers: faithfulness, correctness, rubric, keywords, similarity",
+        help="judge RAG answers: " + ", ".join(_declared().names),
         description="Judge the answers of a RAG system, sample by sample. The work is kept in "
         "--db: running the same command again resumes it.",
     )
@@ -380,6 +395,22 @@ def _add_evaluate(commands: Any) -> None:
         "--target-timeout", type=float, default=60.0, help="seconds per target request"
     )
     _add_llm_options(ev)
+
+
+def _add_metrics_command(commands: Any) -> None:
+    listing = commands.add_parser(
+        "metrics",
+        help="list every metric: scale, pass rule, fields it needs, LLM calls per sample",
+        description="Every metric ragjury can judge: the built-in ones, those of installed "
+        "plugins (entry-point group ragjury.metrics) and those of --judge files.",
+    )
+    listing.add_argument(
+        "--judge", action="append", default=[], metavar="FILE", help="include a judge file"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
+    )
 
 
 def _add_queue_commands(commands: Any) -> None:
@@ -496,6 +527,23 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     return result
 
 
+def _thresholds(args: argparse.Namespace) -> dict[str, float]:
+    """``--NAME-threshold X`` and ``--threshold NAME=X`` as one mapping (the latter wins)."""
+    found = {
+        key.removesuffix("_threshold"): value
+        for key, value in vars(args).items()
+        if key.endswith("_threshold") and key != "dedup_threshold" and value is not None
+    }
+    for name, value in _pairs(getattr(args, "thresholds", None) or [], "--threshold").items():
+        try:
+            found[name] = float(value)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"--threshold {name}={value}: give a number, e.g. --threshold {name}=0.8"
+            ) from exc
+    return found
+
+
 def _cutoffs(value: str) -> tuple[int, ...]:
     try:
         return tuple(int(k) for k in value.split(",") if k.strip())
@@ -538,6 +586,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         }
         options = GenerationOptions.model_validate(merged)
         flags = {k: getattr(args, k, None) for k in _EVALUATION_FLAGS}
+        thresholds = _thresholds(args)
+        if thresholds:
+            flags["thresholds"] = {**settings.evaluate.thresholds, **thresholds}
         if getattr(args, "metrics", None):
             flags["metrics"] = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
         if getattr(args, "k", None):
@@ -566,6 +617,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.evaluate import evaluate_command
 
             return anyio.run(evaluate_command, args, settings)
+        if args.command == "metrics":
+            from ragjury.commands.metrics import metrics_command
+
+            return metrics_command(args, settings)
         if args.command in ("report", "compare"):
             from ragjury.commands.report import COMMAND_FUNCTIONS
 

@@ -18,7 +18,6 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
-from ragjury.schemas.evaluation import MetricChoice
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -72,28 +71,43 @@ class EvaluationOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    metrics: tuple[MetricChoice, ...] | None = Field(
+    metrics: tuple[str, ...] | None = Field(
         default=None,
-        description="None: faithfulness, plus correctness where references exist, plus "
-        "keywords where keyword fields exist, plus retrieval where reference contexts exist. "
-        "'rag_triad' stands for context_relevance, faithfulness and answer_relevance.",
+        description="Metric names (or a group such as 'rag_triad'); None: each metric that "
+        "its declaration chooses for what the samples fill (faithfulness, plus correctness "
+        "where references exist, ...). `ragjury metrics` lists them.",
+    )
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Pass marks by metric, over each metric's default (checked against the "
+        "metric's scale when a job is built). ``<metric>_threshold = X`` is read as "
+        "``thresholds[<metric>] = X``.",
     )
     verdict_batch: int = Field(default=8, ge=1, le=100)
     context_window_chars: int = Field(default=12000, ge=500)
-    faithfulness_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
-    correctness_threshold: int = Field(default=4, ge=1, le=5)
-    rubric_threshold: int = Field(default=4, ge=1, le=5)
-    similarity_threshold: float = Field(default=0.8, ge=-1.0, le=1.0)
     case_sensitive: bool = False
     k: tuple[int, ...] = Field(
         default=(1, 3, 5, 10),
         min_length=1,
         description="Cut-offs of the retrieval figures (hit rate, MRR, recall, precision, nDCG).",
     )
-    context_relevance_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    context_precision_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    context_recall_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
-    answer_relevance_threshold: int = Field(default=4, ge=1, le=5)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_thresholds(cls, data: Any) -> Any:
+        """``faithfulness_threshold = 0.9`` (ragjury.toml, ``--faithfulness-threshold``, a job
+        stored by an earlier version) is ``thresholds["faithfulness"] = 0.9``."""
+        if not isinstance(data, dict):
+            return data
+        named = {k: v for k, v in data.items() if k.endswith("_threshold")}
+        if not named:
+            return data
+        rest = {k: v for k, v in data.items() if k not in named}
+        thresholds = dict(rest.get("thresholds") or {})
+        for key, value in named.items():
+            if value is not None:
+                thresholds[key.removesuffix("_threshold")] = value
+        return {**rest, "thresholds": thresholds}
 
     @field_validator("k")
     @classmethod
@@ -193,6 +207,11 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Items a daemon holds at once (default 2 x concurrency)."
     )
     log_level: str = "warning"
+    judges: tuple[str, ...] = Field(
+        default=(),
+        description="Judge files (TOML) whose metrics every evaluation may ask for; "
+        "``--judge FILE`` adds more.",
+    )
     generate: GenerationOptions = GenerationOptions()
     evaluate: EvaluationOptions = EvaluationOptions()
 

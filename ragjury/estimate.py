@@ -9,53 +9,27 @@ duplicate dropped and, for faithfulness, one statement per sentence of the answe
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from ragjury.agents.context_judges import context_groups
 from ragjury.agents.critics import GroundednessCritique, RelevanceCritique, StandaloneCritique
-from ragjury.agents.verdict_judge import context_windows
 from ragjury.config import Settings
 from ragjury.ingest import chunk_document
-from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
+from ragjury.llm.tokens import estimate_prompt_tokens
+from ragjury.metrics import EstimateContext, Metric
+from ragjury.metrics.declaration import schema_tokens
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
-from ragjury.schemas import (
-    AnswerRelevanceGrade,
-    ContextVerdicts,
-    CorrectnessGrade,
-    Document,
-    DraftedPairs,
-    MetricName,
-    RubricGrades,
-    Sample,
-    Statements,
-    Verdicts,
-)
+from ragjury.schemas import Document, DraftedPairs, Sample
 
-COMPLETION_GUESS = {
-    "pair_factoid": 45,
-    "pair_detailed": 140,
-    "critique": 80,
-    "statement": 20,
-    "verdict": 60,
-    "correctness": 90,
-    "rubric": 220,
-    "context_verdict": 40,
-    "answer_relevance": 90,
-}
-"""Assumed completion tokens: per drafted pair, per critique, per statement split, per
-statement judged, per correctness grade, per rubric (four criteria), per context judged, per
-answer relevance grade."""
+COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80}
+"""Assumed completion tokens of generation: per drafted pair, per critique (each metric's
+own assumptions are in its declaration's ``estimate``)."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
 _ASSUMED_CONTEXT = "A retrieved passage of typical length. " * 25
-_SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
 _CRITICS = (
     ("groundedness_critic", "groundedness", GroundednessCritique),
     ("relevance_critic", "relevance", RelevanceCritique),
@@ -176,19 +150,20 @@ def estimate_generation(
 
 def estimate_evaluation(
     samples: Iterable[Sample],
-    metrics: Sequence[MetricName],
+    metrics: Sequence[Metric],
     settings: Settings,
     prompts: Mapping[str, Prompt],
     *,
     has_target: bool,
 ) -> Estimate:
-    """The calls each metric makes for each sample, as the agents decide them. ``samples``
-    is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.SampleFile`)."""
+    """The calls each metric makes for each sample, as its declaration estimates them.
+    ``samples`` is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.
+    SampleFile`)."""
     options, model = settings.evaluate, settings.model
     estimate = Estimate("evaluate", {"samples": 0})
     estimate.assumptions = [
         "no retries or re-asks",
-        "faithfulness: one statement per sentence of the answer; every context window judges "
+        "statements: one per sentence of the text split; every context window judges "
         "every statement",
     ]
     if has_target:
@@ -196,103 +171,36 @@ def estimate_evaluation(
             "samples without an answer get a three-sentence answer from --target, with their "
             "reference contexts as the retrieved ones (or three of 1,000 characters)"
         )
-    if "context_recall" in metrics:
-        estimate.assumptions.append(
-            "context_recall: one statement per sentence of the reference answer"
-        )
 
-    def prompt(name: str) -> Prompt:
-        return prompts.get(name) or Prompt.builtin(name)
-
-    def statements_judged(question: str, text: str, contexts: list[str]) -> None:
-        statements = sentences(text)
-        messages = prompt("splitter").render(question=question, answer=text)
-        completion = sum(estimate_tokens(s) for s in statements) + COMPLETION_GUESS[
-            "statement"
-        ] * len(statements)
-        estimate.stage("statement_splitter", model).add(_prompt(messages, Statements), completion)
-        for window in context_windows(contexts, options.context_window_chars):
-            for start in range(0, len(statements), options.verdict_batch):
-                batch = statements[start : start + options.verdict_batch]
-                messages = prompt("verdict").render(contexts=window, statements=batch)
-                estimate.stage("verdict_judge", model).add(
-                    _prompt(messages, Verdicts), COMPLETION_GUESS["verdict"] * len(batch)
-                )
-
-    def contexts_judged(name: str, question: str, contexts: list[str], **variables: Any) -> None:
-        budget = options.context_window_chars
-        for group in context_groups(contexts, budget):
-            messages = prompt(name).render(
-                question=sample.question,
-                contexts=[contexts[i][:budget] for i in group],
-                **variables,
-            )
-            estimate.stage(f"{name}_judge", model).add(
-                _prompt(messages, ContextVerdicts), COMPLETION_GUESS["context_verdict"] * len(group)
-            )
+    def add(stage: str, model: str, prompt_tokens: int, completion: int, calls: int) -> None:
+        estimate.stage(stage, model).add(prompt_tokens, completion, calls)
 
     for sample in samples:
         estimate.items["samples"] += 1
         answered = sample.answer is None and has_target
-        answer = _ASSUMED_TARGET_ANSWER if answered else sample.answer
         contexts = [c for c in sample.contexts if c.strip()]
         if answered and not contexts:
             contexts = [c for c in sample.reference_contexts if c.strip()] or [_ASSUMED_CONTEXT] * 3
-        if "context_relevance" in metrics and contexts:
-            contexts_judged("context_relevance", sample.question, contexts)
-        precision_for = sample.reference or answer
-        if "context_precision" in metrics and contexts and precision_for:
-            against = "reference" if sample.reference else "answer"
-            contexts_judged(
-                "context_precision",
-                sample.question,
-                contexts,
-                answer=precision_for,
-                against=against,
-            )
-        if "context_recall" in metrics and contexts and sample.reference:
-            statements_judged(sample.question, sample.reference, contexts)
-        if not answer:
-            continue  # every other LLM metric of an unanswered sample is not_applicable
-        if "faithfulness" in metrics and contexts:
-            statements_judged(sample.question, answer, contexts)
-        if "answer_relevance" in metrics:
-            messages = prompt("answer_relevance").render(question=sample.question, answer=answer)
-            estimate.stage("answer_relevance_judge", model).add(
-                _prompt(messages, AnswerRelevanceGrade), COMPLETION_GUESS["answer_relevance"]
-            )
-        if "correctness" in metrics and sample.reference:
-            messages = prompt("correctness").render(
-                question=sample.question, answer=answer, reference=sample.reference
-            )
-            estimate.stage("correctness_judge", model).add(
-                _prompt(messages, CorrectnessGrade), COMPLETION_GUESS["correctness"]
-            )
-        if "rubric" in metrics:
-            messages = prompt("rubric").render(
-                question=sample.question, answer=answer, contexts=list(sample.contexts)
-            )
-            estimate.stage("rubric_judge", model).add(
-                _prompt(messages, RubricGrades), COMPLETION_GUESS["rubric"]
-            )
-        if "similarity" in metrics and sample.reference:
-            tokens = estimate_tokens(answer) + estimate_tokens(sample.reference)
-            estimate.stage("similarity_scorer", settings.embedding_model).add(tokens, 0)
+        context = EstimateContext(
+            sample=sample,
+            answer=_ASSUMED_TARGET_ANSWER if answered else sample.answer,
+            contexts=contexts,
+            options=options,
+            model=model,
+            embedding_model=settings.embedding_model,
+            prompts=prompts,
+            add=add,
+        )
+        for metric in metrics:
+            if metric.estimate is not None:
+                context.metric = metric
+                metric.estimate(context)
     return estimate
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (a statement splitter's usual first cut)."""
-    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
 
 
 def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:
     """The rendered messages plus the JSON schema instructor sends with them."""
-    return estimate_prompt_tokens(messages) + _schema_tokens(schema)
-
-
-def _schema_tokens(schema: type[BaseModel]) -> int:
-    return math.ceil(estimate_tokens(json.dumps(schema.model_json_schema(), indent=2)) * 1.1)
+    return estimate_prompt_tokens(messages) + schema_tokens(schema)
 
 
 def _round(cost: float | None) -> float | None:

@@ -20,11 +20,12 @@ from ragjury.bus import MemoryBus
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
+from ragjury.metrics import Metric
 from ragjury.pipelines import PIPELINES, EvaluationPipeline, GenerationPipeline
 from ragjury.pipelines.evaluation import EvaluationPipeline as _Evaluation
 from ragjury.prompts import Prompt
 from ragjury.runtime import EventListener
-from ragjury.schemas import Document, MetricName, Sample, SampleScored
+from ragjury.schemas import Document, Sample, SampleScored
 from ragjury.service import Service, ServiceCounts
 from ragjury.store import SQLiteStore, Store
 from ragjury.store.base import Job
@@ -77,17 +78,18 @@ async def submit_samples(
     store: Store,
     settings: Settings,
     samples: Iterable[Sample],
-    metrics: Sequence[MetricName],
+    metrics: Sequence[str],
     prompts: Mapping[str, Prompt] | None = None,
     *,
     pin_model: bool = True,
+    judges: Sequence[Metric] = (),
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
     SampleFile` reads its file again each time, so a large input is never held in memory;
     a one-shot iterator is taken into a list first."""
     options = _pinned(
-        EvaluationPipeline.options(settings, metrics, prompts or {}), settings, pin_model
+        EvaluationPipeline.options(settings, metrics, prompts or {}, judges), settings, pin_model
     )
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
@@ -121,7 +123,7 @@ async def run_job(
         settings,
         store,
         llm,
-        roles=PIPELINES[job.kind].roles,
+        roles=PIPELINES[job.kind].known_roles(),
         job_ids=[job.id],
         on_event=on_event,
         target=target,
@@ -140,19 +142,20 @@ async def evaluate_in_memory(
     *,
     settings: Settings,
     llm: LLM,
-    metrics: Sequence[MetricName],
+    metrics: Sequence[str],
     prompts: Mapping[str, Prompt] | None = None,
     target: Target | None = None,
+    judges: Sequence[Metric] = (),
 ) -> list[SampleScored]:
     """Judge ``samples`` with no database file (``Jury.evaluate``): the same pipeline on an
     in-memory store and bus; results in input order (fewer if the budget ran out)."""
     async with SQLiteStore(":memory:") as store:
-        job = await submit_samples(store, settings, samples, metrics, prompts)
+        job = await submit_samples(store, settings, samples, metrics, prompts, judges=judges)
         service = Service(
             settings,
             store,
             llm,
-            roles=_Evaluation.roles,
+            roles=_Evaluation.known_roles(),
             job_ids=[job.id],
             target=target,
             bus=MemoryBus(settings.bus_buffer, max_deliveries=settings.max_deliveries),

@@ -37,10 +37,11 @@ from ragjury.ingest import DocumentReader
 from ragjury.jobs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
-from ragjury.pipelines.evaluation import choose_metrics
+from ragjury.metrics import Metric
+from ragjury.pipelines.evaluation import MetricPlan, plan_metrics
 from ragjury.prompts import Prompt
 from ragjury.results import EvaluationResult, is_result_event
-from ragjury.schemas import MetricChoice, Sample
+from ragjury.schemas import Sample
 from ragjury.service import Service
 from ragjury.store import Store, open_store
 
@@ -48,9 +49,18 @@ from ragjury.store import Store, open_store
 class Jury:
     """Judge samples and work the queue from Python. Use as ``async with Jury(settings)``."""
 
-    def __init__(self, settings: Settings, *, prompts: dict[str, Prompt] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        prompts: dict[str, Prompt] | None = None,
+        judges: Sequence[str | Path | Metric] = (),
+    ) -> None:
+        """``judges``: judge files (paths) or :class:`~ragjury.metrics.Metric` declarations
+        whose metrics ``metrics=[...]`` may name, beside the built-in and plugin ones."""
         self.settings = settings
         self._prompts = prompts or {}
+        self._judges = [j if isinstance(j, Metric) else str(j) for j in judges]
         self._llm: LLM | None = None
         self._store: Store | None = None
         self._store_lock = anyio.Lock()
@@ -116,7 +126,7 @@ class Jury:
         answer: str,
         contexts: Sequence[str] = (),
         reference: str | None = None,
-        metrics: Sequence[MetricChoice] | None = None,
+        metrics: Sequence[str] | None = None,
         **expectations: Any,
     ) -> EvaluationResult:
         """Judge one answer. ``expectations`` takes must_contain, must_not_contain, ..."""
@@ -129,15 +139,23 @@ class Jury:
         )
         return (await self.evaluate([sample], metrics=metrics))[0]
 
+    def _plan(self, samples: Sequence[Sample], metrics: Sequence[str] | None) -> MetricPlan:
+        return plan_metrics(self.settings, samples, self._judges, metrics)
+
     async def evaluate(
-        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricChoice] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[str] | None = None
     ) -> list[EvaluationResult]:
         """Judge many samples (``Sample`` objects or dicts, ids optional) concurrently, in
         memory (no queue); results in input order."""
         samples = as_samples(samples)
-        chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
+        plan = self._plan(samples, metrics)
         results = await evaluate_in_memory(
-            samples, settings=self.settings, llm=self.llm, metrics=chosen, prompts=self._prompts
+            samples,
+            settings=self.settings,
+            llm=self.llm,
+            metrics=plan.names,
+            prompts=self._prompts,
+            judges=plan.judges,
         )
         if len(results) < len(samples):
             raise RagjuryError(
@@ -166,14 +184,19 @@ class Jury:
         return job.id
 
     async def submit_samples(
-        self, samples: Sequence[SampleInput], *, metrics: Sequence[MetricChoice] | None = None
+        self, samples: Sequence[SampleInput], *, metrics: Sequence[str] | None = None
     ) -> str:
         """Queue ``samples`` (``Sample`` objects or dicts, ids optional) for evaluation; the
         job id."""
         samples = as_samples(samples)
-        chosen = choose_metrics(samples, metrics or self.settings.evaluate.metrics)
+        plan = self._plan(samples, metrics)
         job = await submit_samples(
-            await self.store(), self.settings, samples, chosen, self._prompts
+            await self.store(),
+            self.settings,
+            samples,
+            plan.names,
+            self._prompts,
+            judges=plan.judges,
         )
         self._submitted.append(job.id)
         return job.id

@@ -12,19 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from ragjury.agents.context_judges import (
+    AnswerRelevanceResult,
+    ContextPrecisionResult,
+    ContextRelevanceResult,
+    ContextVerdictRecord,
+)
+from ragjury.agents.judges import CorrectnessResult, RubricGrade, RubricResult
+from ragjury.agents.retrieval import RetrievalResult
+from ragjury.agents.scorers import ConfidenceResult, KeywordsResult, SimilarityResult
+from ragjury.agents.verdict_judge import ContextRecallResult, FaithfulnessResult
+from ragjury.metrics import registry
 from ragjury.schemas import (
     DocumentJudged,
     ItemFailed,
-    KeywordCheck,
     MetricResult,
     PairJudged,
     Sample,
     SampleScored,
-    StatementVerdict,
     sample_verdict,
 )
 
@@ -56,125 +63,11 @@ def is_result_event(event: object) -> bool:
     return isinstance(event, RESULT_EVENTS)
 
 
-class FaithfulnessResult(MetricResult):
-    """``score`` = supported / statements; ``statements`` each with its verdict."""
-
-    statements: tuple[StatementVerdict, ...] = ()
-
-
-class CorrectnessResult(MetricResult):
-    """``score`` 1-5 against the reference; the judge's ``reasoning``."""
-
-    reasoning: str | None = None
-    confidence: float | None = None
-
-
-class RubricGrade(BaseModel):
-    """One rubric criterion: 1-5 (5 is best), why, and the judge's probability of it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    score: int
-    reasoning: str
-    confidence: float | None = None
-
-
-class RubricResult(MetricResult):
-    """``score`` = the mean of the four grades; passing when each reaches the threshold."""
-
-    toxicity: RubricGrade | None = None
-    faithfulness: RubricGrade | None = None
-    helpfulness: RubricGrade | None = None
-    relevance: RubricGrade | None = None
-
-
-class KeywordsResult(MetricResult):
-    """``score`` = the share of checks passed; ``checks`` one per keyword rule."""
-
-    checks: tuple[KeywordCheck, ...] = ()
-
-
-class SimilarityResult(MetricResult):
-    """``score`` = cosine similarity of the answer's and the reference's embeddings."""
-
-
-class ConfidenceResult(MetricResult):
-    """``score`` = the answer's perplexity; informational, it has no pass mark."""
-
-    answer_perplexity: float | None = None
-    mean_token_probability: float | None = None
-
-
-class RetrievalResult(MetricResult):
-    """``score`` = the reciprocal rank of the first relevant context; ``at_k`` the figures
-    (hit, mrr, recall, precision, ndcg) at each k; ``references`` and ``retrieved`` the
-    ranks (see :mod:`ragjury.evaluation.retrieval`)."""
-
-    mrr: float | None = None
-    first_relevant_rank: int | None = None
-    at_k: dict[str, dict[str, float]] = Field(default_factory=dict)
-    references: tuple[dict[str, Any], ...] = ()
-    retrieved: tuple[dict[str, Any], ...] = ()
-
-
-class ContextVerdictRecord(BaseModel):
-    """One retrieved context's verdict: its index, its id when known, relevant or not, why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    index: int
-    id: str | None = None
-    relevant: bool
-    reason: str
-
-
-class ContextRelevanceResult(MetricResult):
-    """``score`` = relevant contexts / retrieved contexts."""
-
-    contexts: tuple[ContextVerdictRecord, ...] = ()
-
-
-class ContextPrecisionResult(MetricResult):
-    """``score`` = average precision of the useful contexts; ``against`` says whether they
-    were judged for the reference answer or the answer given."""
-
-    against: str | None = None
-    contexts: tuple[ContextVerdictRecord, ...] = ()
-
-
-class ContextRecallResult(MetricResult):
-    """``score`` = the reference answer's statements the contexts support / its statements."""
-
-    statements: tuple[StatementVerdict, ...] = ()
-
-
-class AnswerRelevanceResult(MetricResult):
-    """``score`` 1-5: does the answer address the question; a refusal is 1."""
-
-    reasoning: str | None = None
-    refusal: bool | None = None
-
-
-_TYPES: dict[str, type[MetricResult]] = {
-    "faithfulness": FaithfulnessResult,
-    "correctness": CorrectnessResult,
-    "rubric": RubricResult,
-    "keywords": KeywordsResult,
-    "similarity": SimilarityResult,
-    "confidence": ConfidenceResult,
-    "retrieval": RetrievalResult,
-    "context_relevance": ContextRelevanceResult,
-    "context_precision": ContextPrecisionResult,
-    "context_recall": ContextRecallResult,
-    "answer_relevance": AnswerRelevanceResult,
-}
-
-_R = TypeVar("_R", bound=MetricResult)
-
-
 def typed_result(metric: str, result: MetricResult) -> MetricResult:
-    """``result`` as the metric's own subclass, its documented details as typed fields."""
-    cls = _TYPES.get(metric, MetricResult)
+    """``result`` as the metric's declared result type, its documented details as typed
+    fields (a metric not installed here keeps the plain :class:`MetricResult`)."""
+    declared = registry().get(metric)
+    cls = declared.result_type if declared is not None else MetricResult
     if type(result) is cls:
         return result
     typed = set(cls.model_fields) - set(MetricResult.model_fields)
@@ -235,54 +128,15 @@ class EvaluationResult(Mapping[str, MetricResult]):
             f"{', '.join(self._typed) or 'no metrics'}. Pass metrics=[..., {name!r}] to ask for it"
         )
 
-    def _get(self, name: str, cls: type[_R]) -> _R:
-        result = self[name]
-        assert isinstance(result, cls)
-        return result
-
-    @property
-    def faithfulness(self) -> FaithfulnessResult:
-        return self._get("faithfulness", FaithfulnessResult)
-
-    @property
-    def correctness(self) -> CorrectnessResult:
-        return self._get("correctness", CorrectnessResult)
-
-    @property
-    def rubric(self) -> RubricResult:
-        return self._get("rubric", RubricResult)
-
-    @property
-    def keywords(self) -> KeywordsResult:
-        return self._get("keywords", KeywordsResult)
-
-    @property
-    def similarity(self) -> SimilarityResult:
-        return self._get("similarity", SimilarityResult)
-
-    @property
-    def confidence(self) -> ConfidenceResult:
-        return self._get("confidence", ConfidenceResult)
-
-    @property
-    def retrieval(self) -> RetrievalResult:
-        return self._get("retrieval", RetrievalResult)
-
-    @property
-    def context_relevance(self) -> ContextRelevanceResult:
-        return self._get("context_relevance", ContextRelevanceResult)
-
-    @property
-    def context_precision(self) -> ContextPrecisionResult:
-        return self._get("context_precision", ContextPrecisionResult)
-
-    @property
-    def context_recall(self) -> ContextRecallResult:
-        return self._get("context_recall", ContextRecallResult)
-
-    @property
-    def answer_relevance(self) -> AnswerRelevanceResult:
-        return self._get("answer_relevance", AnswerRelevanceResult)
+    def __getattr__(self, name: str) -> Any:
+        """``result.faithfulness``: a metric's typed result, by its name (any metric the
+        sample was judged on, built-in, plugin or judge file)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._typed[name]
+        except KeyError:
+            raise AttributeError(self._missing(name)) from None
 
     @property
     def passing(self) -> bool | None:

@@ -38,7 +38,7 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
-from ragjury.pipelines import LLM_ROLES, ROLES, Pipeline, build_pipeline, check_workers
+from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.schemas import Envelope, ItemFailed
 from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
@@ -57,20 +57,21 @@ def workers_for(role: str, settings: Settings) -> int:
     """Workers of one role in this process: ``--workers ROLE=N``, else ``--concurrency`` for
     an LLM agent and 1 for the others (they run where their input is made, see
     :meth:`Runtime.dispatch`; their workers only take messages an older ragjury left)."""
-    return settings.workers.get(role) or (settings.concurrency if role in LLM_ROLES else 1)
+    return settings.workers.get(role) or (settings.concurrency if role in llm_roles() else 1)
 
 
 def select_roles(agents: Sequence[str] | None) -> tuple[str, ...]:
     """The roles named by ``--agents`` (all when None), checked."""
+    roles = all_roles()
     if agents is None:
-        return ROLES
-    unknown = sorted(set(agents) - set(ROLES))
+        return roles
+    unknown = sorted(set(agents) - set(roles))
     if unknown:
         raise ConfigurationError(
             f"--agents names unknown agent(s) {', '.join(unknown)}; "
-            f"known agents: intake, {', '.join(ROLES)}"
+            f"known agents: intake, {', '.join(roles)}"
         )
-    return tuple(role for role in ROLES if role in agents)
+    return tuple(role for role in roles if role in agents)
 
 
 class Runtime:
@@ -83,15 +84,15 @@ class Runtime:
         settings: Settings,
         llm: LLM,
         *,
-        roles: Sequence[str] = ROLES,
+        roles: Sequence[str] | None = None,
         cache: StepCache | None = None,
         on_event: EventListener | None = None,
         on_output: EventListener | None = None,
         target: Target | None = None,
     ) -> None:
-        check_workers(settings.workers, ROLES)
+        check_workers(settings.workers, all_roles())
         self.store, self.bus, self.settings, self.llm = store, bus, settings, llm
-        self.roles = tuple(roles)
+        self.roles = tuple(all_roles() if roles is None else roles)
         self.cache = cache
         self.finished = 0
         self.failed = 0
@@ -239,7 +240,7 @@ class Runtime:
                 else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
             )
             for role in pipeline.routes.get(event_kind(event), ()):
-                if role in LLM_ROLES:
+                if role in llm_roles():
                     messages.append(Message(role, envelope))
                     continue
                 token = current_item.set(item_key)

@@ -32,7 +32,6 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
-from ragjury.pipelines import ROLES
 from ragjury.runtime import EventListener, Runtime
 from ragjury.store.base import Item, Store
 from ragjury.store.cache import StepCache
@@ -70,7 +69,7 @@ class Service:
         store: Store,
         llm: LLM,
         *,
-        roles: Sequence[str] = ROLES,
+        roles: Sequence[str] | None = None,
         intake: bool = True,
         job_ids: Sequence[str] | None = None,
         on_event: EventListener | None = None,

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, aclosing
 from types import TracebackType
 from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ragjury.agents.custom_judge import load_judges
 from ragjury.config import Settings
 from ragjury.jobs import scored_samples
 from ragjury.jury import Jury
+from ragjury.metrics import Metric, Registry, registry
 from ragjury.results import EvaluationResult
-from ragjury.schemas import MetricName, MetricResult, Sample
+from ragjury.schemas import MetricResult, Sample
 
 _SHOWN_CHARS = 300
 
@@ -57,12 +59,11 @@ def explain(metric: str, result: MetricResult) -> str:
     if failed:
         lines.append("failed checks:")
         lines.extend(f"  - {c['type']} {c['keyword']!r}" for c in failed)
-    if metric == "rubric":
-        lines.extend(
-            f"{name}: {grade['score']} ({_short(grade['reasoning'])})"
-            for name, grade in details.items()
-            if isinstance(grade, dict) and "score" in grade
-        )
+    lines.extend(  # graded parts of a metric (a rubric's criteria)
+        f"{name}: {grade['score']} ({_short(grade.get('reasoning', ''))})"
+        for name, grade in details.items()
+        if isinstance(grade, dict) and "score" in grade
+    )
     if result.error is not None:
         error = result.error
         lines.append(f"failed at {error.stage} after {error.attempts} attempt(s): {error.message}")
@@ -108,7 +109,7 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
         answer: str,
         contexts: Sequence[str] = (),
         reference: str | None = None,
-        metrics: Sequence[MetricName] | None = None,
+        metrics: Sequence[str] | None = None,
         **expectations: Sequence[str],
     ) -> EvaluationResult:
         """Judge one answer (``expectations``: must_contain, must_not_contain, ...)."""
@@ -124,9 +125,7 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
         sample = Sample(id=sample_id({**fields, "metrics": metrics}), **fields)
         return self._portal.call(self._judge, sample, metrics)
 
-    async def _judge(
-        self, sample: Sample, metrics: Sequence[MetricName] | None
-    ) -> EvaluationResult:
+    async def _judge(self, sample: Sample, metrics: Sequence[str] | None) -> EvaluationResult:
         assert self._jury is not None
         job = await self._jury.submit_samples([sample], metrics=metrics)
         async with aclosing(self._jury.events()) as events:
@@ -147,7 +146,7 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
 
     def assert_metric(
         self,
-        metric: MetricName,
+        metric: str,
         *,
         question: str,
         answer: str,
@@ -188,42 +187,44 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
             raise AssertionError(f"{head} does not pass ({score})\n{explain(metric, result)}")
         return result
 
-    def assert_faithful(
-        self,
-        question: str,
-        answer: str,
-        contexts: Sequence[str],
-        min_score: float = 0.8,
-        **options: Any,
-    ) -> MetricResult:
-        """Assert that at least ``min_score`` of the answer's statements are supported by the
-        contexts; the failure lists each unsupported statement with the judge's reason."""
-        __tracebackhide__ = True
-        return self.assert_metric(
-            "faithfulness",
-            question=question,
-            answer=answer,
-            contexts=contexts,
-            min_score=min_score,
-            **options,
-        )
+    def __getattr__(self, name: str) -> Callable[..., MetricResult]:
+        """``jury.assert_<metric>(question, <the metric's inputs>..., min_score=None)`` for
+        every declared metric (and the names a declaration adds, ``assert_faithful``,
+        ``assert_correct``): :meth:`assert_metric` with the inputs in the declared order."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = registry(load_judges(self.settings.judges))
+        metric = _assertion(known, name)
+        if metric is None:
+            raise AttributeError(
+                f"{type(self).__name__!r} has no attribute {name!r}; the assertions are "
+                f"assert_metric and {', '.join(_assertion_names(known))}"
+            )
+        fields = ("question", *(f for f in metric.inputs if f != "question"))
 
-    def assert_correct(
-        self,
-        question: str,
-        answer: str,
-        reference: str,
-        min_score: float = 4,
-        **options: Any,
-    ) -> MetricResult:
-        """Assert that the answer scores at least ``min_score`` (1-5) against the reference;
-        the failure shows the judge's reasoning."""
-        __tracebackhide__ = True
-        return self.assert_metric(
-            "correctness",
-            question=question,
-            answer=answer,
-            reference=reference,
-            min_score=min_score,
-            **options,
-        )
+        def assertion(*args: Any, **kwargs: Any) -> MetricResult:
+            __tracebackhide__ = True
+            if len(args) > len(fields):
+                raise TypeError(f"{name} takes {', '.join(fields)} and keywords; got {args!r}")
+            given = dict(zip(fields, args, strict=False)) | kwargs
+            return self.assert_metric(metric.name, **given)
+
+        assertion.__name__ = name
+        assertion.__doc__ = f"Assert that {metric.name} passes: {metric.description}"
+        return assertion
+
+
+def _assertion(known: Registry, name: str) -> Metric | None:
+    for metric in known:
+        if name in (f"assert_{metric.name}", metric.assertion):
+            return metric
+    return None
+
+
+def _assertion_names(known: Registry) -> list[str]:
+    names = []
+    for metric in known:
+        names.append(f"assert_{metric.name}")
+        if metric.assertion:
+            names.append(metric.assertion)
+    return names

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from ragjury.cli import main
+from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.retrieval import rank_retrieval, text_finds
-from ragjury.pipelines.evaluation import choose_metrics
+from ragjury.metrics import registry
 from ragjury.schemas import Sample
 
 from conftest import read_jsonl
@@ -264,14 +265,14 @@ def test_default_metrics_add_retrieval_when_samples_name_reference_contexts() ->
     plain = Sample(id="p", question="q", answer="a", contexts=("c",))
     known = Sample(id="k", question="q", reference_context_ids=("doc-1",))
 
-    assert "retrieval" not in choose_metrics([plain], None)
-    assert "retrieval" in choose_metrics([plain, known], None)
+    assert "retrieval" not in registry().choose(filled_fields([plain]), None)
+    assert "retrieval" in registry().choose(filled_fields([plain, known]), None)
 
 
 def test_rag_triad_stands_for_its_three_metrics() -> None:
-    chosen = choose_metrics([], ["rag_triad", "context_recall", "faithfulness"])
+    chosen = registry().choose(set(), ["rag_triad", "context_recall", "faithfulness"])
 
-    assert chosen == ("context_relevance", "faithfulness", "answer_relevance", "context_recall")
+    assert chosen == ("faithfulness", "context_relevance", "answer_relevance", "context_recall")
 
 
 def test_a_bad_k_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

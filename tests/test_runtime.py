@@ -9,7 +9,7 @@ import pytest
 from ragjury import Jury
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
-from ragjury.pipelines import ROLES
+from ragjury.pipelines import all_roles
 from ragjury.prompts import Prompt
 from ragjury.runtime import Runtime, select_roles, workers_for
 from ragjury.schemas import Sample
@@ -38,7 +38,7 @@ def test_unknown_agents_are_refused_naming_the_known_ones() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown agent.*judge_dredd.*verdict_judge"):
         select_roles(["verdict_judge", "judge_dredd"])
     assert select_roles(["verdict_judge", "chunker"]) == ("chunker", "verdict_judge")
-    assert select_roles(None) == ROLES
+    assert select_roles(None) == all_roles()
 
 
 async def test_workers_for_an_unknown_agent_are_refused(tmp_path: Path) -> None:

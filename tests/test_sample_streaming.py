@@ -16,7 +16,7 @@ from ragjury.errors import InputError
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import InvalidRecord, load_samples
 from ragjury.jobs import submit_samples
-from ragjury.pipelines.evaluation import choose_metrics
+from ragjury.metrics import registry
 from ragjury.store import SQLiteStore
 
 MIB = 1024 * 1024
@@ -55,7 +55,7 @@ def test_a_dry_run_estimate_reads_a_large_file_a_sample_at_a_time(tmp_path: Path
     tracemalloc.start()
     try:
         estimate = estimate_evaluation(
-            load_samples(path), ["keywords"], Settings(), {}, has_target=False
+            load_samples(path), [registry()["keywords"]], Settings(), {}, has_target=False
         )
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -78,7 +78,7 @@ def test_the_first_pass_counts_what_later_steps_need(tmp_path: Path) -> None:
     assert (loaded.count, len(loaded), loaded.unanswered) == (3, 3, 2)
     assert {"answer", "must_contain", "reference"} <= loaded.filled
     assert "contexts" not in loaded.filled
-    assert choose_metrics(loaded.filled, None) == ("faithfulness", "correctness", "keywords")
+    assert registry().choose(loaded.filled, None) == ("faithfulness", "correctness", "keywords")
 
 
 def test_every_pass_skips_the_invalid_lines_the_first_pass_reported(tmp_path: Path) -> None:

@@ -1,23 +1,66 @@
-"""The agents: one module per role. An agent never touches the bus."""
+"""The agents: one module per role. An agent never touches the bus.
 
-from ragjury.agents.aggregator import Aggregator
-from ragjury.agents.base import Agent
-from ragjury.agents.chunker import Chunker
-from ragjury.agents.collector import Collector
-from ragjury.agents.context_judges import (
-    AnswerRelevanceJudge,
-    ContextPrecisionJudge,
-    ContextRelevanceJudge,
-)
-from ragjury.agents.critics import GroundednessCritic, RelevanceCritic, StandaloneCritic
-from ragjury.agents.deduplicator import Deduplicator
-from ragjury.agents.generator import Generator
-from ragjury.agents.judges import CorrectnessJudge, RubricJudge
-from ragjury.agents.retrieval import RetrievalScorer
-from ragjury.agents.sample_aggregator import SampleAggregator
-from ragjury.agents.scorers import ConfidenceScorer, KeywordChecker, SimilarityScorer
-from ragjury.agents.splitter import StatementSplitter
-from ragjury.agents.verdict_judge import VerdictJudge
+The modules are imported when first asked for (``from ragjury.agents import Generator``), so
+importing one agent, or :mod:`ragjury.agents.base`, does not import them all; the metric
+registry (:mod:`ragjury.metrics.registry`) finds every module here by walking the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragjury.agents.aggregator import Aggregator
+    from ragjury.agents.base import Agent
+    from ragjury.agents.chunker import Chunker
+    from ragjury.agents.collector import Collector
+    from ragjury.agents.context_judges import (
+        AnswerRelevanceJudge,
+        ContextPrecisionJudge,
+        ContextRelevanceJudge,
+    )
+    from ragjury.agents.critics import GroundednessCritic, RelevanceCritic, StandaloneCritic
+    from ragjury.agents.deduplicator import Deduplicator
+    from ragjury.agents.generator import Generator
+    from ragjury.agents.judges import CorrectnessJudge, RubricJudge
+    from ragjury.agents.retrieval import RetrievalScorer
+    from ragjury.agents.sample_aggregator import SampleAggregator
+    from ragjury.agents.scorers import ConfidenceScorer, KeywordChecker, SimilarityScorer
+    from ragjury.agents.splitter import StatementSplitter
+    from ragjury.agents.verdict_judge import VerdictJudge
+
+_MODULES = {
+    "Agent": "base",
+    "Aggregator": "aggregator",
+    "AnswerRelevanceJudge": "context_judges",
+    "Chunker": "chunker",
+    "Collector": "collector",
+    "ConfidenceScorer": "scorers",
+    "ContextPrecisionJudge": "context_judges",
+    "ContextRelevanceJudge": "context_judges",
+    "CorrectnessJudge": "judges",
+    "Deduplicator": "deduplicator",
+    "Generator": "generator",
+    "GroundednessCritic": "critics",
+    "KeywordChecker": "scorers",
+    "RelevanceCritic": "critics",
+    "RetrievalScorer": "retrieval",
+    "RubricJudge": "judges",
+    "SampleAggregator": "sample_aggregator",
+    "SimilarityScorer": "scorers",
+    "StandaloneCritic": "critics",
+    "StatementSplitter": "splitter",
+    "VerdictJudge": "verdict_judge",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ragjury.agents' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "Agent",

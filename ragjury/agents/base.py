@@ -7,6 +7,7 @@ the events it returns, each as a reply to the message that caused it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragjury.errors import LLMError, LLMTransportError
@@ -24,6 +25,15 @@ class Agent(Protocol):
     def consumes(self) -> tuple[type[Any], ...]: ...
 
     async def handle(self, event: Any) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """An agent of a job's pipeline and, for an agent whose steps are cached (every LLM
+    agent), what shapes its output besides its input (prompt version, model, options)."""
+
+    agent: Agent
+    fingerprint: str | None = None
 
 
 def failure_from(stage: str, exc: LLMError) -> Failure:

@@ -10,23 +10,28 @@ contexts longer than ``--context-window-chars`` together are split over several 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragjury.agents.base import failure_from
-from ragjury.config import EvaluationOptions
+from pydantic import BaseModel, ConfigDict
+
+from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
-from ragjury.llm import LLM
-from ragjury.prompts import Prompt
+from ragjury.metrics import FRACTION, RATING, BuildContext, EstimateContext, Metric
 from ragjury.schemas import (
     AnswerRelevanceGrade,
     ContextVerdicts,
-    MetricName,
     MetricResult,
     MetricScored,
     Sample,
     SampleSubmitted,
 )
 from ragjury.schemas.responses import counted
+from ragjury.store.cache import fingerprint
+
+if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
+    from ragjury.llm import LLM
+    from ragjury.prompts import Prompt
 
 
 def context_groups(contexts: Sequence[str], budget: int) -> list[list[int]]:
@@ -59,7 +64,7 @@ class _ContextJudge:
     """Shared by the relevance and precision judges: one verdict per retrieved context."""
 
     role: ClassVar[str]
-    metric: ClassVar[MetricName]
+    metric: ClassVar[str]
     consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
 
     def __init__(self, llm: LLM, prompt: Prompt, options: EvaluationOptions) -> None:
@@ -111,7 +116,7 @@ class ContextRelevanceJudge(_ContextJudge):
     """Score = relevant contexts / retrieved contexts."""
 
     role: ClassVar[str] = "context_relevance_judge"
-    metric: ClassVar[MetricName] = "context_relevance"
+    metric: ClassVar[str] = "context_relevance"
 
     async def _result(self, sample: Sample) -> MetricResult:
         if not sample.contexts:
@@ -125,7 +130,7 @@ class ContextRelevanceJudge(_ContextJudge):
         return MetricResult(
             outcome="scored",
             score=score,
-            passing=score >= self._options.context_relevance_threshold,
+            passing=CONTEXT_RELEVANCE.passes(score, self._options),
             reason=f"{relevant} of {len(verdicts)} retrieved contexts are relevant to the question",
             details={"contexts": verdicts},
             llm_calls=calls,
@@ -147,7 +152,7 @@ class ContextPrecisionJudge(_ContextJudge):
     the reference answer (else the answer given): useful contexts ranked low cost more."""
 
     role: ClassVar[str] = "context_precision_judge"
-    metric: ClassVar[MetricName] = "context_precision"
+    metric: ClassVar[str] = "context_precision"
 
     async def _result(self, sample: Sample) -> MetricResult:
         if not sample.contexts:
@@ -168,7 +173,7 @@ class ContextPrecisionJudge(_ContextJudge):
         return MetricResult(
             outcome="scored",
             score=score,
-            passing=score >= self._options.context_precision_threshold,
+            passing=CONTEXT_PRECISION.passes(score, self._options),
             reason=f"{useful} of {len(verdicts)} retrieved contexts are useful for the "
             f"{against}; average precision {score:.3f}",
             details={"against": against, "contexts": verdicts},
@@ -187,11 +192,11 @@ class AnswerRelevanceJudge:
         self._llm, self._prompt, self._options = llm, prompt, options
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "answer_relevance" not in event.metrics:
+        if ANSWER_RELEVANCE.name not in event.metrics:
             return []
         sample = event.sample
         result = await self._grade(sample)
-        return [MetricScored(sample_id=sample.id, metric="answer_relevance", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=ANSWER_RELEVANCE.name, result=result)]
 
     async def _grade(self, sample: Sample) -> MetricResult:
         if not sample.answer or not sample.answer.strip():
@@ -206,8 +211,145 @@ class AnswerRelevanceJudge:
         return MetricResult(
             outcome="scored",
             score=grade.score,
-            passing=grade.score >= self._options.answer_relevance_threshold,
+            passing=ANSWER_RELEVANCE.passes(grade.score, self._options),
             reason=grade.reasoning,
             details={"reasoning": grade.reasoning, "refusal": grade.refusal},
             llm_calls=stats.requests,
         )
+
+
+class ContextVerdictRecord(BaseModel):
+    """One retrieved context's verdict: its index, its id when known, relevant or not, why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    id: str | None = None
+    relevant: bool
+    reason: str
+
+
+class ContextRelevanceResult(MetricResult):
+    """``score`` = relevant contexts / retrieved contexts."""
+
+    contexts: tuple[ContextVerdictRecord, ...] = ()
+
+
+class ContextPrecisionResult(MetricResult):
+    """``score`` = average precision of the useful contexts; ``against`` says whether they
+    were judged for the reference answer or the answer given."""
+
+    against: str | None = None
+    contexts: tuple[ContextVerdictRecord, ...] = ()
+
+
+class AnswerRelevanceResult(MetricResult):
+    """``score`` 1-5: does the answer address the question; a refusal is 1."""
+
+    reasoning: str | None = None
+    refusal: bool | None = None
+
+
+_CONTEXT_VERDICT_TOKENS, _ANSWER_RELEVANCE_TOKENS = 40, 90
+"""Assumed completion tokens per context judged, and per answer relevance grade."""
+
+
+def _context_judge(cls: type[_ContextJudge], name: str) -> Any:
+    def build(c: BuildContext) -> Step:
+        prompt = c.prompt(name)
+        return Step(
+            cls(c.llm, prompt, c.options),
+            fingerprint(c.model, prompt.version, c.options.context_window_chars, c.threshold(name)),
+        )
+
+    return build
+
+
+def _answer_relevance_judge(c: BuildContext) -> Step:
+    prompt = c.prompt("answer_relevance")
+    return Step(
+        AnswerRelevanceJudge(c.llm, prompt, c.options),
+        fingerprint(c.model, prompt.version, c.threshold("answer_relevance")),
+    )
+
+
+def _contexts_judged(e: EstimateContext, name: str, **variables: Any) -> None:
+    budget = e.options.context_window_chars
+    for group in context_groups(e.contexts, budget):
+        messages = e.prompt(name).render(
+            question=e.sample.question,
+            contexts=[e.contexts[i][:budget] for i in group],
+            **variables,
+        )
+        e.call(f"{name}_judge", messages, ContextVerdicts, _CONTEXT_VERDICT_TOKENS * len(group))
+
+
+def _estimate_relevance(e: EstimateContext) -> None:
+    if e.contexts:
+        _contexts_judged(e, "context_relevance")
+
+
+def _estimate_precision(e: EstimateContext) -> None:
+    against = e.sample.reference or e.answer
+    if e.contexts and against:
+        which = "reference" if e.sample.reference else "answer"
+        _contexts_judged(e, "context_precision", answer=against, against=which)
+
+
+def _estimate_answer_relevance(e: EstimateContext) -> None:
+    if e.answer:
+        messages = e.prompt("answer_relevance").render(question=e.sample.question, answer=e.answer)
+        e.call("answer_relevance_judge", messages, AnswerRelevanceGrade, _ANSWER_RELEVANCE_TOKENS)
+
+
+_PER_WINDOW = "1 per context window (all contexts in one call when they fit)"
+
+CONTEXT_RELEVANCE = Metric(
+    name="context_relevance",
+    description="Share of the retrieved contexts that are relevant to the question.",
+    scale=FRACTION,
+    threshold=0.5,
+    inputs=("question", "contexts"),
+    agents={"context_relevance_judge": _context_judge(ContextRelevanceJudge, "context_relevance")},
+    llm=True,
+    prompts=("context_relevance",),
+    calls=_PER_WINDOW,
+    estimate=_estimate_relevance,
+    result_type=ContextRelevanceResult,
+    groups=("rag_triad",),
+    order=80,
+)
+
+CONTEXT_PRECISION = Metric(
+    name="context_precision",
+    description="Average precision of the contexts useful for the reference answer (else the "
+    "answer given): useful contexts ranked low cost more.",
+    scale=FRACTION,
+    threshold=0.5,
+    inputs=("question", "contexts"),
+    optional=("reference", "answer"),
+    agents={"context_precision_judge": _context_judge(ContextPrecisionJudge, "context_precision")},
+    llm=True,
+    prompts=("context_precision",),
+    calls=_PER_WINDOW,
+    estimate=_estimate_precision,
+    result_type=ContextPrecisionResult,
+    order=90,
+)
+
+ANSWER_RELEVANCE = Metric(
+    name="answer_relevance",
+    description="Does the answer address the question (not: is it true)? Reasoning, then 1-5; "
+    "a refusal is 1.",
+    scale=RATING,
+    threshold=4,
+    inputs=("question", "answer"),
+    agents={"answer_relevance_judge": _answer_relevance_judge},
+    llm=True,
+    prompts=("answer_relevance",),
+    calls="1",
+    estimate=_estimate_answer_relevance,
+    result_type=AnswerRelevanceResult,
+    groups=("rag_triad",),
+    order=110,
+)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from statistics import mean
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ragjury.agents.base import failure_from
-from ragjury.config import EvaluationOptions
+from pydantic import BaseModel, ConfigDict
+
+from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
-from ragjury.llm import LLM
 from ragjury.llm.logprobs import located_probabilities, value_probabilities
-from ragjury.prompts import Prompt
+from ragjury.metrics import RATING, BuildContext, EstimateContext, Metric
 from ragjury.schemas import (
     CorrectnessGrade,
     MetricResult,
@@ -19,6 +19,12 @@ from ragjury.schemas import (
     RubricGrades,
     SampleSubmitted,
 )
+from ragjury.store.cache import fingerprint
+
+if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
+    from ragjury.llm import LLM
+    from ragjury.prompts import Prompt
 
 
 class CorrectnessJudge:
@@ -31,11 +37,11 @@ class CorrectnessJudge:
         self._llm, self._prompt, self._options = llm, prompt, options
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "correctness" not in event.metrics:
+        if CORRECTNESS.name not in event.metrics:
             return []
         sample = event.sample
         result = await self._grade(sample.question, sample.answer, sample.reference)
-        return [MetricScored(sample_id=sample.id, metric="correctness", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=CORRECTNESS.name, result=result)]
 
     async def _grade(
         self, question: str, answer: str | None, reference: str | None
@@ -55,7 +61,7 @@ class CorrectnessJudge:
         return MetricResult(
             outcome="scored",
             score=grade.score,
-            passing=grade.score >= self._options.correctness_threshold,
+            passing=CORRECTNESS.passes(grade.score, self._options),
             reason=grade.reasoning,
             details={"reasoning": grade.reasoning, "confidence": found[0] if found else None},
             llm_calls=stats.requests,
@@ -72,12 +78,12 @@ class RubricJudge:
         self._llm, self._prompt, self._options = llm, prompt, options
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "rubric" not in event.metrics:
+        if RUBRIC.name not in event.metrics:
             return []
         sample = event.sample
         if not sample.answer:
             result = MetricResult.not_applicable("the sample has no answer to grade")
-            return [MetricScored(sample_id=sample.id, metric="rubric", result=result)]
+            return [MetricScored(sample_id=sample.id, metric=RUBRIC.name, result=result)]
         messages = self._prompt.render(
             question=sample.question, answer=sample.answer, contexts=list(sample.contexts)
         )
@@ -85,7 +91,7 @@ class RubricJudge:
             grades, stats = await self._llm.structured_call(RubricGrades, messages, stage=self.role)
         except LLMError as exc:
             result = MetricResult.failed(failure_from(self.role, exc), exc.attempts)
-            return [MetricScored(sample_id=sample.id, metric="rubric", result=result)]
+            return [MetricScored(sample_id=sample.id, metric=RUBRIC.name, result=result)]
         items = {
             "toxicity": grades.toxicity,
             "faithfulness": grades.faithfulness,
@@ -93,8 +99,10 @@ class RubricJudge:
             "relevance": grades.relevance,
         }
         confidences = _per_criterion(stats.last_raw_output or "", stats.logprobs or [], items)
-        threshold = self._options.rubric_threshold
-        low = [name for name, grade in items.items() if grade.score < threshold]
+        threshold = RUBRIC.bar(self._options)
+        low = [
+            name for name, grade in items.items() if not RUBRIC.passes(grade.score, self._options)
+        ]
         result = MetricResult(
             outcome="scored",
             score=mean(g.score for g in items.values()),
@@ -106,7 +114,7 @@ class RubricJudge:
             },
             llm_calls=stats.requests,
         )
-        return [MetricScored(sample_id=sample.id, metric="rubric", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=RUBRIC.name, result=result)]
 
 
 def _per_criterion(
@@ -120,3 +128,102 @@ def _per_criterion(
         after = [p for position, p in scores if start >= 0 and position > start]
         found.append(after[0] if after else None)
     return found
+
+
+class CorrectnessResult(MetricResult):
+    """``score`` 1-5 against the reference; the judge's ``reasoning``."""
+
+    reasoning: str | None = None
+    confidence: float | None = None
+
+
+class RubricGrade(BaseModel):
+    """One rubric criterion: 1-5 (5 is best), why, and the judge's probability of it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    score: int
+    reasoning: str
+    confidence: float | None = None
+
+
+class RubricResult(MetricResult):
+    """``score`` = the mean of the four grades; passing when each reaches the threshold."""
+
+    toxicity: RubricGrade | None = None
+    faithfulness: RubricGrade | None = None
+    helpfulness: RubricGrade | None = None
+    relevance: RubricGrade | None = None
+
+
+_CORRECTNESS_TOKENS, _RUBRIC_TOKENS = 90, 220
+"""Assumed completion tokens of a correctness grade, and of a rubric (four criteria)."""
+
+
+def _correctness_judge(c: BuildContext) -> Step:
+    prompt = c.prompt("correctness")
+    return Step(
+        CorrectnessJudge(c.llm, prompt, c.options),
+        fingerprint(c.model, prompt.version, c.threshold("correctness")),
+    )
+
+
+def _rubric_judge(c: BuildContext) -> Step:
+    prompt = c.prompt("rubric")
+    return Step(
+        RubricJudge(c.llm, prompt, c.options),
+        fingerprint(c.model, prompt.version, c.threshold("rubric")),
+    )
+
+
+def _estimate_correctness(e: EstimateContext) -> None:
+    if e.answer and e.sample.reference:
+        messages = e.prompt("correctness").render(
+            question=e.sample.question, answer=e.answer, reference=e.sample.reference
+        )
+        e.call("correctness_judge", messages, CorrectnessGrade, _CORRECTNESS_TOKENS)
+
+
+def _estimate_rubric(e: EstimateContext) -> None:
+    if e.answer:
+        messages = e.prompt("rubric").render(
+            question=e.sample.question, answer=e.answer, contexts=list(e.sample.contexts)
+        )
+        e.call("rubric_judge", messages, RubricGrades, _RUBRIC_TOKENS)
+
+
+CORRECTNESS = Metric(
+    name="correctness",
+    description="How well the answer agrees with the reference answer: reasoning, then 1-5.",
+    scale=RATING,
+    threshold=4,
+    inputs=("answer", "reference"),
+    optional=("question",),
+    agents={"correctness_judge": _correctness_judge},
+    llm=True,
+    prompts=("correctness",),
+    calls="1",
+    estimate=_estimate_correctness,
+    result_type=CorrectnessResult,
+    by_default=lambda filled: "reference" in filled,
+    assertion="assert_correct",
+    order=20,
+)
+
+RUBRIC = Metric(
+    name="rubric",
+    description="Toxicity, faithfulness, helpfulness and relevance, 1-5 each, in one call; "
+    "the score is their mean.",
+    scale=RATING,
+    threshold=4,
+    inputs=("answer",),
+    optional=("question", "contexts"),
+    agents={"rubric_judge": _rubric_judge},
+    llm=True,
+    prompts=("rubric",),
+    calls="1",
+    estimate=_estimate_rubric,
+    pass_rule="every criterion >= 4",
+    result_type=RubricResult,
+    order=30,
+)

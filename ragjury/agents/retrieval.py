@@ -8,11 +8,18 @@ context is found within the largest k.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragjury.config import EvaluationOptions
+from pydantic import Field
+
+from ragjury.agents.base import Step
 from ragjury.evaluation.retrieval import rank_retrieval
+from ragjury.metrics import FRACTION, Metric
 from ragjury.schemas import MetricResult, MetricScored, SampleSubmitted
+
+if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
 
 
 class RetrievalScorer:
@@ -23,10 +30,10 @@ class RetrievalScorer:
         self._ks = options.k
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "retrieval" not in event.metrics:
+        if RETRIEVAL.name not in event.metrics:
             return []
         result = self._score(event)
-        return [MetricScored(sample_id=event.sample.id, metric="retrieval", result=result)]
+        return [MetricScored(sample_id=event.sample.id, metric=RETRIEVAL.name, result=result)]
 
     def _score(self, event: SampleSubmitted) -> MetricResult:
         sample = event.sample
@@ -67,3 +74,64 @@ class RetrievalScorer:
             reason=reason,
             details=ranked.details(self._ks),
         )
+
+
+class RetrievalResult(MetricResult):
+    """``score`` = the reciprocal rank of the first relevant context; ``at_k`` the figures
+    (hit, mrr, recall, precision, ndcg) at each k; ``references`` and ``retrieved`` the
+    ranks (see :mod:`ragjury.evaluation.retrieval`)."""
+
+    mrr: float | None = None
+    first_relevant_rank: int | None = None
+    at_k: dict[str, dict[str, float]] = Field(default_factory=dict)
+    references: tuple[dict[str, Any], ...] = ()
+    retrieved: tuple[dict[str, Any], ...] = ()
+
+
+_FIGURES = ("hit_rate", "mrr", "recall", "precision", "ndcg")
+
+
+@dataclass
+class RetrievalTally:
+    """The retrieval figures at each k: the means over the scored samples."""
+
+    samples: int = 0
+    sums: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, result: MetricResult) -> None:
+        if result.outcome != "scored":
+            return
+        self.samples += 1
+        for k, figures in result.details["at_k"].items():
+            sums = self.sums.setdefault(k, dict.fromkeys(_FIGURES, 0.0))
+            for name, value in figures.items():
+                sums["hit_rate" if name == "hit" else name] += value
+
+    def figures(self) -> dict[str, Any]:
+        """``at_k``: per k (as text, in increasing order), the means of hit, mrr, recall,
+        precision and ndcg over the scored samples."""
+        at_k = {
+            k: {name: round(total / self.samples, 4) for name, total in sums.items()}
+            for k, sums in sorted(self.sums.items(), key=lambda item: int(item[0]))
+        }
+        return {"at_k": at_k}
+
+
+_REFERENCE_FIELDS = ("reference_contexts", "reference_context_ids")
+
+RETRIEVAL = Metric(
+    name="retrieval",
+    description="Did retrieval find the reference contexts: hit rate, MRR, recall, precision "
+    "and nDCG at each k (the score is the reciprocal rank of the first found).",
+    scale=FRACTION,
+    threshold=None,
+    inputs=("contexts",),
+    optional=("context_ids", *_REFERENCE_FIELDS),
+    agents={"retrieval_scorer": lambda c: Step(RetrievalScorer(c.options))},
+    llm=False,
+    pass_rule="a reference context in the top k (the largest k)",
+    result_type=RetrievalResult,
+    tally=RetrievalTally,
+    by_default=lambda filled: bool(filled & set(_REFERENCE_FIELDS)),
+    order=70,
+)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragjury.agents.base import failure_from
-from ragjury.config import EvaluationOptions
+from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError, LLMUnavailableError
-from ragjury.evaluation.keywords import check_keywords
-from ragjury.llm import LLM
+from ragjury.evaluation.keywords import KeywordTally, check_keywords
 from ragjury.llm.logprobs import perplexity
-from ragjury.schemas import MetricResult, MetricScored, SampleSubmitted
+from ragjury.llm.tokens import estimate_tokens
+from ragjury.metrics import COSINE, FRACTION, PERPLEXITY, BuildContext, EstimateContext, Metric
+from ragjury.schemas import KeywordCheck, MetricResult, MetricScored, SampleSubmitted
+from ragjury.store.cache import fingerprint
+
+if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
+    from ragjury.llm import LLM
 
 
 class KeywordChecker:
@@ -25,7 +30,7 @@ class KeywordChecker:
         self._case_sensitive = options.case_sensitive
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "keywords" not in event.metrics:
+        if KEYWORDS.name not in event.metrics:
             return []
         sample = event.sample
         rules = (sample.must_contain, sample.must_not_contain, sample.must_not_start_with)
@@ -49,7 +54,7 @@ class KeywordChecker:
                 reason=("failed: " + ", ".join(failed)) if failed else "every keyword check passed",
                 details={"checks": [c.model_dump() for c in checks]},
             )
-        return [MetricScored(sample_id=sample.id, metric="keywords", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=KEYWORDS.name, result=result)]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -67,10 +72,10 @@ class SimilarityScorer:
     consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
 
     def __init__(self, llm: LLM, options: EvaluationOptions) -> None:
-        self._llm, self._threshold = llm, options.similarity_threshold
+        self._llm, self._options = llm, options
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "similarity" not in event.metrics:
+        if SIMILARITY.name not in event.metrics:
             return []
         sample = event.sample
         if not sample.reference:
@@ -95,13 +100,13 @@ class SimilarityScorer:
                 result = MetricResult(
                     outcome="scored",
                     score=score,
-                    passing=score >= self._threshold,
+                    passing=SIMILARITY.passes(score, self._options),
                     reason=f"cosine similarity {score:.3f} to the reference "
                     f"(embeddings: {self._llm.embedding_model})",
                     details={"embedding_model": self._llm.embedding_model},
                     llm_calls=1,
                 )
-        return [MetricScored(sample_id=sample.id, metric="similarity", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=SIMILARITY.name, result=result)]
 
 
 class ConfidenceScorer:
@@ -115,7 +120,7 @@ class ConfidenceScorer:
     consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
 
     async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if "confidence" not in event.metrics:
+        if CONFIDENCE.name not in event.metrics:
             return []
         sample = event.sample
         if not sample.answer_logprobs:
@@ -135,4 +140,97 @@ class ConfidenceScorer:
                     / len(sample.answer_logprobs),
                 },
             )
-        return [MetricScored(sample_id=sample.id, metric="confidence", result=result)]
+        return [MetricScored(sample_id=sample.id, metric=CONFIDENCE.name, result=result)]
+
+
+class KeywordsResult(MetricResult):
+    """``score`` = the share of checks passed; ``checks`` one per keyword rule."""
+
+    checks: tuple[KeywordCheck, ...] = ()
+
+
+class SimilarityResult(MetricResult):
+    """``score`` = cosine similarity of the answer's and the reference's embeddings."""
+
+
+class ConfidenceResult(MetricResult):
+    """``score`` = the answer's perplexity; informational, it has no pass mark."""
+
+    answer_perplexity: float | None = None
+    mean_token_probability: float | None = None
+
+
+class _KeywordFigures:
+    """The failure rate of each keyword rule over a run (the summary's ``failure_rates``)."""
+
+    def __init__(self) -> None:
+        self._tally = KeywordTally()
+
+    def add(self, result: MetricResult) -> None:
+        if result.outcome == "scored":
+            self._tally.add(KeywordCheck.model_validate(c) for c in result.details["checks"])
+
+    def figures(self) -> dict[str, Any]:
+        return {"failure_rates": self._tally.rates()}
+
+
+_KEYWORD_FIELDS = ("must_contain", "must_not_contain", "must_not_start_with")
+
+
+def _similarity_scorer(c: BuildContext) -> Step:
+    return Step(
+        SimilarityScorer(c.llm, c.options),
+        fingerprint(c.settings.base_url, c.settings.embedding_model, c.threshold("similarity")),
+    )
+
+
+def _estimate_similarity(e: EstimateContext) -> None:
+    if e.answer and e.sample.reference:
+        tokens = estimate_tokens(e.answer) + estimate_tokens(e.sample.reference)
+        e.add("similarity_scorer", e.embedding_model, tokens, 0, 1)
+
+
+KEYWORDS = Metric(
+    name="keywords",
+    description="Hand-written tests of the answer: must contain, must not contain, must not "
+    "start with (no LLM).",
+    scale=FRACTION,
+    threshold=None,
+    inputs=("answer",),
+    optional=_KEYWORD_FIELDS,
+    agents={"keyword_checker": lambda c: Step(KeywordChecker(c.options))},
+    llm=False,
+    pass_rule="every check passes",
+    result_type=KeywordsResult,
+    tally=_KeywordFigures,
+    by_default=lambda filled: bool(filled & set(_KEYWORD_FIELDS)),
+    order=40,
+)
+
+SIMILARITY = Metric(
+    name="similarity",
+    description="Cosine similarity of the answer's and the reference's embeddings.",
+    scale=COSINE,
+    threshold=0.8,
+    inputs=("answer", "reference"),
+    agents={"similarity_scorer": _similarity_scorer},
+    llm=True,
+    calls="1 embeddings request",
+    estimate=_estimate_similarity,
+    result_type=SimilarityResult,
+    order=50,
+)
+
+CONFIDENCE = Metric(
+    name="confidence",
+    description="Perplexity of the answer from its token logprobs (1 is a certain model); "
+    "informational.",
+    scale=PERPLEXITY,
+    threshold=None,
+    inputs=("answer_logprobs",),
+    agents={"confidence_scorer": lambda c: Step(ConfidenceScorer())},
+    llm=False,
+    result_type=ConfidenceResult,
+    logprobs=True,
+    order=60,
+)

@@ -9,23 +9,26 @@ context_recall) and answers that state no fact (a refusal, "I don't know") end h
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ragjury.agents.base import failure_from
 from ragjury.errors import LLMError
-from ragjury.llm import LLM
-from ragjury.prompts import Prompt
+
+if TYPE_CHECKING:
+    from ragjury.llm import LLM
+    from ragjury.prompts import Prompt
 from ragjury.schemas import (
     MetricResult,
     MetricScored,
     Sample,
     SampleSubmitted,
-    StatementMetric,
     Statements,
     StatementsSplit,
 )
 
-_METRICS: tuple[StatementMetric, ...] = ("faithfulness", "context_recall")
+_METRICS = ("faithfulness", "context_recall")
+"""The metrics judged statement by statement: the answer's, or the reference's (declared
+beside the verdict judge)."""
 
 
 class StatementSplitter:
@@ -43,7 +46,7 @@ class StatementSplitter:
         return outputs
 
     async def _split(
-        self, sample: Sample, metric: StatementMetric
+        self, sample: Sample, metric: str
     ) -> StatementsSplit | MetricScored:
         def verdict(result: MetricResult) -> MetricScored:
             return MetricScored(sample_id=sample.id, metric=metric, result=result)

@@ -9,24 +9,32 @@ retrieved contexts hold).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ragjury.agents.base import failure_from
-from ragjury.config import EvaluationOptions
+from ragjury.agents.base import Step, failure_from
+from ragjury.agents.splitter import StatementSplitter
 from ragjury.errors import LLMError
-from ragjury.llm import LLM
 from ragjury.llm.logprobs import value_probabilities
+from ragjury.llm.tokens import estimate_tokens
+from ragjury.metrics import FRACTION, BuildContext, EstimateContext, Metric
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
     MetricResult,
     MetricScored,
+    Statements,
     StatementsSplit,
     StatementVerdict,
     Verdict,
     Verdicts,
 )
 from ragjury.schemas.responses import counted
+from ragjury.store.cache import fingerprint
+
+if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
+    from ragjury.llm import LLM
 
 
 def context_windows(contexts: Sequence[str], budget: int) -> list[list[str]]:
@@ -87,11 +95,10 @@ class VerdictJudge:
         ordered = [verdicts[i] for i in range(len(statements))]
         supported = sum(v.supported for v in ordered)
         score = supported / len(ordered)
-        if metric == "faithfulness":
-            threshold = self._options.faithfulness_threshold
+        declared = FAITHFULNESS if metric == FAITHFULNESS.name else CONTEXT_RECALL
+        if declared is FAITHFULNESS:
             reason = f"{supported} of {len(ordered)} statements are supported by the contexts"
         else:
-            threshold = self._options.context_recall_threshold
             reason = (
                 f"{supported} of {len(ordered)} statements of the reference answer are "
                 "supported by the retrieved contexts"
@@ -99,7 +106,7 @@ class VerdictJudge:
         result = MetricResult(
             outcome="scored",
             score=score,
-            passing=score >= threshold,
+            passing=declared.passes(score, self._options),
             reason=reason,
             details={"statements": [v.model_dump() for v in ordered]},
             llm_calls=calls,
@@ -144,3 +151,120 @@ def _confidences(
         return None
     found = value_probabilities(raw, logprobs, "supported")
     return found if len(found) == count else None
+
+
+class FaithfulnessResult(MetricResult):
+    """``score`` = supported / statements; ``statements`` each with its verdict."""
+
+    statements: tuple[StatementVerdict, ...] = ()
+
+
+class ContextRecallResult(MetricResult):
+    """``score`` = the reference answer's statements the contexts support / its statements."""
+
+    statements: tuple[StatementVerdict, ...] = ()
+
+
+# -- the declarations: faithfulness judges the answer's statements, context_recall the
+# reference's; the same two agents serve both (a job builds each role once)
+
+_SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
+_STATEMENT_TOKENS, _VERDICT_TOKENS = 20, 60
+"""Assumed completion tokens per statement split off, and per statement judged."""
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (a statement splitter's usual first cut)."""
+    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+
+
+def _splitter(c: BuildContext) -> Step:
+    return Step(
+        StatementSplitter(c.llm, c.prompt("splitter")),
+        fingerprint(c.model, c.prompt("splitter").version),
+    )
+
+
+def _judge(c: BuildContext) -> Step:
+    return Step(
+        VerdictJudge(c.llm, c.prompt("verdict"), c.options),
+        fingerprint(
+            c.model,
+            c.prompt("verdict").version,
+            c.options.verdict_batch,
+            c.options.context_window_chars,
+            c.threshold("faithfulness"),
+            c.threshold("context_recall"),
+        ),
+    )
+
+
+def _statements_judged(e: EstimateContext, text: str) -> None:
+    """One split of ``text``, then its statements (one a sentence, assumed) judged in
+    batches against every context window."""
+    statements = sentences(text)
+    completion = sum(estimate_tokens(s) for s in statements) + _STATEMENT_TOKENS * len(statements)
+    e.call(
+        "statement_splitter",
+        e.prompt("splitter").render(question=e.sample.question, answer=text),
+        Statements,
+        completion,
+    )
+    batch = e.options.verdict_batch
+    for window in context_windows(e.contexts, e.options.context_window_chars):
+        for start in range(0, len(statements), batch):
+            judged = statements[start : start + batch]
+            messages = e.prompt("verdict").render(contexts=window, statements=judged)
+            e.call("verdict_judge", messages, Verdicts, _VERDICT_TOKENS * len(judged))
+
+
+def _estimate_faithfulness(e: EstimateContext) -> None:
+    if e.answer and e.contexts:
+        _statements_judged(e, e.answer)
+
+
+def _estimate_recall(e: EstimateContext) -> None:
+    if e.contexts and e.sample.reference:
+        _statements_judged(e, e.sample.reference)
+
+
+_AGENTS = {"statement_splitter": _splitter, "verdict_judge": _judge}
+_CALLS = "1 split + 1 per 8 statements per context window"
+
+FAITHFULNESS = Metric(
+    name="faithfulness",
+    description="Share of the answer's statements that the retrieved contexts support, each "
+    "with the judge's reason and an evidence quote.",
+    scale=FRACTION,
+    threshold=0.8,
+    inputs=("answer", "contexts"),
+    optional=("question",),
+    agents=_AGENTS,
+    llm=True,
+    prompts=("splitter", "verdict"),
+    calls=_CALLS,
+    estimate=_estimate_faithfulness,
+    result_type=FaithfulnessResult,
+    evidence=True,
+    by_default=lambda filled: True,
+    groups=("rag_triad",),
+    assertion="assert_faithful",
+    order=10,
+)
+
+CONTEXT_RECALL = Metric(
+    name="context_recall",
+    description="Share of the reference answer's statements that the retrieved contexts "
+    "support: did retrieval find what the answer needs.",
+    scale=FRACTION,
+    threshold=0.8,
+    inputs=("reference", "contexts"),
+    optional=("question",),
+    agents=_AGENTS,
+    llm=True,
+    prompts=("splitter", "verdict"),
+    calls=_CALLS + " (of the reference)",
+    estimate=_estimate_recall,
+    result_type=ContextRecallResult,
+    order=100,
+)

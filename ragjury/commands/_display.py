@@ -199,11 +199,13 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
 
 
 def retrieval_table(summary: dict[str, Any]) -> Table | None:
-    """The retrieval figures at each k (means over the scored samples), if retrieval ran."""
-    at_k = (summary["metrics"].get("retrieval") or {}).get("at_k")
-    if not at_k:
+    """The retrieval figures at each k (means over the scored samples), if a metric that
+    ranks the retrieved contexts ran."""
+    found = [(n, m["at_k"]) for n, m in summary["metrics"].items() if m.get("at_k")]
+    if not found:
         return None
-    table = Table(title="retrieval at k", title_justify="left")
+    name, at_k = found[0]
+    table = Table(title=f"{name} at k", title_justify="left")
     for column in ("k", "hit rate", "MRR", "recall", "precision", "nDCG"):
         table.add_column(column, justify="right")
     for k, f in at_k.items():

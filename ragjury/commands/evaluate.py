@@ -35,10 +35,11 @@ from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.jobs import JobRun, submit_samples
 from ragjury.output import RecordWriter, output_format, sample_table
-from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics, needs_llm
+from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.prompts import load_overrides
 from ragjury.report.ci import run_details, write_ci_files
-from ragjury.report.gates import check_thresholds
+from ragjury.report.gates import check_gates, check_thresholds
+from ragjury.report.load import declarations
 from ragjury.schemas import SampleScored
 from ragjury.store.base import Job
 
@@ -68,7 +69,6 @@ def _shown(figure: float | None) -> str:
 
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
-    prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
     loaded = load_samples(args.samples, parse_fields(args.fields))
     invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
@@ -82,17 +82,20 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     if not loaded.count:
         console.print(f"ragjury: nothing to do: no valid sample in {args.samples}")
         return 1
-    metrics = choose_metrics(loaded.filled, settings.evaluate.metrics)
+    plan = plan_metrics(settings, loaded.filled, args.judge)
+    metrics = plan.names
+    prompts = load_overrides(args.prompt, plan.prompt_names())
+    check_gates(args.fail_under, plan.metrics, metrics)  # before any LLM call
     if args.dry_run:
         estimate = estimate_evaluation(
-            loaded, metrics, settings, prompts, has_target=bool(args.target)
+            loaded, plan.chosen, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
     out_format = output_format(args.out, args.format)
-    llm_needed = needs_llm(metrics)
+    llm_needed = plan.needs_llm()
     if llm_needed:
         settings.require_endpoint()
-    if "confidence" in metrics and not settings.logprobs:
+    if plan.needs_logprobs() and not settings.logprobs:
         settings = settings.model_copy(update={"logprobs": True})
     target = _target(args)
     if loaded.unanswered and target is None:
@@ -102,7 +105,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             hint="pass --target to have your RAG system answer them",
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
-        job = await submit_samples(run.store, settings, loaded, metrics, prompts)
+        job = await submit_samples(
+            run.store, settings, loaded, metrics, prompts, judges=plan.judges
+        )
         try:
             result = await _work(run, settings, job, console, target, loaded.count)
         finally:
@@ -134,7 +139,10 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
-        summary.update(run_details(args.samples, settings.base_url, prompts, metrics))
+        summary.update(
+            run_details(args.samples, settings.base_url, prompts, metrics, plan.judges)
+        )
+        summary["declarations"] = declarations(metrics, plan.judges)
         await run.finish(summary, args.summary)
         figures = summary["metrics"].values()
         failed = sum(m["failed"] for m in figures)

@@ -23,7 +23,7 @@ from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
 from ragjury.jobs import submit_documents, submit_samples
 from ragjury.output import RecordWriter, output_format, sample_table
-from ragjury.pipelines.evaluation import PROMPT_NAMES, choose_metrics
+from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
 from ragjury.runtime import select_roles
@@ -70,8 +70,9 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                 return 1
             what = f"{job.size} document(s) for generation"
         else:
-            prompts = load_overrides(args.prompt, PROMPT_NAMES)
             samples = load_samples(args.samples, parse_fields(args.fields))
+            plan = plan_metrics(settings, samples.filled, args.judge)
+            prompts = load_overrides(args.prompt, plan.prompt_names())
             for invalid in samples.invalid:
                 console.print(
                     f"ragjury: {args.samples}:{invalid.line}: skipped: {invalid.reason}",
@@ -87,8 +88,10 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                     "`ragjury evaluate --target` for those.",
                     markup=False,
                 )
-            metrics = choose_metrics(samples.filled, settings.evaluate.metrics)
-            job = await submit_samples(store, settings, samples, metrics, prompts, pin_model=False)
+            metrics = plan.names
+            job = await submit_samples(
+                store, settings, samples, metrics, prompts, pin_model=False, judges=plan.judges
+            )
             what = f"{samples.count} sample(s) for evaluation ({', '.join(metrics)})"
         await _say_submitted(console, store, job, what, settings)
     return 0

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ragjury.evaluation.keywords import KeywordTally
 from ragjury.llm import UsageLedger
-from ragjury.schemas import KeywordCheck, MetricName, MetricResult, SampleScored
+from ragjury.metrics import Tally, registry
+from ragjury.schemas import MetricResult, SampleScored
 
 
 @dataclass
@@ -86,41 +86,22 @@ def median_of(values: array[float]) -> float:
     return (value_at((n - 1) // 2) + value_at(n // 2)) / 2
 
 
-_RETRIEVAL_FIGURES = ("hit_rate", "mrr", "recall", "precision", "ndcg")
-
-
-@dataclass
-class RetrievalTally:
-    """The retrieval figures at each k, summed over the samples that were scored."""
-
-    samples: int = 0
-    sums: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def add(self, at_k: dict[str, dict[str, float]]) -> None:
-        self.samples += 1
-        for k, figures in at_k.items():
-            sums = self.sums.setdefault(k, dict.fromkeys(_RETRIEVAL_FIGURES, 0.0))
-            for name, value in figures.items():
-                sums["hit_rate" if name == "hit" else name] += value
-
-    def figures(self) -> dict[str, dict[str, float]]:
-        """Per k (as text, in increasing order): the means of hit, mrr, recall, precision,
-        ndcg over the scored samples."""
-        return {
-            k: {name: round(total / self.samples, 4) for name, total in sums.items()}
-            for k, sums in sorted(self.sums.items(), key=lambda item: int(item[0]))
-        }
-
-
 @dataclass
 class SummaryTally:
-    """Every metric's figures, and the keyword checks, tallied as samples are read."""
+    """Every metric's figures, and those its declaration adds (keyword failure rates,
+    retrieval at each k), tallied as samples are read."""
 
-    metrics: Sequence[MetricName]
+    metrics: Sequence[str]
     samples: int = 0
     tallies: dict[str, MetricTally] = field(default_factory=dict)
-    keywords: KeywordTally = field(default_factory=KeywordTally)
-    retrieval: RetrievalTally = field(default_factory=RetrievalTally)
+    extras: dict[str, Tally] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        known = registry()
+        for name in self.metrics:
+            metric = known.get(name)
+            if metric is not None and metric.tally is not None:
+                self.extras[name] = metric.tally()
 
     def add(self, scored: SampleScored) -> None:
         self.samples += 1
@@ -129,24 +110,20 @@ class SummaryTally:
             if result is None:
                 continue
             self.tallies.setdefault(name, MetricTally()).add(result)
-            if name == "keywords" and result.outcome == "scored":
-                checks = result.details["checks"]
-                self.keywords.add(KeywordCheck.model_validate(c) for c in checks)
-            if name == "retrieval" and result.outcome == "scored":
-                self.retrieval.add(result.details["at_k"])
+            extra = self.extras.get(name)
+            if extra is not None:
+                extra.add(result)
 
     def metric_figures(self) -> dict[str, dict[str, Any]]:
         figures: dict[str, dict[str, Any]] = {
             m: self.tallies.get(m, MetricTally()).figures() for m in self.metrics
         }
-        if "keywords" in figures:
-            figures["keywords"]["failure_rates"] = self.keywords.rates()
-        if "retrieval" in figures:
-            figures["retrieval"]["at_k"] = self.retrieval.figures()
+        for name, extra in self.extras.items():
+            figures[name].update(extra.figures())
         return figures
 
 
-def metric_summary(results: Iterable[SampleScored], metric: MetricName) -> dict[str, Any]:
+def metric_summary(results: Iterable[SampleScored], metric: str) -> dict[str, Any]:
     tally = SummaryTally([metric])
     for scored in results:
         tally.add(scored)
@@ -155,7 +132,7 @@ def metric_summary(results: Iterable[SampleScored], metric: MetricName) -> dict[
 
 def summarise(
     results: Iterable[SampleScored] | SummaryTally,
-    metrics: Sequence[MetricName],
+    metrics: Sequence[str],
     usage: UsageLedger,
     *,
     invalid: Sequence[dict[str, Any]],

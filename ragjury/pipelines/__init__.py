@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 
 from ragjury.config import Settings
@@ -16,9 +18,18 @@ PIPELINES: dict[str, type[GenerationPipeline] | type[EvaluationPipeline]] = {
     "generate": GenerationPipeline,
     "evaluate": EvaluationPipeline,
 }
-ROLES: tuple[str, ...] = (*GenerationPipeline.roles, *EvaluationPipeline.roles)
-"""Every agent role, in pipeline order: the consumer groups of the bus."""
-LLM_ROLES: frozenset[str] = GenerationPipeline.llm_roles | EvaluationPipeline.llm_roles
+
+
+@functools.cache
+def all_roles() -> tuple[str, ...]:
+    """Every agent role, in pipeline order: the consumer groups of the bus (the metrics'
+    agents included, those of installed plugins too)."""
+    return (*GenerationPipeline.known_roles(), *EvaluationPipeline.known_roles())
+
+
+@functools.cache
+def llm_roles() -> frozenset[str]:
+    return GenerationPipeline.llm_roles() | EvaluationPipeline.llm_roles()
 
 
 def build_pipeline(
@@ -40,13 +51,13 @@ def build_pipeline(
 
 
 __all__ = [
-    "LLM_ROLES",
     "PIPELINES",
-    "ROLES",
     "EvaluationPipeline",
     "GenerationPipeline",
     "Pipeline",
     "Step",
+    "all_roles",
     "build_pipeline",
     "check_workers",
+    "llm_roles",
 ]

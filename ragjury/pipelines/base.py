@@ -9,34 +9,32 @@ agent handles a message, where each output goes, and what to store when an item 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from ragjury.agents.base import Agent
+from ragjury.agents.base import Step as Step
 from ragjury.errors import ConfigurationError
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, kind_of
 from ragjury.store.base import Item, ItemResults, Job, JobKind
 
 
-@dataclass(frozen=True)
-class Step:
-    """An agent of a job's pipeline and, for an agent whose steps are cached (every LLM
-    agent), what shapes its output besides its input (prompt version, model, options)."""
-
-    agent: Agent
-    fingerprint: str | None = None
-
-
 class Pipeline(Protocol):
     """A job's pipeline. One class per job kind, registered in :mod:`ragjury.pipelines`."""
 
     kind: ClassVar[JobKind]
-    roles: ClassVar[tuple[str, ...]]
-    """Every agent role a job of this kind may have, in pipeline order."""
-    llm_roles: ClassVar[frozenset[str]]
+
+    @classmethod
+    def known_roles(cls) -> tuple[str, ...]:
+        """Every agent role a job of this kind may have, in pipeline order."""
+        ...
+
+    @classmethod
+    def llm_roles(cls) -> frozenset[str]:
+        """The roles that call the LLM (one worker per unit of --concurrency)."""
+        ...
+
     terminal: ClassVar[type[BaseModel]]
     """The event that completes an item; storing it is what makes the item done."""
 

@@ -5,12 +5,13 @@ aggregator; each metric ends in exactly one ``MetricScored`` (scored, not_applic
 failed); the aggregator's ``SampleScored`` is the terminal event. A sample without an answer
 is first sent to the user's RAG target, when there is one.
 
-Adding a metric means writing its agent(s) and one entry in :data:`METRICS`.
+The agents are those the requested metrics declare (:mod:`ragjury.metrics`): adding a metric
+means a new module in :mod:`ragjury.agents`, and nothing here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -18,60 +19,37 @@ from typing import Any, ClassVar
 import anyio
 from pydantic import BaseModel
 
-from ragjury.agents import (
-    AnswerRelevanceJudge,
-    ConfidenceScorer,
-    ContextPrecisionJudge,
-    ContextRelevanceJudge,
-    CorrectnessJudge,
-    KeywordChecker,
-    RetrievalScorer,
-    RubricJudge,
-    SampleAggregator,
-    SimilarityScorer,
-    StatementSplitter,
-    VerdictJudge,
-)
+from ragjury.agents import custom_judge
 from ragjury.agents.joins import JoinState
+from ragjury.agents.sample_aggregator import SampleAggregator
 from ragjury.config import EvaluationOptions, Settings
 from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
+from ragjury.metrics import Metric, Registry, registry
 from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
 from ragjury.prompts import Prompt
-from ragjury.schemas import (
-    RAG_TRIAD,
-    Failure,
-    MetricChoice,
-    MetricName,
-    MetricResult,
-    Sample,
-    SampleScored,
-    SampleSubmitted,
-)
+from ragjury.schemas import Failure, MetricResult, Sample, SampleScored, SampleSubmitted
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
-from ragjury.store.cache import fingerprint, llm_fingerprint
-
-PROMPT_NAMES = (
-    "splitter",
-    "verdict",
-    "correctness",
-    "rubric",
-    "context_relevance",
-    "context_precision",
-    "answer_relevance",
-)
+from ragjury.store.cache import llm_fingerprint
 
 
 @dataclass(frozen=True)
 class _Context:
+    """What a job's metrics build their agents from (:class:`ragjury.metrics.BuildContext`)."""
+
     llm: LLM
     settings: Settings
     options: EvaluationOptions
     prompts: Mapping[str, Prompt]
+    metrics: Registry
+    judges: Sequence[Metric]
 
     def prompt(self, name: str) -> Prompt:
         return self.prompts.get(name) or Prompt.builtin(name)
+
+    def threshold(self, metric: str) -> float | None:
+        return self.metrics[metric].bar(self.options)
 
     @property
     def model(self) -> str:
@@ -79,146 +57,52 @@ class _Context:
 
 
 @dataclass(frozen=True)
-class Metric:
-    """A metric's agents (role -> how to build it) and whether it calls the judge LLM."""
+class MetricPlan:
+    """The metrics of a run, checked before anything runs: their registry (with the run's
+    judge files), the names chosen, and the judge files' declarations."""
 
-    agents: Mapping[str, Callable[[_Context], Step]]
-    needs_llm: bool
+    metrics: Registry
+    names: tuple[str, ...]
+    judges: tuple[Metric, ...]
 
+    @property
+    def chosen(self) -> list[Metric]:
+        return [self.metrics[name] for name in self.names]
 
-def _statement_splitter(c: _Context) -> Step:
-    return Step(
-        StatementSplitter(c.llm, c.prompt("splitter")),
-        fingerprint(c.model, c.prompt("splitter").version),
-    )
+    def needs_llm(self) -> bool:
+        return self.metrics.needs_llm(self.names)
 
+    def needs_logprobs(self) -> bool:
+        return any(metric.logprobs for metric in self.chosen)
 
-def _verdict_judge(c: _Context) -> Step:
-    return Step(
-        VerdictJudge(c.llm, c.prompt("verdict"), c.options),
-        fingerprint(
-            c.model,
-            c.prompt("verdict").version,
-            c.options.verdict_batch,
-            c.options.context_window_chars,
-            c.options.faithfulness_threshold,
-            c.options.context_recall_threshold,
-        ),
-    )
+    def prompt_names(self) -> tuple[str, ...]:
+        """What ``--prompt NAME=PATH`` may replace: the built-in metrics' templates."""
+        return tuple(name for m in self.metrics if m.own_prompt is None for name in m.prompts)
 
 
-# faithfulness judges the answer's statements, context_recall the reference's: the same two
-# agents serve both (a job builds each role once)
-_STATEMENT_AGENTS = {"statement_splitter": _statement_splitter, "verdict_judge": _verdict_judge}
-
-METRICS: dict[MetricName, Metric] = {
-    "faithfulness": Metric(_STATEMENT_AGENTS, needs_llm=True),
-    "correctness": Metric(
-        {
-            "correctness_judge": lambda c: Step(
-                CorrectnessJudge(c.llm, c.prompt("correctness"), c.options),
-                fingerprint(
-                    c.model, c.prompt("correctness").version, c.options.correctness_threshold
-                ),
-            )
-        },
-        needs_llm=True,
-    ),
-    "rubric": Metric(
-        {
-            "rubric_judge": lambda c: Step(
-                RubricJudge(c.llm, c.prompt("rubric"), c.options),
-                fingerprint(c.model, c.prompt("rubric").version, c.options.rubric_threshold),
-            )
-        },
-        needs_llm=True,
-    ),
-    "keywords": Metric({"keyword_checker": lambda c: Step(KeywordChecker(c.options))}, False),
-    "similarity": Metric(
-        {
-            "similarity_scorer": lambda c: Step(
-                SimilarityScorer(c.llm, c.options),
-                fingerprint(
-                    c.settings.base_url,
-                    c.settings.embedding_model,
-                    c.options.similarity_threshold,
-                ),
-            )
-        },
-        needs_llm=True,
-    ),
-    "confidence": Metric({"confidence_scorer": lambda c: Step(ConfidenceScorer())}, False),
-    "retrieval": Metric({"retrieval_scorer": lambda c: Step(RetrievalScorer(c.options))}, False),
-    "context_relevance": Metric(
-        {
-            "context_relevance_judge": lambda c: Step(
-                ContextRelevanceJudge(c.llm, c.prompt("context_relevance"), c.options),
-                fingerprint(
-                    c.model,
-                    c.prompt("context_relevance").version,
-                    c.options.context_window_chars,
-                    c.options.context_relevance_threshold,
-                ),
-            )
-        },
-        needs_llm=True,
-    ),
-    "context_precision": Metric(
-        {
-            "context_precision_judge": lambda c: Step(
-                ContextPrecisionJudge(c.llm, c.prompt("context_precision"), c.options),
-                fingerprint(
-                    c.model,
-                    c.prompt("context_precision").version,
-                    c.options.context_window_chars,
-                    c.options.context_precision_threshold,
-                ),
-            )
-        },
-        needs_llm=True,
-    ),
-    "context_recall": Metric(_STATEMENT_AGENTS, needs_llm=True),
-    "answer_relevance": Metric(
-        {
-            "answer_relevance_judge": lambda c: Step(
-                AnswerRelevanceJudge(c.llm, c.prompt("answer_relevance"), c.options),
-                fingerprint(
-                    c.model,
-                    c.prompt("answer_relevance").version,
-                    c.options.answer_relevance_threshold,
-                ),
-            )
-        },
-        needs_llm=True,
-    ),
-}
+def plan_metrics(
+    settings: Settings,
+    filled: AbstractSet[str] | Iterable[Sample],
+    judges: Sequence[str | Metric] = (),
+    requested: Sequence[str] | None = None,
+) -> MetricPlan:
+    """Load the judge files (``settings.judges`` and ``judges``), check the pass marks
+    against the metrics' scales, and choose the metrics: as requested (``requested``, else
+    ``settings.evaluate.metrics``), or each declaration's default for the fields filled."""
+    loaded = [
+        j if isinstance(j, Metric) else custom_judge.load_judge(j)
+        for j in (*settings.judges, *judges)
+    ]
+    metrics = registry(loaded)
+    metrics.check_thresholds(settings.evaluate.thresholds)
+    fields = filled if isinstance(filled, AbstractSet) else filled_fields(filled)
+    names = metrics.choose(fields, requested or settings.evaluate.metrics)
+    return MetricPlan(metrics, names, tuple(loaded))
 
 
-def choose_metrics(
-    samples: Iterable[Sample] | AbstractSet[str], requested: Sequence[MetricChoice] | None
-) -> tuple[MetricName, ...]:
-    """The metrics of a run: as requested (``rag_triad`` standing for its three), or
-    faithfulness plus what the data allows. ``samples`` may instead be the names of the
-    fields some sample fills (:func:`~ragjury.evaluation.inputs.filled_fields`, or a
-    :class:`~ragjury.evaluation.inputs.SampleFile`'s ``filled``), so a file is not read again."""
-    if requested:
-        expanded: list[MetricName] = []
-        for name in requested:
-            expanded.extend(RAG_TRIAD if name == "rag_triad" else (name,))
-        return tuple(dict.fromkeys(expanded))
-    filled = samples if isinstance(samples, AbstractSet) else filled_fields(samples)
-    chosen: list[MetricName] = ["faithfulness"]
-    if "reference" in filled:
-        chosen.append("correctness")
-    if filled & {"must_contain", "must_not_contain", "must_not_start_with"}:
-        chosen.append("keywords")
-    if filled & {"reference_contexts", "reference_context_ids"}:
-        chosen.append("retrieval")
-    return tuple(chosen)
-
-
-def needs_llm(metrics: Sequence[MetricName]) -> bool:
-    return any(METRICS[m].needs_llm for m in metrics)
+def job_registry(job: Job) -> Registry:
+    """The metrics a job may use: the built-in and plugin ones, and its judge files."""
+    return registry(custom_judge.from_stored(job.options.get("judges", ())))
 
 
 def result_record(scored: SampleScored) -> dict[str, Any]:
@@ -254,19 +138,12 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
     return record
 
 
-def all_failed(sample: Sample, metrics: Sequence[MetricName], error: Failure) -> SampleScored:
+def all_failed(sample: Sample, metrics: Sequence[str], error: Failure) -> SampleScored:
     return SampleScored(sample=sample, metrics={m: MetricResult.failed(error) for m in metrics})
 
 
 class EvaluationPipeline(Steps):
     kind: ClassVar[JobKind] = "evaluate"
-    roles: ClassVar[tuple[str, ...]] = (
-        *dict.fromkeys(role for metric in METRICS.values() for role in metric.agents),
-        "sample_aggregator",
-    )
-    llm_roles: ClassVar[frozenset[str]] = frozenset(
-        role for metric in METRICS.values() if metric.needs_llm for role in metric.agents
-    )
     terminal: ClassVar[type[BaseModel]] = SampleScored
 
     def __init__(
@@ -280,27 +157,47 @@ class EvaluationPipeline(Steps):
         target_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         options = EvaluationOptions.model_validate(job.options["evaluate"])
-        prompts = job_prompts(job)
-        self.metrics: tuple[MetricName, ...] = tuple(job.options.get("metrics", ()))
-        context = _Context(llm, settings, options, prompts)
-        steps = {
-            role: build(context) for m in self.metrics for role, build in METRICS[m].agents.items()
-        }
+        metrics = job_registry(job)
+        judges = custom_judge.from_stored(job.options.get("judges", ()))
+        self.metrics: tuple[str, ...] = tuple(job.options.get("metrics", ()))
+        context = _Context(llm, settings, options, job_prompts(job), metrics, judges)
+        steps: dict[str, Step] = {}
+        for name in self.metrics:
+            for role, build in metrics[name].agents.items():
+                if role not in steps:  # several metrics may share an agent
+                    steps[role] = build(context)
         steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
         super().__init__(steps)
         self._target = target
         self._target_limiter = target_limiter or anyio.CapacityLimiter(settings.concurrency)
 
+    @classmethod
+    def known_roles(cls) -> tuple[str, ...]:
+        """Every agent role an evaluation job may have, in pipeline order."""
+        return (*registry().roles(), custom_judge.ROLE, "sample_aggregator")
+
+    @classmethod
+    def llm_roles(cls) -> frozenset[str]:
+        return registry().llm_roles() | {custom_judge.ROLE}
+
     @staticmethod
     def options(
-        settings: Settings, metrics: Sequence[MetricName], prompts: Mapping[str, Prompt]
+        settings: Settings,
+        metrics: Sequence[str],
+        prompts: Mapping[str, Prompt],
+        judges: Sequence[Metric] = (),
     ) -> dict[str, Any]:
-        """What an evaluation job stores with its items: options, metrics and custom prompts."""
-        return {
+        """What an evaluation job stores with its items: options, metrics, custom prompts
+        and the judge files its metrics come from."""
+        options: dict[str, Any] = {
             "evaluate": settings.evaluate.model_dump(mode="json"),
             "metrics": list(metrics),
             "prompts": {name: prompt.source for name, prompt in sorted(prompts.items())},
         }
+        used = [judge for judge in judges if judge.name in metrics]
+        if used:
+            options["judges"] = custom_judge.stored(used)
+        return options
 
     @staticmethod
     def item(sample: Sample) -> tuple[str, Sample]:

@@ -83,7 +83,7 @@ def report_of(judged: DocumentJudged) -> dict[str, Any]:
 
 class GenerationPipeline(Steps):
     kind: ClassVar[JobKind] = "generate"
-    roles: ClassVar[tuple[str, ...]] = (
+    _roles: ClassVar[tuple[str, ...]] = (
         "chunker",
         "generator",
         "deduplicator",
@@ -93,9 +93,18 @@ class GenerationPipeline(Steps):
         "aggregator",
         "collector",
     )
-    llm_roles: ClassVar[frozenset[str]] = frozenset(
+    _llm_roles: ClassVar[frozenset[str]] = frozenset(
         {"generator", "groundedness_critic", "relevance_critic", "standalone_critic"}
     )
+
+    @classmethod
+    def known_roles(cls) -> tuple[str, ...]:
+        return cls._roles
+
+    @classmethod
+    def llm_roles(cls) -> frozenset[str]:
+        return cls._llm_roles
+
     terminal: ClassVar[type[BaseModel]] = DocumentJudged
 
     def __init__(self, job: Job, settings: Settings, llm: LLM, store: Store) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
 from ragjury.report.gates import GateResult, parse_thresholds
@@ -27,8 +28,9 @@ def add_ci_options(parser: argparse.ArgumentParser) -> None:
         type=parse_thresholds,
         default=[],
         metavar="METRIC=X,...",
-        help="exit 4 if a metric's mean over scored samples is below X, e.g. "
-        "faithfulness=0.8,correctness=4; pass_rate:METRIC=X for its pass rate (repeatable)",
+        help="exit 4 if a metric's mean over scored samples is below X, on the metric's own "
+        "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
+        "for its pass rate (repeatable)",
     )
     group.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     group.add_argument(
@@ -48,13 +50,17 @@ def redact_url(url: str | None) -> str | None:
 
 
 def run_details(
-    samples: Path, base_url: str | None, prompts: Mapping[str, Prompt], metrics: Iterable[str]
+    samples: Path,
+    base_url: str | None,
+    prompts: Mapping[str, Prompt],
+    metrics: Iterable[str],
+    judges: Sequence[Metric] = (),
 ) -> dict[str, Any]:
     """What a report's header shows beyond the figures: input, endpoint, prompts, time."""
     return {
         "input": str(samples),
         "base_url": redact_url(base_url),
-        "prompt_versions": prompt_versions(prompts, metrics),
+        "prompt_versions": prompt_versions(prompts, metrics, judges),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

@@ -16,9 +16,9 @@ from statistics import fmean
 from typing import Any
 
 from ragjury.errors import InputError
+from ragjury.metrics import scale_of
 from ragjury.report.gates import GateResult
 from ragjury.report.load import metric_names
-from ragjury.report.metrics import scale_of
 
 CONFIDENCE = 0.95
 _SAME = 1e-9

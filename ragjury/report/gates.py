@@ -4,7 +4,8 @@
 samples; ``pass_rate:faithfulness=0.9`` under the share of scored samples that passed;
 ``compare --fail-on-regression faithfulness=0.05`` under a drop of a mean. A gate that fails
 makes the command exit 4 (``EXIT_RESULTS``, beside ``--max-failed`` in ``commands/_run.py``)
-with a one-line reason.
+with a one-line reason. Each bar is read on its metric's declared scale (``ragjury metrics``):
+``correctness=4`` on 1-5, ``faithfulness=0.8`` on 0-1.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragjury.report.metrics import scale_of
-from ragjury.schemas import METRICS
+from ragjury.errors import ConfigurationError
+from ragjury.metrics import Registry, registry
 
 Statistic = Literal["mean", "pass_rate"]
 
@@ -63,47 +64,53 @@ def _split(text: str, flag: str, example: str) -> list[tuple[str, float]]:
     return found
 
 
-def _known(metric: str, flag: str) -> None:
-    if metric not in METRICS:
-        raise argparse.ArgumentTypeError(
-            f"{flag}: unknown metric {metric!r}; the metrics are {', '.join(METRICS)}"
-        )
+def _statistic(name: str) -> tuple[Statistic, str]:
+    if name.startswith("pass_rate:"):
+        return "pass_rate", name.removeprefix("pass_rate:").strip()
+    return "mean", name
 
 
 def parse_thresholds(text: str) -> list[Threshold]:
-    """``--fail-under`` (argparse ``type=``): a typo stops the command before any LLM call."""
-    flag = "--fail-under"
+    """``--fail-under`` (argparse ``type=``): the syntax only. What the bars mean is checked
+    against the metrics' declarations by :func:`check_gates`, before any LLM call."""
     thresholds = []
-    for name, bar in _split(text, flag, "faithfulness=0.8,pass_rate:correctness=0.75"):
-        statistic: Statistic = "mean"
-        if name.startswith("pass_rate:"):
-            statistic, name = "pass_rate", name.removeprefix("pass_rate:").strip()
-        _known(name, flag)
-        threshold = Threshold(name, statistic, bar)
-        scale = scale_of(name)
-        if statistic == "pass_rate":
+    for name, bar in _split(text, "--fail-under", "faithfulness=0.8,pass_rate:correctness=0.75"):
+        statistic, metric = _statistic(name)
+        thresholds.append(Threshold(metric, statistic, bar))
+    return thresholds
+
+
+def check_gates(
+    thresholds: Sequence[Threshold], metrics: Registry, requested: Sequence[str] | None = None
+) -> None:
+    """Each bar names a metric (one the run judges, when ``requested`` is given) and lies on
+    that metric's scale: a bar that can never fail or never pass is refused with the scale."""
+    flag = "--fail-under"
+    for threshold in thresholds:
+        name = threshold.metric
+        if name not in metrics:
+            raise ConfigurationError(metrics.unknown(name, flag))
+        if requested is not None and name not in requested:
+            raise ConfigurationError(
+                f"{flag} {threshold.spec}: {name} is not judged in this run (metrics: "
+                f"{', '.join(requested)}); add it to --metrics or drop the gate"
+            )
+        scale = metrics[name].scale
+        bar = threshold.bar
+        if threshold.statistic == "pass_rate":
             if not 0 <= bar <= 1:
-                raise argparse.ArgumentTypeError(
-                    f"{flag} {threshold.spec}: a pass rate is between 0 and 1"
-                )
+                raise ConfigurationError(f"{flag} {threshold.spec}: a pass rate is between 0 and 1")
         elif not scale.higher_is_better:
-            raise argparse.ArgumentTypeError(
+            raise ConfigurationError(
                 f"{flag} {threshold.spec}: lower {name} is better, so a bar under it means "
                 f"nothing; use pass_rate:{name}=... or leave it out"
             )
         elif bar <= scale.low or (scale.high is not None and bar > scale.high):
-            raise argparse.ArgumentTypeError(
+            raise ConfigurationError(
                 f"{flag} {threshold.spec}: {name} scores run {scale.describe()}, so this bar "
                 f"can never {'fail' if bar <= scale.low else 'pass'}; give a bar on that "
-                f"scale (e.g. {name}={_example(name)}) or use pass_rate:{name}=0.75"
+                f"scale (e.g. {name}={scale.example()}) or use pass_rate:{name}=0.75"
             )
-        thresholds.append(threshold)
-    return thresholds
-
-
-def _example(metric: str) -> str:
-    scale = scale_of(metric)
-    return "4" if scale.high == 5 else "0.8"
 
 
 def parse_regressions(text: str) -> dict[str, float]:
@@ -111,7 +118,8 @@ def parse_regressions(text: str) -> dict[str, float]:
     flag = "--fail-on-regression"
     found = {}
     for name, delta in _split(text, flag, "faithfulness=0.05"):
-        _known(name, flag)
+        if name not in registry():
+            raise argparse.ArgumentTypeError(registry().unknown(name, flag))
         if delta < 0:
             raise argparse.ArgumentTypeError(
                 f"{flag} {name}={delta:g}: give the drop allowed as a positive number, "

@@ -30,9 +30,9 @@ import jinja2
 from markupsafe import Markup
 
 from ragjury import __version__
+from ragjury.metrics import Scale, registry, scale_of
 from ragjury.report.compare import Comparison
 from ragjury.report.load import Loaded, metric_stats
-from ragjury.report.metrics import scale_of
 from ragjury.schemas import CRITERIA
 
 
@@ -97,14 +97,16 @@ class Bar:
     count: int
 
 
-def histogram(metric: str, scores: Sequence[float]) -> list[Bar]:
-    """Counts of scores in equal bins over the metric's range (whole numbers for 1-5 ones)."""
+def histogram(scale: Scale, scores: Sequence[float]) -> list[Bar]:
+    """Counts of scores in equal bins over the metric's range (one bar per value on a small
+    whole-number scale, such as a 1-5 rating or a boolean)."""
     if not scores:
         return []
-    scale = scale_of(metric)
-    if scale.high == 5 and all(float(s).is_integer() for s in scores):
+    small = scale.high is not None and scale.high - scale.low <= 10
+    if scale.whole and small and all(float(s).is_integer() for s in scores):
         counts = Counter(int(s) for s in scores)
-        return [Bar(str(value), counts[value]) for value in range(1, 6)]
+        assert scale.high is not None
+        return [Bar(str(v), counts[v]) for v in range(int(scale.low), int(scale.high) + 1)]
     low = scale.low if scale.low <= min(scores) else min(scores)
     high = scale.high if scale.high is not None else max(scores)
     if high <= low:
@@ -142,21 +144,24 @@ def evidence_spans(context: str, quotes: Sequence[tuple[int, str]]) -> list[list
 
 
 def _supported_quotes(metrics: Mapping[str, Any]) -> list[tuple[int, str]]:
-    entry = metrics.get("faithfulness")
-    if not isinstance(entry, dict):
-        return []
-    return [
-        (index, str(s["evidence"]))
-        for index, s in enumerate(entry.get("statements") or [])
-        if s.get("supported") and s.get("evidence")
-    ]
+    """The evidence quotes of the answer's supported statements (of the metrics whose
+    declaration says they carry evidence from the contexts)."""
+    known = registry()
+    for name, entry in metrics.items():
+        metric = known.get(name)
+        if metric is not None and metric.evidence and isinstance(entry, dict):
+            return [
+                (index, str(s["evidence"]))
+                for index, s in enumerate(entry.get("statements") or [])
+                if s.get("supported") and s.get("evidence")
+            ]
+    return []
 
 
 def _sample_data(record: dict[str, Any]) -> dict[str, Any]:
     metrics = record.get("metrics") or {}
     contexts = [str(c) for c in record.get("contexts") or []]
     quotes = _supported_quotes(metrics)
-    verdicts = [m.get("passing") for m in metrics.values() if m.get("passing") is not None]
     return {
         "id": str(record.get("id")),
         "question": record.get("question"),
@@ -164,7 +169,7 @@ def _sample_data(record: dict[str, Any]) -> dict[str, Any]:
         "reference": record.get("reference"),
         "contexts": contexts if "contexts" in record else None,
         "marks": [evidence_spans(c, quotes) for c in contexts],
-        "passing": all(verdicts) if verdicts else None,
+        "passing": record.get("passing"),  # the record's own verdict: a failure never passes
         "metrics": {
             name: {k: v for k, v in entry.items() if k != "llm_calls"}
             for name, entry in metrics.items()
@@ -229,12 +234,13 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
     failures = f"{failed} failed judgement(s)" + (
         f", {invalid} invalid input(s)" if invalid else ""
     )
+    declared = loaded.summary.get("declarations")
     metrics = [
         {
             "name": name,
             "stats": figures,
-            "bars": histogram(name, scores[name]),
-            "scale": scale_of(name),
+            "bars": histogram(scale_of(name, declared), scores[name]),
+            "scale": scale_of(name, declared),
         }
         for name, figures in stats.items()
     ]

@@ -11,15 +11,17 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 import pydantic
 
+from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
+from ragjury.metrics import Metric, registry
 from ragjury.prompts import Prompt
-from ragjury.schemas import METRICS, Failure, MetricName, MetricResult, Sample, SampleScored
+from ragjury.schemas import Failure, MetricResult, Sample, SampleScored
 from ragjury.store import Store, open_store, parse_location
 
 Kind = Literal["evaluation", "dataset"]
@@ -121,13 +123,13 @@ def join_samples(records: list[dict[str, Any]], path: Path) -> None:
 
 def scored_from_record(record: dict[str, Any]) -> SampleScored:
     """A result record as the pipeline's ``SampleScored``, so the summary code applies."""
-    metrics: dict[MetricName, MetricResult] = {}
+    metrics: dict[str, MetricResult] = {}
     for name, entry in (record.get("metrics") or {}).items():
-        if name not in METRICS or not isinstance(entry, dict):
+        if not isinstance(entry, dict):
             continue
         error = entry.get("error")
         try:
-            metrics[cast(MetricName, name)] = MetricResult(
+            metrics[name] = MetricResult(
                 outcome=entry.get("outcome", "failed"),
                 score=entry.get("score"),
                 passing=entry.get("passing"),
@@ -150,29 +152,38 @@ def scored_from_record(record: dict[str, Any]) -> SampleScored:
 
 
 def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The metrics the records hold, in the order ragjury lists them."""
-    seen = {name for r in records for name in (r.get("metrics") or {})}
-    return [m for m in METRICS if m in seen]
+    """The metrics the records hold: the installed ones in listing order, then the others
+    (a run's judge files) in the order met."""
+    seen = list(dict.fromkeys(name for r in records for name in (r.get("metrics") or {})))
+    known = [m for m in registry().names if m in seen]
+    return known + [m for m in seen if m not in known]
 
 
 def metric_stats(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per metric: mean, median, pass rate, counts (``ragjury.evaluation.summary``)."""
     scored = [scored_from_record(r) for r in records]
-    return {name: metric_summary(scored, cast(MetricName, name)) for name in metric_names(records)}
+    return {name: metric_summary(scored, name) for name in metric_names(records)}
 
 
-# The prompts each metric's agents render.
-_METRIC_PROMPTS = {
-    "faithfulness": ("splitter", "verdict"),
-    "correctness": ("correctness",),
-    "rubric": ("rubric",),
-}
+def declarations(metrics: Iterable[str], judges: Sequence[Metric] = ()) -> dict[str, Any]:
+    """What a run's summary keeps of its metrics' declarations (a report made where a judge
+    file or plugin is not installed still knows their scales)."""
+    known = registry(judges)
+    return {name: known[name].describe() for name in metrics if name in known}
 
 
-def prompt_versions(prompts: Mapping[str, Prompt], metrics: Iterable[str]) -> dict[str, str]:
-    """The version of each prompt the metrics used: the custom one's, else the built-in's."""
-    names = [name for metric in metrics for name in _METRIC_PROMPTS.get(metric, ())]
-    return {name: (prompts.get(name) or Prompt.builtin(name)).version for name in names}
+def prompt_versions(
+    prompts: Mapping[str, Prompt], metrics: Iterable[str], judges: Sequence[Metric] = ()
+) -> dict[str, str]:
+    """The version of each prompt the metrics used: the custom one's, else the built-in's,
+    and each judge file's."""
+    known = registry(judges)
+    versions: dict[str, str] = {}
+    for name in metrics:
+        metric = known.get(name)
+        if metric is not None:
+            versions.update(metric.prompt_versions(prompts))
+    return versions
 
 
 async def records_from_db(db: str | Path, job: str | None) -> Loaded:
@@ -218,9 +229,10 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
             name: Prompt(name=name, source=source, origin=f"job {found.id}")
             for name, source in found.options.get("prompts", {}).items()
         }
-        summary.setdefault(
-            "prompt_versions", prompt_versions(custom, found.options.get("metrics", []))
-        )
+        judges = custom_judge.from_stored(found.options.get("judges", ()))
+        metrics = found.options.get("metrics", [])
+        summary.setdefault("prompt_versions", prompt_versions(custom, metrics, judges))
+        summary.setdefault("declarations", declarations(metrics, judges))
         return Loaded("evaluation", records, where, summary)
 
 

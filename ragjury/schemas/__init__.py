@@ -1,8 +1,6 @@
 """Typed messages, records and LLM response models."""
 
 from ragjury.schemas.evaluation import (
-    METRICS,
-    RAG_TRIAD,
     MetricChoice,
     MetricName,
     MetricOutcome,
@@ -10,7 +8,6 @@ from ragjury.schemas.evaluation import (
     MetricScored,
     SampleScored,
     SampleSubmitted,
-    StatementMetric,
     StatementsSplit,
     StatementVerdict,
     sample_verdict,
@@ -66,8 +63,6 @@ __all__ = [
     "CRITERIA",
     "ENVELOPE_ADAPTER",
     "EVENT_TYPES",
-    "METRICS",
-    "RAG_TRIAD",
     "AnswerRelevanceGrade",
     "Chunk",
     "ChunkFailed",
@@ -107,7 +102,6 @@ __all__ = [
     "Sample",
     "SampleScored",
     "SampleSubmitted",
-    "StatementMetric",
     "StatementVerdict",
     "Statements",
     "StatementsSplit",

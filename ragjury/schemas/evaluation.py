@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from ragjury.schemas.records import Failure, Sample
 
-MetricName = Literal[
-    "faithfulness",
-    "correctness",
-    "rubric",
-    "keywords",
-    "similarity",
-    "confidence",
-    "retrieval",
-    "context_relevance",
-    "context_precision",
-    "context_recall",
-    "answer_relevance",
-]
-METRICS: tuple[MetricName, ...] = get_args(MetricName)
-MetricChoice = MetricName | Literal["rag_triad"]
-"""What ``--metrics`` takes: a metric, or ``rag_triad`` for the three of :data:`RAG_TRIAD`."""
-RAG_TRIAD: tuple[MetricName, ...] = ("context_relevance", "faithfulness", "answer_relevance")
-StatementMetric = Literal["faithfulness", "context_recall"]
-"""The metrics judged statement by statement: the answer's, or the reference's."""
+MetricName = str
+"""A metric's name: one a declaration gives (``ragjury metrics`` lists them)."""
+MetricChoice = str
+"""What ``--metrics`` takes: a metric's name, or a group's (``rag_triad``)."""
 MetricOutcome = Literal["scored", "not_applicable", "failed"]
 
 
@@ -70,7 +55,7 @@ class SampleSubmitted(_Frozen):
 
     kind: Literal["sample_submitted"] = "sample_submitted"
     sample: Sample
-    metrics: tuple[MetricName, ...]
+    metrics: tuple[str, ...]
     answered_by_target: bool = False
 
 
@@ -80,7 +65,9 @@ class StatementsSplit(_Frozen):
 
     kind: Literal["statements_split"] = "statements_split"
     sample: Sample
-    metric: StatementMetric = "faithfulness"
+    metric: str = "faithfulness"
+    """The metric the statements are judged for (messages queued by versions that had only
+    faithfulness carry none)."""
     statements: tuple[str, ...] = ()
     llm_calls: int = 0
     error: Failure | None = None
@@ -91,13 +78,11 @@ class MetricScored(_Frozen):
 
     kind: Literal["metric_scored"] = "metric_scored"
     sample_id: str
-    metric: MetricName
+    metric: str
     result: MetricResult
 
 
-def sample_verdict(
-    metrics: Mapping[str, MetricResult] | Mapping[MetricName, MetricResult],
-) -> tuple[bool | None, str]:
+def sample_verdict(metrics: Mapping[str, MetricResult]) -> tuple[bool | None, str]:
     """Whether a sample passed every requested metric, and why (a pure function of them).
 
     ``False`` when any scored metric did not pass; else ``None`` when any metric failed or was
@@ -126,7 +111,7 @@ class SampleScored(_Frozen):
 
     kind: Literal["sample_scored"] = "sample_scored"
     sample: Sample
-    metrics: dict[MetricName, MetricResult]
+    metrics: dict[str, MetricResult]
     answered_by_target: bool = False
 
     @model_validator(mode="before")

@@ -1,0 +1,238 @@
+"""Judges users write in a file (``--judge politeness.toml``): scored, re-asked, cached,
+estimated, gated and shown like the built-in ones; a bad file is named with its field."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from test_evaluate import EIFFEL, TOKYO, evaluate, write_jsonl
+
+from ragjury.cli import main
+
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+from headless import chromium, open_page
+from reportruns import cli
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+POLITENESS = '''
+name = "politeness"
+description = "Is the answer polite and respectful to the user?"
+inputs = ["question", "answer"]
+scale = [1, 5]
+pass_at = 4
+prompt = """
+Rate how polite and respectful the answer is to the person who asked.
+Question: {{ question }}
+Answer: {{ answer }}
+"""
+'''
+AGENT = "custom_judge:politeness"
+
+
+def judge_file(tmp_path: Path, text: str = POLITENESS, name: str = "politeness.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def graded(score: int) -> Reply:
+    return chat_json({"reasoning": "It thanks the user and answers plainly.", "score": score})
+
+
+def run(
+    fake: FakeOpenAI, tmp_path: Path, *flags: str, samples: list[dict[str, object]] | None = None
+) -> int:
+    path = write_jsonl(tmp_path / "samples.jsonl", samples or [TOKYO])
+    judge = judge_file(tmp_path)
+    return evaluate(fake, tmp_path, path, "--judge", str(judge), "--metrics", "politeness", *flags)
+
+
+def result(tmp_path: Path) -> dict[str, object]:
+    record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    metrics = record["metrics"]
+    assert isinstance(metrics, dict)
+    found: dict[str, object] = metrics["politeness"]
+    return found
+
+
+def test_a_judge_file_scores_a_sample_reasoning_first(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.route(AGENT, graded(5))
+
+    assert run(fake, tmp_path) == 0
+
+    scored = result(tmp_path)
+    assert (scored["outcome"], scored["score"], scored["passing"]) == ("scored", 5.0, True)
+    assert scored["reason"] == "It thanks the user and answers plainly."
+    (request,) = fake.requests_for(AGENT)
+    assert "What is the capital of Japan?" in request.text()
+    assert "Tokyo is the capital of Japan." in request.text()
+    text = request.text()  # the response schema instructor sends: reasoning comes first
+    assert text.index('"reasoning"') < text.index('"score"')
+
+
+def test_an_out_of_scale_score_is_asked_again(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.route(AGENT, graded(7), graded(3))
+
+    assert run(fake, tmp_path) == 0
+
+    assert len(fake.requests_for(AGENT)) == 2
+    scored = result(tmp_path)
+    assert (scored["score"], scored["passing"]) == (3.0, False)
+    assert "7" in fake.requests_for(AGENT)[1].text()  # the re-ask names the bad value
+
+
+def test_a_rerun_takes_the_judgement_from_the_cache(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.route(AGENT, graded(5))
+    assert run(fake, tmp_path) == 0
+    (tmp_path / "results.jsonl").unlink()
+
+    assert run(fake, tmp_path, "--no-cache") == 0  # a new job, asks again
+    assert len(fake.requests_for(AGENT)) == 2
+    assert run(fake, tmp_path) == 0  # the first job again: nothing asked
+
+    assert len(fake.requests_for(AGENT)) == 2
+    assert result(tmp_path)["score"] == 5.0
+
+
+def test_a_changed_judge_prompt_is_not_served_from_the_cache(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.route(AGENT, graded(5))
+    assert run(fake, tmp_path) == 0
+    changed = POLITENESS.replace("polite and respectful", "courteous")
+    samples = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    judge = judge_file(tmp_path, changed, "changed.toml")
+
+    evaluate(fake, tmp_path, samples, "--judge", str(judge), "--metrics", "politeness")
+
+    assert len(fake.requests_for(AGENT)) == 2
+
+
+def test_a_dry_run_estimates_the_judge_files_calls(fake: FakeOpenAI, tmp_path: Path) -> None:
+    estimate = tmp_path / "estimate.json"
+
+    assert (
+        run(fake, tmp_path, "--dry-run", "--summary", str(estimate), samples=[TOKYO, EIFFEL]) == 0
+    )
+
+    stage = json.loads(estimate.read_text())["by_stage"][AGENT]
+    assert stage["llm_calls"] == 2
+    assert stage["prompt_tokens"] > 100
+    assert fake.requests == []
+
+
+def test_a_gate_on_a_judge_file_metric_uses_its_scale(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.route(AGENT, graded(3))
+
+    assert run(fake, tmp_path, "--fail-under", "politeness=3") == 0
+    assert run(fake, tmp_path, "--fail-under", "politeness=4") == 4
+    assert "politeness mean 3 is below 4" in capsys.readouterr().err
+    assert run(fake, tmp_path, "--fail-under", "politeness=0.7") == 2
+    assert "politeness scores run 1 to 5" in capsys.readouterr().err
+
+
+def test_junit_and_markdown_carry_the_judge_file_metric(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.route(AGENT, graded(2))
+    junit, markdown = tmp_path / "junit.xml", tmp_path / "summary.md"
+
+    run(fake, tmp_path, "--junit", str(junit), "--markdown", str(markdown))
+
+    suites = [s.get("name") for s in ET.parse(junit).getroot().findall("testsuite")]
+    assert "ragjury.politeness" in suites
+    assert "politeness" in markdown.read_text()
+
+
+def test_the_judge_file_metric_is_in_metrics_listing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["metrics", "--json", "--judge", str(judge_file(tmp_path))]) == 0
+
+    listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert listed["politeness"]["pass_rule"] == "score >= 4"
+    assert listed["politeness"]["scale"]["high"] == 5.0
+    assert "judge file" in listed["politeness"]["origin"]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            ('inputs = ["question", "answer"]', 'inputs = ["question", "mood"]'),
+            "inputs unknown sample field(s) 'mood'",
+        ),
+        (("pass_at = 4\n", ""), "needs pass_at, the lowest passing score"),
+        (
+            ("Answer: {{ answer }}", "Answer: {{ answer }} {{ contexts }}"),
+            "prompt uses {{ contexts }} but inputs are",
+        ),
+        (('name = "politeness"', 'name = "faithfulness"'), "clashes with the builtin metric"),
+        (("pass_at = 4", "pass_at = 9"), "pass_at = 9 is outside the scale 1 to 5"),
+        (("scale = [1, 5]", 'scale = "stars"'), "scale"),
+        (("description", "descriptio"), "descriptio is not a judge file field"),
+    ],
+)
+def test_a_bad_judge_file_names_the_file_the_field_and_what_is_allowed(
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: tuple[str, str],
+    says: str,
+) -> None:
+    bad = judge_file(tmp_path, POLITENESS.replace(*change), "bad.toml")
+    samples = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+
+    code = evaluate(fake, tmp_path, samples, "--judge", str(bad), "--metrics", "politeness")
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err or "faithfulness" in says
+    assert says in err
+    assert fake.requests == []
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+def test_the_report_shows_the_judge_file_metric_in_the_browser(
+    fake: FakeOpenAI, tmp_path: Path, browser: Browser
+) -> None:
+    def by_answer(request: RecordedRequest) -> Reply:
+        return graded(5 if "Tokyo" in request.text() else 2)
+
+    fake.route(AGENT, by_answer)
+    write_jsonl(tmp_path / "samples.jsonl", [TOKYO, EIFFEL])
+    judge_file(tmp_path)
+    endpoint = ["--base-url", fake.base_url, "--api-key", "test-key", "--db", "run.db"]
+    judged = ["--judge", "politeness.toml", "--metrics", "politeness"]
+    outputs = ["--out", "results.jsonl", "--summary", "summary.json"]
+    # in processes of their own: Playwright keeps an event loop running in this thread
+    assert cli(["evaluate", "samples.jsonl", *judged, *outputs, *endpoint], tmp_path) == 0
+    report = tmp_path / "report.html"
+    assert (
+        cli(
+            ["report", "results.jsonl", "--summary", "summary.json", "--out", "report.html"],
+            tmp_path,
+        )
+        == 0
+    )
+
+    opened = open_page(browser, report)
+    opened.page.wait_for_selector("body[data-ready]", timeout=10_000)
+    assert opened.errors == []
+    text = opened.page.inner_text("body")
+    assert "politeness" in text
+    assert "scores 1 to 5" in text
+    bars = opened.page.locator("svg.histogram").first.text_content() or ""
+    assert "5" in bars

@@ -15,6 +15,7 @@ from ragjury.errors import (
 )
 from ragjury.jury import Jury
 from ragjury.llm import LLM
+from ragjury.metrics import Metric, Scale
 from ragjury.pricing import ModelPrice
 from ragjury.prompts import Prompt
 from ragjury.results import (
@@ -89,6 +90,7 @@ __all__ = [
     "LLMOutputError",
     "LLMTransportError",
     "LLMUnavailableError",
+    "Metric",
     "MetricChoice",
     "MetricName",
     "MetricOutcome",
@@ -105,6 +107,7 @@ __all__ = [
     "Sample",
     "SampleInput",
     "SampleScored",
+    "Scale",
     "Settings",
     "SimilarityResult",
     "StatementVerdict",

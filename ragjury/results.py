@@ -75,6 +75,10 @@ def typed_result(metric: str, result: MetricResult) -> MetricResult:
     return cls.model_validate({**dict(result), **extra})
 
 
+class MetricNotRequested(KeyError, AttributeError):
+    """``result[name]`` or ``result.name`` of a metric the sample was not judged on."""
+
+
 # Order of feedback lines: what did not pass, then what could not be judged, then the rest.
 _RANK = {"did not pass": 0, "failed": 1, "not applicable": 2, "passed": 3, "scored": 4}
 
@@ -114,7 +118,7 @@ class EvaluationResult(Mapping[str, MetricResult]):
         try:
             return self._typed[name]
         except KeyError:
-            raise KeyError(self._missing(name)) from None
+            raise MetricNotRequested(self._missing(name)) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._typed)
@@ -136,7 +140,7 @@ class EvaluationResult(Mapping[str, MetricResult]):
         try:
             return self._typed[name]
         except KeyError:
-            raise AttributeError(self._missing(name)) from None
+            raise MetricNotRequested(self._missing(name)) from None
 
     @property
     def passing(self) -> bool | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,9 +47,12 @@ def graded(score: int) -> Reply:
 
 
 def run(
-    fake: FakeOpenAI, tmp_path: Path, *flags: str, samples: list[dict[str, object]] | None = None
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    *flags: str,
+    samples: Sequence[Mapping[str, object]] | None = None,
 ) -> int:
-    path = write_jsonl(tmp_path / "samples.jsonl", samples or [TOKYO])
+    path = write_jsonl(tmp_path / "samples.jsonl", [dict(s) for s in samples or [TOKYO]])
     judge = judge_file(tmp_path)
     return evaluate(fake, tmp_path, path, "--judge", str(judge), "--metrics", "politeness", *flags)
 

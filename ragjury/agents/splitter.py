@@ -45,9 +45,7 @@ class StatementSplitter:
                 outputs.append(await self._split(event.sample, metric))
         return outputs
 
-    async def _split(
-        self, sample: Sample, metric: str
-    ) -> StatementsSplit | MetricScored:
+    async def _split(self, sample: Sample, metric: str) -> StatementsSplit | MetricScored:
         def verdict(result: MetricResult) -> MetricScored:
             return MetricScored(sample_id=sample.id, metric=metric, result=result)
 

@@ -139,9 +139,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
-        summary.update(
-            run_details(args.samples, settings.base_url, prompts, metrics, plan.judges)
-        )
+        summary.update(run_details(args.samples, settings.base_url, prompts, metrics, plan.judges))
         summary["declarations"] = declarations(metrics, plan.judges)
         await run.finish(summary, args.summary)
         figures = summary["metrics"].values()

@@ -90,11 +90,6 @@ def check_gates(
         name = threshold.metric
         if name not in metrics:
             raise ConfigurationError(metrics.unknown(name, flag))
-        if requested is not None and name not in requested:
-            raise ConfigurationError(
-                f"{flag} {threshold.spec}: {name} is not judged in this run (metrics: "
-                f"{', '.join(requested)}); add it to --metrics or drop the gate"
-            )
         scale = metrics[name].scale
         bar = threshold.bar
         if threshold.statistic == "pass_rate":
@@ -110,6 +105,11 @@ def check_gates(
                 f"{flag} {threshold.spec}: {name} scores run {scale.describe()}, so this bar "
                 f"can never {'fail' if bar <= scale.low else 'pass'}; give a bar on that "
                 f"scale (e.g. {name}={scale.example()}) or use pass_rate:{name}=0.75"
+            )
+        if requested is not None and name not in requested:
+            raise ConfigurationError(
+                f"{flag} {threshold.spec}: {name} is not judged in this run (metrics: "
+                f"{', '.join(requested)}); add it to --metrics or drop the gate"
             )
 
 

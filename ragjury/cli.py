@@ -409,6 +409,9 @@ def _add_metrics_command(commands: Any) -> None:
     )
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table (as in the README)"
+    )
+    listing.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
     )
 

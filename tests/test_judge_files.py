@@ -7,13 +7,17 @@ import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 from test_evaluate import EIFFEL, TOKYO, evaluate, write_jsonl
 
+from ragjury import Jury, Settings
+from ragjury.agents.custom_judge import load_judge
 from ragjury.cli import main
 
+from conftest import make_settings
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 from headless import chromium, open_page
 from reportruns import cli
@@ -202,6 +206,51 @@ def test_a_bad_judge_file_names_the_file_the_field_and_what_is_allowed(
     assert fake.requests == []
 
 
+def test_the_readme_judge_file_is_the_example_and_loads() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("### Write your own judge")[1].split("```toml\n")[1].split("```")[0]
+    example = Path(__file__).parents[1] / "examples" / "judges" / "politeness.toml"
+
+    assert block == example.read_text(encoding="utf-8")
+    assert load_judge(example).name == "politeness"
+
+
+def test_jury_takes_judge_files_and_settings_name_them_too(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.route(AGENT, graded(5))
+    judge = judge_file(tmp_path)
+
+    async def judged(settings: Settings, **kw: Any) -> float | None:
+        async with Jury(settings, **kw) as jury:
+            result = await jury.evaluate_one(
+                question="What is the capital of Japan?",
+                answer="Tokyo is the capital of Japan.",
+                metrics=["politeness"],
+            )
+        score: float | None = result.politeness.score
+        return score
+
+    settings = make_settings(fake, tmp_path)
+    assert anyio.run(lambda: judged(settings, judges=[judge])) == 5.0
+    named = settings.model_copy(update={"judges": (str(judge),)})
+    assert anyio.run(lambda: judged(named)) == 5.0
+
+
+def test_ragjury_toml_judges_are_read(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.route(AGENT, graded(4))
+    judge_file(tmp_path)
+    (tmp_path / "ragjury.toml").write_text('judges = ["politeness.toml"]\n', encoding="utf-8")
+    samples = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    monkeypatch.chdir(tmp_path)  # ragjury.toml is read from the working directory
+
+    assert evaluate(fake, tmp_path, samples, "--metrics", "politeness") == 0
+    assert result(tmp_path)["score"] == 4.0
+
+
+# Last: Playwright keeps an event loop running in the test thread once the browser starts.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with chromium() as launched:

@@ -271,3 +271,11 @@ def test_a_sample_whose_judgement_failed_is_not_passing(fake: FakeOpenAI, tmp_pa
     record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
     assert record["metrics"]["correctness"]["outcome"] == "failed"
     assert record["passing"] is not True
+
+
+def test_the_readme_metrics_table_is_what_ragjury_metrics_prints() -> None:
+    from ragjury.commands.metrics import metrics_markdown
+
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+
+    assert metrics_markdown(list(builtin_metrics())) in readme

@@ -224,7 +224,8 @@ SIMILARITY = Metric(
 CONFIDENCE = Metric(
     name="confidence",
     description="Perplexity of the answer from its token logprobs (1 is a certain model); "
-    "informational.",
+    "informational. Also asks the judges for logprobs, to report the probability of each "
+    "score and verdict they chose; unavailable, not an error, where there are none.",
     scale=PERPLEXITY,
     threshold=None,
     inputs=("answer_logprobs",),

@@ -234,7 +234,8 @@ _CALLS = "1 split + 1 per 8 statements per context window"
 FAITHFULNESS = Metric(
     name="faithfulness",
     description="Share of the answer's statements that the retrieved contexts support, each "
-    "with the judge's reason and an evidence quote.",
+    "with the judge's reason and a quote that must occur in the contexts; an answer that "
+    "states nothing (a refusal, 'I don't know') is not_applicable.",
     scale=FRACTION,
     threshold=0.8,
     inputs=("answer", "contexts"),

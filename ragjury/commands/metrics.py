@@ -31,11 +31,30 @@ def metrics_table(metrics: list[Metric]) -> Table:
     return table
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def metrics_markdown(metrics: list[Metric]) -> str:
+    """The metrics as a Markdown table (the README's is this, checked by a test)."""
+    head = ("metric", "scale", "passes when (default)", "needs", "LLM calls per sample", "what")
+    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
+    for m in metrics:
+        scale = m.scale.describe() + ("" if m.scale.higher_is_better else ", lower is better")
+        calls = m.calls if m.llm else "none"
+        cells = (f"`{m.name}`", scale, m.rule(), _inputs(m), calls, m.description)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def metrics_command(args: argparse.Namespace, settings: Settings) -> int:
     judges = load_judges([*settings.judges, *args.judge])
     metrics = list(registry(judges))
     if args.json:
         print(json.dumps([m.describe() for m in metrics], indent=2))
+        return 0
+    if args.markdown:
+        print(metrics_markdown(metrics), end="")
         return 0
     console = Console(soft_wrap=False)
     console.print(metrics_table(metrics))

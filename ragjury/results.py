@@ -98,8 +98,9 @@ class EvaluationResult(Mapping[str, MetricResult]):
     """One sample's judgement: a mapping of metric name to typed result, and the verdict.
 
     ``passing`` is True only if every requested metric passed, False if any scored metric
-    did not pass, and None when a metric failed or was not applicable (``reason`` says
-    which); a scored metric without a pass mark (confidence) does not count.
+    did not pass or any judgement failed, and None when a metric was not applicable and none
+    failed (``reason`` says which); a scored metric without a pass mark (confidence) does
+    not count.
     """
 
     sample: Sample

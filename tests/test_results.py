@@ -31,7 +31,7 @@ def script_failing_faithfulness(fake: FakeOpenAI) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_failed_metric_makes_the_verdict_none_not_a_pass(
+async def test_a_failed_metric_makes_the_verdict_false_never_a_pass(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     script_failing_faithfulness(fake)
@@ -40,7 +40,7 @@ async def test_a_failed_metric_makes_the_verdict_none_not_a_pass(
 
     assert result["faithfulness"].outcome == "failed"
     assert result.correctness.passing is True
-    assert result.passing is None
+    assert result.passing is False
     assert result.reason.startswith("not judged: faithfulness failed")
 
 
@@ -128,6 +128,6 @@ def test_the_cli_record_has_the_same_verdict(fake: FakeOpenAI, tmp_path: Path) -
     assert code == 0
     [record] = read_jsonl(out)
     assert record["metrics"]["correctness"]["passing"] is True
-    assert record["passing"] is None
+    assert record["passing"] is False
     assert record["reason"].startswith("not judged: faithfulness failed")
     assert (record["contexts"], record["reference"]) == (TOKYO["contexts"], "Tokyo")

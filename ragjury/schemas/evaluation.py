@@ -85,15 +85,24 @@ class MetricScored(_Frozen):
 def sample_verdict(metrics: Mapping[str, MetricResult]) -> tuple[bool | None, str]:
     """Whether a sample passed every requested metric, and why (a pure function of them).
 
-    ``False`` when any scored metric did not pass; else ``None`` when any metric failed or was
-    not applicable (it was not judged, so the sample is neither passed nor failed); else
+    ``False`` when any scored metric did not pass or any judgement failed (a sample is never
+    passed on the metrics that happened to work); else ``None`` when a metric was not
+    applicable (it could not be judged, so the sample is neither passed nor failed); else
     ``True`` when every metric with a pass mark passed. A scored metric without a pass mark
-    (``confidence``) is informational and does not count; with only such metrics the verdict
-    is ``None``.
+    (``confidence``) is informational and does not count; with only such metrics the
+    verdict is ``None``.
     """
     below = [name for name, m in metrics.items() if m.outcome == "scored" and m.passing is False]
-    if below:
-        return False, "did not pass: " + ", ".join(below)
+    failed = [
+        f"{name} failed" + (f" ({m.reason})" if m.reason else "")
+        for name, m in metrics.items()
+        if m.outcome == "failed"
+    ]
+    if below or failed:
+        parts = (["did not pass: " + ", ".join(below)] if below else []) + (
+            ["not judged: " + "; ".join(failed)] if failed else []
+        )
+        return False, "; ".join(parts)
     unjudged = [
         f"{name} {m.outcome}" + (f" ({m.reason})" if m.reason else "")
         for name, m in metrics.items()

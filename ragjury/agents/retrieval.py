@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ragjury.agents.base import Step
 from ragjury.evaluation.retrieval import rank_retrieval
-from ragjury.metrics import FRACTION, Metric
+from ragjury.metrics.declaration import FRACTION, Metric
 from ragjury.schemas import MetricResult, MetricScored, SampleSubmitted
 
 if TYPE_CHECKING:

@@ -11,7 +11,14 @@ from ragjury.errors import LLMError, LLMUnavailableError
 from ragjury.evaluation.keywords import KeywordTally, check_keywords
 from ragjury.llm.logprobs import perplexity
 from ragjury.llm.tokens import estimate_tokens
-from ragjury.metrics import COSINE, FRACTION, PERPLEXITY, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import (
+    COSINE,
+    FRACTION,
+    PERPLEXITY,
+    BuildContext,
+    EstimateContext,
+    Metric,
+)
 from ragjury.schemas import KeywordCheck, MetricResult, MetricScored, SampleSubmitted
 from ragjury.store.cache import fingerprint
 

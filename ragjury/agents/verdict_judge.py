@@ -18,7 +18,7 @@ from ragjury.agents.splitter import StatementSplitter
 from ragjury.errors import LLMError
 from ragjury.llm.logprobs import value_probabilities
 from ragjury.llm.tokens import estimate_tokens
-from ragjury.metrics import FRACTION, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import FRACTION, BuildContext, EstimateContext, Metric
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
     MetricResult,

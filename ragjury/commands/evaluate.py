@@ -34,6 +34,7 @@ from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.jobs import JobRun, submit_samples
+from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.prompts import load_overrides
@@ -94,7 +95,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     out_format = output_format(args.out, args.format)
     llm_needed = plan.needs_llm()
     if llm_needed:
-        settings.require_endpoint()
+        choose_llm(settings)  # says how to configure one, if none is
     if plan.needs_logprobs() and not settings.logprobs:
         settings = settings.model_copy(update={"logprobs": True})
     target = _target(args)

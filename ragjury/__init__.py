@@ -5,13 +5,13 @@ from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import (
     BusError,
     ConfigurationError,
-    HandlerTimeout,
     InputError,
     LLMError,
     LLMOutputError,
     LLMTransportError,
     LLMUnavailableError,
     RagjuryError,
+    StoreUnavailableError,
 )
 from ragjury.jury import Jury
 from ragjury.llm import LLM
@@ -79,7 +79,6 @@ __all__ = [
     "Failure",
     "FaithfulnessResult",
     "GenerationOptions",
-    "HandlerTimeout",
     "InputError",
     "ItemFailed",
     "Jury",
@@ -111,5 +110,6 @@ __all__ = [
     "Settings",
     "SimilarityResult",
     "StatementVerdict",
+    "StoreUnavailableError",
     "__version__",
 ]

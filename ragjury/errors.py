@@ -6,12 +6,15 @@ and what to do next.
     RagjuryError
     ├── ConfigurationError        bad or missing settings (no endpoint, bad option value)
     ├── InputError                input files or records that cannot be used
+    ├── StoreUnavailableError     the database server stayed out of reach too long
     ├── BusError                  the bus is closed or misused
-    ├── LLMError
-    │   ├── LLMTransportError     429 / 5xx / timeouts that outlived every retry, or a 4xx
-    │   ├── LLMOutputError        output that never parsed or validated
-    │   └── LLMUnavailableError   the configured model cannot do this (embeddings on --llm local)
-    └── HandlerTimeout            an agent step took longer than its limit
+    └── LLMError
+        ├── LLMTransportError     429 / 5xx / timeouts that outlived every retry, or a 4xx
+        ├── LLMOutputError        output that never parsed or validated
+        └── LLMUnavailableError   the configured model cannot do this (embeddings on --llm local)
+
+A result that is not a number is not an exception: a judgement that failed is a
+``MetricResult`` with ``outcome="failed"`` and its ``Failure`` record.
 """
 
 from __future__ import annotations
@@ -78,7 +81,3 @@ class LLMOutputError(LLMError):
 
 class LLMUnavailableError(LLMError):
     """The configured backend cannot do what was asked (no request was sent)."""
-
-
-class HandlerTimeout(RagjuryError):
-    """An agent step ran past its time limit."""

@@ -180,3 +180,17 @@ async def test_a_dict_that_is_not_a_sample_is_an_input_error_naming_it(
             await jury.evaluate([{"question": "q", "answer": "a"}, {"answer": "a"}])
         with pytest.raises(InputError, match=r"repeated: x\. Give each sample its own id"):
             await jury.evaluate([Sample(id="x", question="q"), {"id": "x", "question": "q"}])
+
+
+def test_every_error_is_in_the_tree_drawn_in_errors_and_exported() -> None:
+    import ragjury.errors as errors
+
+    classes = [
+        value
+        for value in vars(errors).values()
+        if inspect.isclass(value) and issubclass(value, errors.RagjuryError)
+    ]
+    assert len(classes) >= 8
+    for cls in classes:
+        assert cls.__name__ in ragjury.__all__, cls.__name__
+        assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is not drawn in the tree"

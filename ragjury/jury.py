@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
-from ragjury._groups import only_the_callers
+from ragjury._task_groups import only_the_callers
 from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
 from ragjury.errors import InputError, RagjuryError

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragjury.agents.answer_relevance import AnswerRelevanceResult
 from ragjury.agents.context_judges import (
-    AnswerRelevanceResult,
     ContextPrecisionResult,
     ContextRelevanceResult,
     ContextVerdictRecord,

@@ -12,14 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ragjury.agents.aggregator import Aggregator
+    from ragjury.agents.answer_relevance import AnswerRelevanceJudge
     from ragjury.agents.base import Agent
     from ragjury.agents.chunker import Chunker
     from ragjury.agents.collector import Collector
-    from ragjury.agents.context_judges import (
-        AnswerRelevanceJudge,
-        ContextPrecisionJudge,
-        ContextRelevanceJudge,
-    )
+    from ragjury.agents.context_judges import ContextPrecisionJudge, ContextRelevanceJudge
     from ragjury.agents.critics import GroundednessCritic, RelevanceCritic, StandaloneCritic
     from ragjury.agents.deduplicator import Deduplicator
     from ragjury.agents.generator import Generator
@@ -33,7 +30,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "Agent": "base",
     "Aggregator": "aggregator",
-    "AnswerRelevanceJudge": "context_judges",
+    "AnswerRelevanceJudge": "answer_relevance",
     "Chunker": "chunker",
     "Collector": "collector",
     "ConfidenceScorer": "scorers",

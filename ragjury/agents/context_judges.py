@@ -1,6 +1,5 @@
 """LLM judges of the retrieval half: is each retrieved context relevant to the question
-(context_relevance), useful for the answer (context_precision), and does the answer address
-the question (answer_relevance).
+(context_relevance), and useful for the answer (context_precision).
 
 The contexts of a sample are judged together, one verdict per context keyed by its index (the
 count is validated and re-asked like the verdict judge's), so a sample costs one call; only
@@ -16,9 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
-from ragjury.metrics.declaration import FRACTION, RATING, BuildContext, EstimateContext, Metric
+from ragjury.metrics.declaration import FRACTION, BuildContext, EstimateContext, Metric
 from ragjury.schemas import (
-    AnswerRelevanceGrade,
     ContextVerdicts,
     MetricResult,
     MetricScored,
@@ -181,43 +179,6 @@ class ContextPrecisionJudge(_ContextJudge):
         )
 
 
-class AnswerRelevanceJudge:
-    """Does the answer address the question (not: is it true)? Reasoning, then 1-5; a refusal
-    is scored 1, as not answering."""
-
-    role: ClassVar[str] = "answer_relevance_judge"
-    consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
-
-    def __init__(self, llm: LLM, prompt: Prompt, options: EvaluationOptions) -> None:
-        self._llm, self._prompt, self._options = llm, prompt, options
-
-    async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
-        if ANSWER_RELEVANCE.name not in event.metrics:
-            return []
-        sample = event.sample
-        result = await self._grade(sample)
-        return [MetricScored(sample_id=sample.id, metric=ANSWER_RELEVANCE.name, result=result)]
-
-    async def _grade(self, sample: Sample) -> MetricResult:
-        if not sample.answer or not sample.answer.strip():
-            return MetricResult.not_applicable("the sample has no answer to grade")
-        messages = self._prompt.render(question=sample.question, answer=sample.answer)
-        try:
-            grade, stats = await self._llm.structured_call(
-                AnswerRelevanceGrade, messages, stage=self.role
-            )
-        except LLMError as exc:
-            return MetricResult.failed(failure_from(self.role, exc), exc.attempts)
-        return MetricResult(
-            outcome="scored",
-            score=grade.score,
-            passing=ANSWER_RELEVANCE.passes(grade.score, self._options),
-            reason=grade.reasoning,
-            details={"reasoning": grade.reasoning, "refusal": grade.refusal},
-            llm_calls=stats.requests,
-        )
-
-
 class ContextVerdictRecord(BaseModel):
     """One retrieved context's verdict: its index, its id when known, relevant or not, why."""
 
@@ -243,15 +204,8 @@ class ContextPrecisionResult(MetricResult):
     contexts: tuple[ContextVerdictRecord, ...] = ()
 
 
-class AnswerRelevanceResult(MetricResult):
-    """``score`` 1-5: does the answer address the question; a refusal is 1."""
-
-    reasoning: str | None = None
-    refusal: bool | None = None
-
-
-_CONTEXT_VERDICT_TOKENS, _ANSWER_RELEVANCE_TOKENS = 40, 90
-"""Assumed completion tokens per context judged, and per answer relevance grade."""
+_CONTEXT_VERDICT_TOKENS = 40
+"""Assumed completion tokens per context judged."""
 
 
 def _context_judge(cls: type[_ContextJudge], name: str) -> Any:
@@ -263,14 +217,6 @@ def _context_judge(cls: type[_ContextJudge], name: str) -> Any:
         )
 
     return build
-
-
-def _answer_relevance_judge(c: BuildContext) -> Step:
-    prompt = c.prompt("answer_relevance")
-    return Step(
-        AnswerRelevanceJudge(c.llm, prompt, c.options),
-        fingerprint(c.model, prompt.version, c.threshold("answer_relevance")),
-    )
 
 
 def _contexts_judged(e: EstimateContext, name: str, **variables: Any) -> None:
@@ -294,12 +240,6 @@ def _estimate_precision(e: EstimateContext) -> None:
     if e.contexts and against:
         which = "reference" if e.sample.reference else "answer"
         _contexts_judged(e, "context_precision", answer=against, against=which)
-
-
-def _estimate_answer_relevance(e: EstimateContext) -> None:
-    if e.answer:
-        messages = e.prompt("answer_relevance").render(question=e.sample.question, answer=e.answer)
-        e.call("answer_relevance_judge", messages, AnswerRelevanceGrade, _ANSWER_RELEVANCE_TOKENS)
 
 
 _PER_WINDOW = "1 per context window"
@@ -335,21 +275,4 @@ CONTEXT_PRECISION = Metric(
     estimate=_estimate_precision,
     result_type=ContextPrecisionResult,
     order=90,
-)
-
-ANSWER_RELEVANCE = Metric(
-    name="answer_relevance",
-    description="Does the answer address the question (not: is it true)? Reasoning, then 1-5; "
-    "a refusal is 1.",
-    scale=RATING,
-    threshold=4,
-    inputs=("question", "answer"),
-    agents={"answer_relevance_judge": _answer_relevance_judge},
-    llm=True,
-    prompts=("answer_relevance",),
-    calls="1",
-    estimate=_estimate_answer_relevance,
-    result_type=AnswerRelevanceResult,
-    groups=("rag_triad",),
-    order=110,
 )

@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 from rich.console import Console
 
-from ragjury import heap
+from ragjury import gc_pauses
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
 from ragjury.estimate import Estimate
@@ -201,8 +201,8 @@ async def recorded_run(
     settings: Settings, command: str, *, require_endpoint: bool = True
 ) -> AsyncIterator[RecordedRun]:
     """The store, the run row and the LLM for one command; the heap is settled first
-    (:mod:`ragjury.heap`), since this process is ragjury's own."""
-    heap.settle()
+    (:mod:`ragjury.gc_pauses`), since this process is ragjury's own."""
+    gc_pauses.settle()
     async with open_store(settings.db, concurrency=settings.concurrency) as store:
         recorded = settings.model_dump(mode="json", exclude={"api_key"})
         for name in ("base_url", "db"):  # a password in a URL is never stored

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragjury._repeats import Repeats, id_hash
+from ragjury._id_hashes import Repeats, id_hash
 from ragjury.errors import InputError
 from ragjury.evaluation._records import SAMPLE_FIELDS, SampleBuilder
 from ragjury.evaluation._rows import csv_rows, json_rows, jsonl_rows

@@ -27,7 +27,7 @@ import structlog
 from pypdf import PdfReader
 from pypdf.errors import FileNotDecryptedError
 
-from ragjury._repeats import Seen
+from ragjury._id_hashes import Seen
 from ragjury.errors import InputError
 from ragjury.schemas.records import Document
 from ragjury.text import clean_value

@@ -201,7 +201,12 @@ class Registry:
 
 def registry(judges: Sequence[Metric] = ()) -> Registry:
     """The built-in metrics, those of installed plugins, and ``judges`` (from judge files)."""
-    return Registry([*builtin_metrics(), *plugin_metrics(), *judges])
+    return _installed().with_judges(judges)
+
+
+@functools.cache
+def _installed() -> Registry:
+    return Registry([*builtin_metrics(), *plugin_metrics()])
 
 
 def scale_of(name: str, declared: Mapping[str, Mapping[str, Any]] | None = None) -> Scale:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ragjury._repeats import Repeats, id_hash
+from ragjury._id_hashes import Repeats, id_hash
 from ragjury.errors import InputError
 from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
 

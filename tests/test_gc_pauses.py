@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ragjury import heap
+from ragjury import gc_pauses
 from ragjury.commands._run import recorded_run
 
 from conftest import make_settings
@@ -25,7 +25,7 @@ def unfrozen() -> Iterator[None]:
 
 def test_settle_freezes_what_is_allocated_and_preloads_the_lazy_modules(unfrozen: None) -> None:
     assert gc.get_freeze_count() == 0
-    heap.settle()
+    gc_pauses.settle()
     assert gc.get_freeze_count() > 10_000  # modules, classes and schemas: not walked again
     assert "instructor.v2.providers.openai.handlers" in sys.modules
 

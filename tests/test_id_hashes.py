@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from ragjury._repeats import Repeats, Seen
+from ragjury._id_hashes import Repeats, Seen
 
 
 def test_seen_says_whether_an_id_came_before_across_many_merges() -> None:

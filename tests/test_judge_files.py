@@ -250,6 +250,30 @@ def test_ragjury_toml_judges_are_read(
     assert result(tmp_path)["score"] == 4.0
 
 
+def test_a_queued_judge_file_job_is_worked_by_a_worker_that_never_read_the_file(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.route(AGENT, graded(4))
+    judge = judge_file(tmp_path)
+    settings = make_settings(fake, tmp_path)
+
+    async def submit() -> str:
+        async with Jury(settings, judges=[judge]) as jury:
+            return await jury.submit_samples([TOKYO], metrics=["politeness"])
+
+    async def work() -> list[Any]:
+        async with Jury(settings) as jury:  # another worker: no judge file of its own
+            return [event async for event in jury.events()]
+
+    job = anyio.run(submit)
+    judge.unlink()  # the job keeps what the file said
+    events = anyio.run(work)
+
+    [scored] = [e for e in events if getattr(e, "kind", "") == "sample_scored"]
+    assert scored.metrics["politeness"].score == 4.0
+    assert job
+
+
 # Last: Playwright keeps an event loop running in the test thread once the browser starts.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:

@@ -23,6 +23,7 @@ from ragjury.agents import custom_judge
 from ragjury.agents.joins import JoinState
 from ragjury.agents.sample_aggregator import SampleAggregator
 from ragjury.config import EvaluationOptions, Settings
+from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
@@ -93,16 +94,18 @@ def plan_metrics(
         j if isinstance(j, Metric) else custom_judge.load_judge(j)
         for j in (*settings.judges, *judges)
     ]
+    for judge in loaded:
+        if judge.agents.keys() != {custom_judge.ROLE}:
+            raise ConfigurationError(
+                f"metric {judge.name!r} ({judge.origin}) brings agents of its own "
+                f"({', '.join(judge.agents)}), which a worker elsewhere could not build: ship "
+                "it as a plugin (entry-point group ragjury.metrics), or pass a judge file"
+            )
     metrics = registry(loaded)
     metrics.check_thresholds(settings.evaluate.thresholds)
     fields = filled if isinstance(filled, AbstractSet) else filled_fields(filled)
     names = metrics.choose(fields, requested or settings.evaluate.metrics)
     return MetricPlan(metrics, names, tuple(loaded))
-
-
-def job_registry(job: Job) -> Registry:
-    """The metrics a job may use: the built-in and plugin ones, and its judge files."""
-    return registry(custom_judge.from_stored(job.options.get("judges", ())))
 
 
 def result_record(scored: SampleScored) -> dict[str, Any]:
@@ -157,8 +160,8 @@ class EvaluationPipeline(Steps):
         target_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         options = EvaluationOptions.model_validate(job.options["evaluate"])
-        metrics = job_registry(job)
         judges = custom_judge.from_stored(job.options.get("judges", ()))
+        metrics = registry(judges)
         self.metrics: tuple[str, ...] = tuple(job.options.get("metrics", ()))
         context = _Context(llm, settings, options, job_prompts(job), metrics, judges)
         steps: dict[str, Step] = {}

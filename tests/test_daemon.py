@@ -303,3 +303,30 @@ def test_ctrl_c_on_generate_keeps_what_finished_and_the_same_command_resumes(
     assert states(db) == Counter({"done": 6})
     # the finished documents were not asked again: 4 steps for each of the others at most
     assert len(fake.requests) - asked <= 4 * (6 - done)
+
+
+def test_serve_works_a_judge_file_job_from_what_the_job_kept(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    from test_judge_files import AGENT, POLITENESS, graded
+
+    fake.route(AGENT, graded(5))
+    judge = tmp_path / "politeness.toml"
+    judge.write_text(POLITENESS, encoding="utf-8")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"id": "s", "question": "Hi?", "answer": "Hello, glad to help."}\n')
+    db = tmp_path / "queue.db"
+    flags = ["--judge", str(judge), "--metrics", "politeness"]
+    assert main(["submit", "--samples", str(samples), "--db", str(db), *flags]) == 0
+    judge.unlink()  # serve never reads the file: the job holds its declaration
+
+    daemon = serve(daemons, fake, db, "serve")
+    until(lambda: states(db).get("done") == 1, "the sample to be judged")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+
+    out = tmp_path / "results.jsonl"
+    assert main(["export", "--db", str(db), "--results", str(out)]) == 0
+    [record] = read_jsonl(out)
+    assert record["metrics"]["politeness"]["score"] == 5.0
+    assert len(fake.requests_for(AGENT)) == 1

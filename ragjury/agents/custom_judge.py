@@ -55,6 +55,8 @@ INPUTS = ("question", "answer", "contexts", "reference", "reference_contexts")
 """The sample fields a judge file's prompt may read."""
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _COMPLETION_TOKENS = 120
+_ENUMERATED = 10
+"""Rating scales up to this wide list their scores in the schema."""
 _SYSTEM = """You are a careful, impartial judge of one answer given by an assistant.
 {description}
 First write your reasoning in two to four sentences, citing what in the text decides it.
@@ -260,15 +262,17 @@ def judgment_model(scale: Scale) -> type[_Judgment]:
             __base__=_Judgment,
             verdict=(bool, Field(description="true when the criterion is met.")),
         )
-    if scale.kind == "rating":
-        kind: type = int
+    assert scale.high is not None
+    if scale.kind == "rating" and scale.high - scale.low <= _ENUMERATED:
+        # the allowed scores spelled out: the schema's enum is what a local model's grammar
+        # (and many a hosted model) holds to; a range alone lets it write 10 on 1-5
+        allowed = tuple(range(int(scale.low), int(scale.high) + 1))
+        kind: Any = Literal[allowed]
+        field = Field(description=f"One of {', '.join(map(str, allowed))}.")
     else:
-        kind = float
-    return create_model(
-        "Judgment",
-        __base__=_Judgment,
-        score=(kind, Field(ge=scale.low, le=scale.high, description=f"{scale.describe()}.")),
-    )
+        kind = int if scale.kind == "rating" else float
+        field = Field(ge=scale.low, le=scale.high, description=f"{scale.describe()}.")
+    return create_model("Judgment", __base__=_Judgment, score=(kind, field))
 
 
 class CustomJudge:

@@ -8,7 +8,7 @@ contexts longer than ``--context-window-chars`` together are split over several 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -208,7 +208,7 @@ _CONTEXT_VERDICT_TOKENS = 40
 """Assumed completion tokens per context judged."""
 
 
-def _context_judge(cls: type[_ContextJudge], name: str) -> Any:
+def _context_judge(cls: type[_ContextJudge], name: str) -> Callable[[BuildContext], Step]:
     def build(c: BuildContext) -> Step:
         prompt = c.prompt(name)
         return Step(

@@ -15,7 +15,8 @@ import importlib.util
 import pkgutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 from typing import Any
 
 from ragjury.errors import ConfigurationError
@@ -26,7 +27,7 @@ AGENTS = "ragjury.agents"
 """The package whose modules declare the built-in metrics."""
 
 
-def _declared_in(module: Any) -> list[Metric]:
+def _declared_in(module: ModuleType) -> list[Metric]:
     return [value for value in vars(module).values() if isinstance(value, Metric)]
 
 
@@ -79,9 +80,8 @@ def plugin_metrics() -> tuple[Metric, ...]:
     return tuple(found)
 
 
-def _dist(point: Any) -> str:
-    dist = getattr(point, "dist", None)
-    return getattr(dist, "name", None) or "unknown"
+def _dist(point: EntryPoint) -> str:
+    return point.dist.name if point.dist is not None else "unknown"
 
 
 def _with_origin(metric: Metric, origin: str) -> Metric:

@@ -159,22 +159,22 @@ class Runtime:
                 agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
             ):
                 log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
+                job_id = envelope.job_id or ""
                 try:
-                    pipeline = await self.pipeline(envelope.job_id or "")
+                    # every step of handling a delivery is guarded, not the handler alone: a
+                    # message whose outputs cannot be dispatched, joined, stored or
+                    # acknowledged is retried, then taken out; it never stops the worker
+                    pipeline = await self.pipeline(job_id)
                     events, cached = await self._step(pipeline, role, envelope)
+                    elapsed = time.perf_counter() - started
+                    replies = await self.dispatch(
+                        pipeline, job_id, envelope.correlation_id, events, envelope
+                    )
+                    await self.bus.ack(delivery, replies)
                 except Exception as exc:  # an agent bug, a bad message: never the whole run
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
-                    reason = f"{role}: {type(exc).__name__}: {exc}"
-                    if await self.bus.nack(delivery, reason):
-                        reason += f" (given up after {delivery.attempt} deliveries)"
-                        await self.fail(envelope.job_id or "", envelope.correlation_id, reason)
+                    await self._retry_or_fail(role, delivery, exc)
                     return
-                elapsed = time.perf_counter() - started
-                job_id = envelope.job_id or ""
-                replies = await self.dispatch(
-                    pipeline, job_id, envelope.correlation_id, events, envelope
-                )
-                await self.bus.ack(delivery, replies)
                 log.info(
                     "message_handled",
                     kind=envelope.kind,
@@ -191,6 +191,18 @@ class Runtime:
         finally:
             current_item.reset(item_token)
             current_step.reset(step_token)
+
+    async def _retry_or_fail(self, role: str, delivery: Delivery, exc: Exception) -> None:
+        """Give a failed delivery back with its error; past the delivery limit its item ends
+        ``failed``. If even that cannot be stored, the lease runs out and it comes back."""
+        envelope = delivery.envelope
+        reason = f"{role}: {type(exc).__name__}: {exc}"
+        try:
+            if await self.bus.nack(delivery, reason):
+                reason += f" (given up after {delivery.attempt} deliveries)"
+                await self.fail(envelope.job_id or "", envelope.correlation_id, reason)
+        except Exception:  # the store itself failing: its lease brings the message back
+            log.exception("nack_failed", kind=envelope.kind, attempt=delivery.attempt)
 
     async def _step(
         self, pipeline: Pipeline, role: str, envelope: Envelope
@@ -275,7 +287,12 @@ class Runtime:
             results = (await self.pipeline(job_id)).failed(key, payload, reason)
         except Exception:  # the job itself may be what is wrong
             log.exception("failed_results_unavailable", job=job_id, item=key)
-        if await self.store.fail_item(job_id, key, reason, results):
+        try:
+            stored = await self.store.fail_item(job_id, key, reason, results)
+        except Exception:  # e.g. results the database refuses: end the item on the reason
+            log.exception("failed_results_refused", job=job_id, item=key)
+            stored = await self.store.fail_item(job_id, key, reason)
+        if stored:
             self.failed += 1
             log.warning("item_failed", job=job_id, item=key, reason=reason)
             if self._on_event is not None:

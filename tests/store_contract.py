@@ -179,6 +179,23 @@ async def test_renewed_messages_stay_with_their_worker(store: Store) -> None:
     assert [m.attempts for m in again.messages] == [1]  # a release gives the attempt back
 
 
+async def test_a_message_released_after_its_handler_started_keeps_its_attempt(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    for owner in ("w1", "w2", "w3"):  # each worker took it, started, and was stopped cleanly
+        claim = await store.claim_messages(owner, ["a"], 1, lease_seconds=HELD, max_attempts=3)
+        assert [m.attempts for m in claim.messages] == [int(owner[1])]
+        await store.release_messages(owner, [m.id for m in claim.messages], started=True)
+
+    last = await store.claim_messages("w4", ["a"], 1, lease_seconds=HELD, max_attempts=3)
+
+    assert (last.messages, last.dead) == ([], 1)  # the limit is reached however they ended
+    [failed] = await store.failed_items(job_id)
+    assert "poison message" in failed["error"]
+
+
 async def test_a_message_that_keeps_killing_workers_is_taken_out_and_its_item_failed(
     store: Store,
 ) -> None:

@@ -36,11 +36,14 @@ from rapidfuzz.distance import Indel
 
 from ragjury.store.base import QuestionDecision
 
-ORDER_VERSION = 1
+ORDER_VERSION = 2
+"""2: the key of a question with no words is printable (1 used NUL, which PostgreSQL's text
+refuses); indexes of version 1 are rebuilt when their job is deduplicated again."""
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _AFTER_STORED = 2**63  # the row of a question kept in this step, after every stored one
-_EMPTY = "\x00"  # the one key of a question with no words: it matches only another such
+_EMPTY = "#"  # the one key of a question with no words (no word is punctuation): it
+# matches only another such, and every database stores it
 
 # Words that start or link questions in any subject, most common last in the order.
 _COMMON_WORDS = (

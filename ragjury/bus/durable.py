@@ -189,9 +189,12 @@ class DurableBus:
         self.closed = True
         for subscription in self._subscriptions.values():
             subscription.wake.set()
-        ids = sorted(self.held.union(*(s.buffered for s in self._subscriptions.values())))
+        unstarted = sorted(set().union(*(s.buffered for s in self._subscriptions.values())))
         with anyio.CancelScope(shield=True):
-            await self.store.release_messages(self.owner, ids)
+            # a message a worker took counts its attempt: a crash-looping one reaches the
+            # delivery limit even when every process that takes it is stopped cleanly
+            await self.store.release_messages(self.owner, sorted(self.held), started=True)
+            await self.store.release_messages(self.owner, unstarted)
         self.held.clear()
         unwatch = getattr(self.store, "unwatch", None)
         if unwatch is not None:

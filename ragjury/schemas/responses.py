@@ -72,6 +72,16 @@ def grammar_schema(schema: Any) -> Any:
     return _required(_integer_enums(copy.deepcopy(schema)))
 
 
+def _strip_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {key: _strip_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_strip_nul(item) for item in value]
+    return value
+
+
 def _required(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_required(item) for item in schema]
@@ -103,6 +113,13 @@ class _Response(BaseModel):
 
     item_counts: ClassVar[Mapping[str, int]] = {}
     """List fields whose length the schema states (see :func:`counted`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_nul(cls, data: Any) -> Any:
+        """A model's NUL characters (``\\u0000`` in its JSON) mean nothing and PostgreSQL's
+        text refuses them: taken out of every string, so both stores keep the same text."""
+        return _strip_nul(data)
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:

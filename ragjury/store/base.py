@@ -314,8 +314,12 @@ class Store(Protocol):
         self, owner: str, message_ids: Sequence[int], lease_seconds: float
     ) -> None: ...
 
-    async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
-        """Give back messages this owner holds without handling them (a clean stop)."""
+    async def release_messages(
+        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+    ) -> None:
+        """Give back messages this owner holds (a clean stop), at once. Those whose handler
+        never ``started`` get back the attempt their claim counted; a started one keeps it,
+        so a message that keeps failing reaches the delivery limit however it ends."""
         ...
 
     async def waiting_messages(self) -> dict[str, int]:

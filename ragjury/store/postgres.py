@@ -841,11 +841,13 @@ class PostgresStore:
                 list(message_ids),
             )
 
-    async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
+    async def release_messages(
+        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+    ) -> None:
+        refund = "" if started else ", attempts = GREATEST(attempts - 1, 0)"
         if message_ids:
             await self._execute(
-                f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}, "
-                "attempts = GREATEST(attempts - 1, 0) "
+                f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}{refund} "
                 "WHERE lease_owner = $1 AND id = ANY($2::bigint[])",
                 owner,
                 list(message_ids),

@@ -766,12 +766,14 @@ class SQLiteStore:
                 )
             )
 
-    async def release_messages(self, owner: str, message_ids: Sequence[int]) -> None:
+    async def release_messages(
+        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+    ) -> None:
+        refund = "" if started else ", attempts = MAX(attempts - 1, 0)"
         if message_ids:
             await self._write(
                 lambda c: c.execute(
-                    f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}, "
-                    "attempts = MAX(attempts - 1, 0) "
+                    f"UPDATE messages SET lease_owner = NULL, available_at = {_NOW}{refund} "
                     f"WHERE lease_owner = ? AND id IN ({_marks(message_ids)})",
                     (owner, *message_ids),
                 )

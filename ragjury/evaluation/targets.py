@@ -21,6 +21,7 @@ import anyio.to_thread
 import httpx2
 
 from ragjury.errors import ConfigurationError, RagjuryError
+from ragjury.urls import redact_text, redacted
 
 __all__ = [
     "CallableTarget",
@@ -92,7 +93,7 @@ class HttpTarget:
     ) -> None:
         if not url.lower().startswith(("http://", "https://")):
             raise ConfigurationError(
-                f"target URL {url!r} must start with http:// or https://; "
+                f"target URL {redacted(url)!r} must start with http:// or https://; "
                 "give the full address, such as http://localhost:8000/ask"
             )
         if timeout <= 0:
@@ -108,7 +109,7 @@ class HttpTarget:
 
     @property
     def name(self) -> str:
-        return self.url
+        return redacted(self.url)  # what messages, logs and results may show
 
     async def __aenter__(self) -> Self:
         return self
@@ -195,7 +196,8 @@ class HttpTarget:
         return reply[field]
 
     def _error(self, what: str) -> TargetError:
-        return TargetError(f"target {self.url}: {what}")
+        # the underlying error may quote the URL too: every password and secret parameter out
+        return TargetError(redact_text(f"target {self.name}: {what}"))
 
 
 TargetFunction = Callable[[str], Any]

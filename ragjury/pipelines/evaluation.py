@@ -33,6 +33,7 @@ from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored, SampleSubmitted
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import llm_fingerprint
+from ragjury.urls import redact_text
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ class EvaluationPipeline(Steps):
                 try:
                     reply = await self._target.answer(sample.question)
                 except TargetError as exc:
-                    error = Failure(stage="target", attempts=1, message=str(exc))
+                    error = Failure(stage="target", attempts=1, message=redact_text(str(exc)))
                     return [all_failed(sample, self.metrics, error)]
             retrieved = not sample.contexts
             sample = sample.model_copy(

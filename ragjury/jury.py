@@ -20,7 +20,7 @@ database ``settings.db``, exactly as with ``ragjury submit`` / ``ragjury serve``
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -121,23 +121,25 @@ class Jury:
 
     async def evaluate_one(
         self,
+        sample: SampleInput | None = None,
+        /,
         *,
-        question: str,
-        answer: str,
-        contexts: Sequence[str] = (),
-        reference: str | None = None,
         metrics: Sequence[str] | None = None,
-        **expectations: Any,
+        **fields: Any,
     ) -> EvaluationResult:
-        """Judge one answer. ``expectations`` takes must_contain, must_not_contain, ..."""
-        sample = Sample(
-            question=question,
-            answer=answer,
-            contexts=tuple(contexts),
-            reference=reference,
-            **{k: tuple(v) for k, v in expectations.items()},
-        )
-        return (await self.evaluate([sample], metrics=metrics))[0]
+        """Judge one answer, given as keywords (``question=..., answer=..., contexts=[...],
+        must_contain="Paris"``), as a dict or as a ``Sample``, with the field names a file
+        may use (RAGAS's and DeepEval's too). A string where a list goes is one item (one
+        context, one keyword); ``None`` means the field is absent."""
+        if sample is not None and fields:
+            raise InputError(
+                "give the sample as one argument (a dict or a Sample) or as keywords, not "
+                f"both; got a {type(sample).__name__} and {', '.join(sorted(fields))}"
+            )
+        item = fields if sample is None else sample
+        if isinstance(item, Mapping):
+            item = {name: value for name, value in item.items() if value is not None}
+        return (await self.evaluate([item], metrics=metrics))[0]
 
     def _plan(self, samples: Sequence[Sample], metrics: Sequence[str] | None) -> MetricPlan:
         return plan_metrics(self.settings, samples, self._judges, metrics)

@@ -12,7 +12,7 @@ import pytest
 from test_report import page_data
 
 from ragjury.cli import main
-from ragjury.commands._run import EXIT_RESULTS
+from ragjury.commands._run import EXIT_GATE
 from ragjury.report.compare import bootstrap_interval, compare
 
 from conftest import read_summary
@@ -147,7 +147,7 @@ def test_a_regression_beyond_the_allowed_drop_exits_with_the_gate_code(
     capsys.readouterr()
     code = main(["compare", base, cand, "--json", "--fail-on-regression", "faithfulness=0.1"])
 
-    assert code == EXIT_RESULTS
+    assert code == EXIT_GATE
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines()[-1] == (
         "ragjury compare: gate failed: faithfulness mean 0.625 -> 0.4375, 0.1875 worse, "

@@ -15,6 +15,7 @@ from test_generate import corpus
 
 from ragjury import Jury
 from ragjury.cli import main
+from ragjury.commands._run import EXIT_BUDGET
 from ragjury.config import Settings
 from ragjury.errors import RagjuryError
 from ragjury.pricing import BUILTIN_PRICES, ModelPrice, PriceTable
@@ -251,7 +252,7 @@ def test_max_tokens_stops_intake_finishes_in_flight_work_and_says_so(
 
     code = generate(fake, tmp_path, "--max-tokens", "1000", "--concurrency", "2")
 
-    assert code == 3
+    assert code == EXIT_BUDGET == 6
     err = capsys.readouterr().err
     assert "budget reached: --max-tokens 1000 reached" in err
     assert "Stopped taking new documents after" in err
@@ -312,7 +313,7 @@ def test_max_tokens_stops_an_evaluation_and_writes_what_finished(
 
     code = evaluate(fake, tmp_path, samples, "--max-tokens", "2000", "--concurrency", "2")
 
-    assert code == 3
+    assert code == EXIT_BUDGET == 6
     assert "Stopped taking new samples after" in capsys.readouterr().err
     s = read_summary(tmp_path)
     assert 0 < s["samples_not_submitted"] < 200

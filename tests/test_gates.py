@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
-from ragjury.commands._run import EXIT_RESULTS
+from ragjury.commands._run import EXIT_GATE, EXIT_MAX_FAILED
 from ragjury.report.junit import junit_tree
 
 from evalfakes import script_judges
@@ -30,7 +30,7 @@ def test_a_mean_under_its_bar_exits_with_the_gate_code_and_names_metric_value_an
 ) -> None:
     code = run(fake, tmp_path, "--fail-under", "faithfulness=0.8,correctness=3")
 
-    assert code == EXIT_RESULTS == 4
+    assert code == EXIT_GATE == 5
     lines = [x for x in capsys.readouterr().err.splitlines() if "gate failed" in x]
     assert lines == [
         "ragjury evaluate: gate failed: faithfulness mean 0.75 is below 0.8 "
@@ -47,7 +47,7 @@ def test_a_pass_rate_bar_fails_on_the_share_of_passing_samples(
 ) -> None:
     code = run(fake, tmp_path, "--fail-under", "pass_rate:faithfulness=0.9")
 
-    assert code == EXIT_RESULTS
+    assert code == EXIT_GATE
     assert "faithfulness pass rate 0.5 is below 0.9" in capsys.readouterr().err
 
 
@@ -60,7 +60,7 @@ def test_more_failed_judgements_than_allowed_exits_with_the_gate_code(
     flags = ("--metrics", "faithfulness,correctness", "--max-retries", "0")
 
     assert evaluate(fake, tmp_path, samples, *flags, "--max-failed", "3") == 0
-    assert evaluate(fake, tmp_path, samples, *flags, "--max-failed", "2") == EXIT_RESULTS
+    assert evaluate(fake, tmp_path, samples, *flags, "--max-failed", "2") == EXIT_MAX_FAILED
     assert (
         "ragjury evaluate: gate failed: 3 judgement(s) failed, more than 2 (--max-failed 2)"
         in capsys.readouterr().err
@@ -101,7 +101,7 @@ def test_junit_has_a_case_per_sample_and_metric_and_the_reasons_of_failures(
     junit = tmp_path / "junit.xml"
     code = run(fake, tmp_path, "--junit", str(junit), "--fail-under", "faithfulness=0.8")
 
-    assert code == EXIT_RESULTS
+    assert code == EXIT_GATE
     root = ET.parse(junit).getroot()
     # The structure the JUnit schema (Ant / Jenkins junit-10.xsd) requires.
     assert root.tag == "testsuites"

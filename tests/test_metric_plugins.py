@@ -83,7 +83,7 @@ def test_a_plugin_metric_is_judged_end_to_end_and_gated(tmp_path: Path) -> None:
         *out,
         cwd=tmp_path,
     )
-    assert gated.returncode == 4
+    assert gated.returncode == 5
     assert "brevity pass rate 0.5 is below 0.9" in gated.stderr
     refused = ragjury(
         "evaluate",

@@ -28,13 +28,19 @@ from ragjury.service import intake_capacity
 from ragjury.store import Store, open_store, redacted
 from ragjury.store.base import Job
 
-EXIT_BUDGET = 3
-"""Exit code of a run that stopped taking new work because --max-tokens / --max-cost was hit."""
-EXIT_RESULTS = 4
-"""Exit code of a run whose results did not pass: nothing could be judged (every judgement
-failed, e.g. an endpoint that is down or hangs), more failed than --max-failed allows, a
-metric is under its --fail-under bar, or (``compare``) a metric regressed more than
---fail-on-regression allows."""
+# The exit codes a CI job can trust (the README's table; tests/test_exit_codes.py):
+EXIT_INVALID_INPUT = 1
+"""Some input records were invalid and skipped; the rest were judged and passed."""
+EXIT_MAX_FAILED = 3
+"""More judgements failed than ``--max-failed`` allows."""
+EXIT_NOTHING_JUDGED = 4
+"""Nothing was judged: every judgement failed (an endpoint down or hanging, answers that
+never validate) or was not applicable."""
+EXIT_GATE = 5
+"""A ``--fail-under`` bar was not met, or (``compare``) a metric regressed more than
+``--fail-on-regression`` allows."""
+EXIT_BUDGET = 6
+"""The run stopped taking new work at ``--max-tokens`` / ``--max-cost``; the rest is queued."""
 EXIT_INTERRUPTED = 130  # stopped by SIGINT / SIGTERM; the rest stays queued
 
 
@@ -55,25 +61,39 @@ def results_gate(
     *,
     failed: int = 0,
     judged: int = 0,
+    not_applicable: int = 0,
 ) -> int | None:
-    """Say in one line why the results did not pass, and return :data:`EXIT_RESULTS`; None
-    when they did.
+    """Say in one line why the results did not pass, and return its exit code; None when
+    they did.
 
-    ``failed`` judgements failed out of ``judged`` (all outcomes, failed ones included); when
-    all of them failed nothing was judged. ``gates`` are ``--max-failed``, ``--fail-under`` or
-    ``--fail-on-regression``; each failed one is named with its value and its bar."""
+    ``failed`` and ``not_applicable`` judgements out of ``judged`` (all outcomes): when all
+    failed, or all were not applicable, nothing was judged (:data:`EXIT_NOTHING_JUDGED`).
+    ``gates`` are ``--max-failed`` (:data:`EXIT_MAX_FAILED`), ``--fail-under`` or
+    ``--fail-on-regression`` (:data:`EXIT_GATE`); each failed one is named with its value
+    and its bar."""
+    code: int | None = None
     if judged and failed == judged:
         reason = (
             f"nothing was judged: all {failed} judgement(s) failed (each failure's error is in "
             "the output: an endpoint that is down or hanging, or a model whose answers never "
             "validate)"
         )
-    elif (line := reason_line(gates)) is not None:
-        reason = line
+        code = EXIT_NOTHING_JUDGED
+    elif judged and not_applicable == judged:
+        reason = (
+            f"nothing was judged: all {judged} judgement(s) were not applicable (each says why "
+            "in the output: samples without the fields the metrics need, or answers that "
+            "state nothing)"
+        )
+        code = EXIT_NOTHING_JUDGED
     else:
-        return None
+        over = [g for g in gates if not g.passed and g.name.startswith("--max-failed")]
+        line = reason_line(over) or reason_line(gates)
+        if line is None:
+            return None
+        reason, code = line, EXIT_MAX_FAILED if over else EXIT_GATE
     console.print(f"ragjury {command}: {reason}", soft_wrap=True, markup=False, highlight=False)
-    return EXIT_RESULTS
+    return code
 
 
 @dataclass

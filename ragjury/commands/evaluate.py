@@ -18,6 +18,7 @@ from ragjury.commands._display import (
     retrieval_table,
 )
 from ragjury.commands._run import (
+    EXIT_INVALID_INPUT,
     RecordedRun,
     budget_stop,
     max_failed_gate,
@@ -193,10 +194,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     if code is not None:
         return code
-    gate = results_gate(console, "evaluate", gates, failed=failed, judged=judged)
+    not_applicable = sum(m["not_applicable"] for m in figures)
+    gate = results_gate(
+        console, "evaluate", gates, failed=failed, judged=judged, not_applicable=not_applicable
+    )
     if gate is not None:
         return gate
-    return 1 if invalid else 0
+    return EXIT_INVALID_INPUT if invalid else 0
 
 
 async def _work(

@@ -3,8 +3,8 @@
 ``--fail-under faithfulness=0.8,correctness=4`` puts a bar under the mean of the scored
 samples; ``pass_rate:faithfulness=0.9`` under the share of scored samples that passed;
 ``compare --fail-on-regression faithfulness=0.05`` under a drop of a mean. A gate that fails
-makes the command exit 4 (``EXIT_RESULTS``, beside ``--max-failed`` in ``commands/_run.py``)
-with a one-line reason. Each bar is read on its metric's declared scale (``ragjury metrics``):
+makes the command exit 5 (``EXIT_GATE`` in ``commands/_run.py``) with a one-line reason.
+Each bar is read on its metric's declared scale (``ragjury metrics``):
 ``correctness=4`` on 1-5, ``faithfulness=0.8`` on 0-1.
 """
 

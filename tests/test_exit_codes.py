@@ -1,0 +1,100 @@
+"""The exit codes CI can trust, one case each (the README's table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_evaluate import EIFFEL, TOKYO, evaluate, write_jsonl
+
+from evalfakes import script_judges
+from fakeopenai import FakeOpenAI, error
+
+NO_CONTEXTS = {"id": "bare", "question": "Q?", "answer": "A."}
+
+
+def run(fake: FakeOpenAI, tmp_path: Path, records: list[dict[str, Any]], *flags: str) -> int:
+    script_judges(fake)
+    path = write_jsonl(tmp_path / "samples.jsonl", [dict(r) for r in records])
+    return evaluate(fake, tmp_path, path, *flags)
+
+
+def test_0_when_everything_is_judged_and_passes(fake: FakeOpenAI, tmp_path: Path) -> None:
+    assert run(fake, tmp_path, [TOKYO], "--metrics", "faithfulness") == 0
+
+
+def test_1_when_some_input_lines_are_invalid_and_the_rest_pass(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    path.write_text(path.read_text() + "{not json\n")
+    script_judges(fake)
+    assert evaluate(fake, tmp_path, path, "--metrics", "faithfulness") == 1
+
+
+def test_2_for_usage_errors_before_any_llm_call(fake: FakeOpenAI, tmp_path: Path) -> None:
+    assert run(fake, tmp_path, [TOKYO], "--metrics", "faithfulnes") == 2
+    assert (
+        run(fake, tmp_path, [TOKYO], "--metrics", "keywords", "--fail-under", "correctness=4") == 2
+    )
+    assert fake.requests == []
+
+
+def test_3_when_more_judgements_failed_than_allowed(fake: FakeOpenAI, tmp_path: Path) -> None:
+    script_judges(fake)
+    fake.route("correctness_judge", error(400, "bad request"))  # permanent: fails at once
+    path = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    code = evaluate(
+        fake, tmp_path, path, "--metrics", "faithfulness,correctness", "--max-failed", "0"
+    )
+    assert code == 3
+
+
+def test_4_when_every_judgement_failed(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.fallback(error(503, "overloaded"))
+    path = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    assert evaluate(fake, tmp_path, path, "--max-transport-retries", "0") == 4
+
+
+def test_4_when_nothing_was_applicable_and_it_says_so(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(fake, tmp_path, [NO_CONTEXTS], "--metrics", "faithfulness") == 4
+    assert "were not applicable" in capsys.readouterr().err
+
+
+def test_5_when_a_gate_fails(fake: FakeOpenAI, tmp_path: Path) -> None:
+    assert (
+        run(
+            fake,
+            tmp_path,
+            [EIFFEL],
+            "--metrics",
+            "faithfulness",
+            "--fail-under",
+            "faithfulness=0.9",
+        )
+        == 5
+    )
+
+
+def test_6_when_a_budget_stopped_the_run(fake: FakeOpenAI, tmp_path: Path) -> None:
+    records = [{**TOKYO, "id": f"s{i}"} for i in range(40)]
+    code = run(
+        fake,
+        tmp_path,
+        records,
+        "--metrics",
+        "faithfulness",
+        "--max-tokens",
+        "1",
+        "--concurrency",
+        "1",
+        "--items-in-flight",
+        "1",
+    )
+    assert code == 6
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped_by_budget"] is True

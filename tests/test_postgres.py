@@ -100,7 +100,8 @@ def test_the_password_can_come_from_pgpassword_or_pgpass_and_is_never_written(
 ) -> None:
     samples = tmp_path / "samples.jsonl"
     samples.write_text(
-        json.dumps({"id": "s1", "question": "q?", "answer": "Paris", "keywords": ["Paris"]}) + "\n"
+        json.dumps({"id": "s1", "question": "q?", "answer": "Paris", "must_contain": ["Paris"]})
+        + "\n"
     )
     bare = pg_url.replace(f":{PASSWORD}@", "@")
     env = {**os.environ, "PGPASSWORD": PASSWORD}

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeAlias, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -72,7 +72,11 @@ def grammar_schema(schema: Any) -> Any:
     return _required(_integer_enums(copy.deepcopy(schema)))
 
 
-def _strip_nul(value: Any) -> Any:
+_Parsed: TypeAlias = "str | int | float | bool | list[_Parsed] | dict[str, _Parsed] | None"
+"""A model's answer as JSON decodes it."""
+
+
+def _strip_nul(value: _Parsed) -> _Parsed:
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, dict):
@@ -116,7 +120,7 @@ class _Response(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _without_nul(cls, data: Any) -> Any:
+    def _without_nul(cls, data: _Parsed) -> _Parsed:
         """A model's NUL characters (``\\u0000`` in its JSON) mean nothing and PostgreSQL's
         text refuses them: taken out of every string, so both stores keep the same text."""
         return _strip_nul(data)

@@ -252,7 +252,7 @@ def test_retrieval_is_not_applicable_when_nothing_can_be_compared(tmp_path: Path
         {"id": "no-ids", "question": "q", "contexts": [S[0]], "reference_context_ids": ["a"]},
     ]
 
-    assert evaluate_retrieval(tmp_path, records) == 0
+    assert evaluate_retrieval(tmp_path, records) == 4  # nothing was judged: it says why
 
     out = {r["id"]: r["metrics"]["retrieval"] for r in read_jsonl(tmp_path / "results.jsonl")}
     assert out["unanswered"]["outcome"] == "not_applicable"

@@ -53,6 +53,7 @@ _LLM_FLAGS = (
     "concurrency",
     "max_retries",
     "max_transport_retries",
+    "max_throttle_wait",
     "timeout",
     "max_prompt_tokens",
     "mode",
@@ -104,7 +105,13 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         "--max-retries", type=int, help="re-asks when output does not validate (default 3)"
     )
     group.add_argument(
-        "--max-transport-retries", type=int, help="retries of 429/5xx/timeouts (default 6)"
+        "--max-transport-retries", type=int, help="retries of 5xx and timeouts (default 6)"
+    )
+    group.add_argument(
+        "--max-throttle-wait",
+        type=float,
+        metavar="SECONDS",
+        help="longest one call waits out 429s (rate limits), which use no retry (default 600)",
     )
     group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
     group.add_argument(

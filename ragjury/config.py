@@ -156,6 +156,12 @@ class Settings(BaseSettings):
     max_transport_retries: int = Field(
         default=6, ge=0, description="Retries of 429, 5xx, timeouts and connection errors."
     )
+    max_throttle_wait: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds one call may spend waiting out 429s (rate limits); they use "
+        "none of its --max-transport-retries.",
+    )
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
     max_prompt_tokens: int | None = Field(
         default=None,

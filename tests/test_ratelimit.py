@@ -10,12 +10,13 @@ import anyio
 import pytest
 import structlog
 
+from ragjury.errors import LLMTransportError
 from ragjury.llm import LLM
 from ragjury.schemas import Critique
 from ragjury.store import SQLiteStore
 
 from conftest import make_settings
-from fakeopenai import Behaviour, FakeOpenAI, RecordedRequest, Reply, chat_json
+from fakeopenai import Behaviour, FakeOpenAI, RecordedRequest, Reply, chat_json, error
 
 pytestmark = pytest.mark.anyio
 
@@ -97,3 +98,24 @@ async def test_an_endpoint_that_goes_down_is_probed_not_hammered_and_the_run_res
     # one per slot, as the 16 in flight end together), then one probe at a time (0.05, 0.1,
     # 0.2, 0.4, 0.8 s apart); not 50 waiting calls retrying on their own
     assert fake.stats()["outage_requests"] <= 16 + 6
+
+
+async def test_waiting_out_429s_uses_no_retry_and_is_bounded_by_time(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    throttled = [error(429, "slow down", retry_after_ms=1)] * 12
+    fake.route("critic", *throttled, chat_json({"rationale": "ok", "rating": 4}))
+    settings = make_settings(fake, tmp_path, max_transport_retries=2)
+    async with LLM(settings) as llm:
+        critique = await llm.structured(
+            Critique, [{"role": "user", "content": "rate it"}], stage="critic"
+        )
+
+    assert critique.rating == 4  # twelve 429s, two retries allowed: it still got its answer
+    assert len(fake.requests_for("critic")) == 13
+
+    fake.route("critic", error(429, "slow down", retry_after_ms=20))
+    settings = make_settings(fake, tmp_path, max_transport_retries=50, max_throttle_wait=0.2)
+    async with LLM(settings) as llm:
+        with pytest.raises(LLMTransportError, match="max-throttle-wait"):
+            await llm.structured(Critique, [{"role": "user", "content": "rate it"}], stage="critic")

@@ -340,7 +340,9 @@ class LLM:
         usage = self.usage.stage(stats.stage)
         usage.model = stats.model
         retries = self.settings.max_transport_retries
-        for attempt in range(retries + 1):
+        attempt = 0  # failed requests that count against --max-transport-retries
+        throttled_since: float | None = None  # a 429 waits on time, not on attempts
+        while True:
             health: Health = "unknown"
             while True:
                 probe = await self.breaker.admit()
@@ -364,7 +366,7 @@ class LLM:
             log.debug(
                 "llm_request",
                 stage=stats.stage,
-                attempt=attempt + 1,
+                attempt=stats.requests,
                 estimated_tokens=estimate,
                 limit=self.limiter.limit,
             )
@@ -408,21 +410,35 @@ class LLM:
                     self.fatal.set()
                 raise error
             timed_out = isinstance(failure, openai.APITimeoutError)
-            if attempt == retries or (timed_out and stats.statuses.count("timeout") > 1):
+            if status == 429:
+                # waiting out a rate limit is not a failed attempt: it is bounded by time
+                now = time.monotonic()
+                throttled_since = now if throttled_since is None else throttled_since
+                waited = now - throttled_since
+                if waited >= self.settings.max_throttle_wait:
+                    raise LLMTransportError(
+                        f"{stats.stage}: the endpoint still answered 429 (rate limited) after "
+                        f"{waited:.0f} s of waiting; lower --rpm / --tpm or --concurrency, or "
+                        "wait longer with --max-throttle-wait",
+                        status_code=429,
+                    )
+            elif attempt == retries or (timed_out and stats.statuses.count("timeout") > 1):
                 # a hung endpoint is asked twice, not --max-transport-retries times: each
                 # try costs a whole --timeout
                 error = LLMTransportError(
-                    f"{stats.stage}: {self._failed_text(failure, attempt + 1)}",
+                    f"{stats.stage}: {self._failed_text(failure, stats.requests)}",
                     status_code=_code(failure),
                 )
                 if _unreachable(failure) and not self._reached:
                     self.fatal_error = error
                     self.fatal.set()
                 raise error
+            else:
+                attempt += 1
             delay = retry_after(failure)
             if delay is None:
                 delay = backoff(
-                    attempt,
+                    stats.requests - 1,
                     base=self.settings.backoff_base,
                     cap=self.settings.backoff_max,
                     rng=self._rng,
@@ -431,12 +447,11 @@ class LLM:
                 "llm_retry",
                 stage=stats.stage,
                 status=status,
-                attempt=attempt + 1,
+                attempt=stats.requests,
                 wait=delay,
                 limit=self.limiter.limit,
             )
             await self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _failed_text(self, failure: openai.APIError, requests: int) -> str:
         """Why a call gave up, and what to check."""

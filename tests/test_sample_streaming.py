@@ -124,12 +124,25 @@ def test_a_utf16_csv_is_read_row_by_row(tmp_path: Path) -> None:
     ]
 
 
-def test_a_byte_that_is_not_utf8_is_named_by_its_offset_in_the_file(tmp_path: Path) -> None:
+def test_a_jsonl_line_that_is_not_utf8_costs_only_that_line(tmp_path: Path) -> None:
     path = tmp_path / "latin.jsonl"
     good = b'{"question": "fine"}\n' * 100_000  # past the first read buffers
-    path.write_bytes(good + b'{"question": "caf\xe9"}\n')
+    path.write_bytes(good + b'{"question": "caf\xe9"}\n' + b'{"question": "last"}\n')
 
-    with pytest.raises(InputError, match=rf"byte {len(good) + 17} cannot be decoded"):
+    loaded = load_samples(path)
+
+    assert loaded.count == 100_001
+    [invalid] = loaded.invalid
+    assert invalid.line == 100_001
+    assert "line is not UTF-8 (byte 18 of the line cannot be decoded)" in invalid.reason
+
+
+def test_a_csv_byte_that_is_not_utf8_is_named_by_its_offset_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    good = b"question\n" + b"fine\n" * 100_000  # past the first read buffers
+    path.write_bytes(good + b"caf\xe9\n")
+
+    with pytest.raises(InputError, match=rf"byte {len(good) + 3} cannot be decoded"):
         load_samples(path)
 
 

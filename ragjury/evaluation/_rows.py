@@ -14,7 +14,7 @@ import contextlib
 import csv
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,13 +84,42 @@ def _bad_byte(file: Path, encoding: str) -> int:
 
 
 def jsonl_rows(file: Path) -> Iterator[tuple[int, Any]]:
-    """Each line of a JSONL file, parsed; blank lines are skipped but counted."""
-    with _text(file, newline="\n") as text:
-        yield from _lines_parsed(enumerate(text, start=1))
+    """Each line of a JSONL file, parsed; blank lines are skipped but counted. In UTF-8 a
+    line that does not decode costs only that line (named by its number), not the file."""
+    if _encoding(file) != "utf-8-sig":
+        with _text(file, newline="\n") as text:
+            yield from _lines_parsed(enumerate(text, start=1))
+        return
+    try:
+        with file.open("rb") as raw:
+            yield from _lines_parsed(_decoded(raw))
+    except OSError as exc:
+        raise InputError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc
 
 
-def _lines_parsed(lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, Any]]:
+def _decoded(raw: Iterable[bytes]) -> Iterator[tuple[int, str | UnicodeDecodeError]]:
+    for number, line in enumerate(raw, start=1):
+        if number == 1:
+            line = line.removeprefix(codecs.BOM_UTF8)
+        try:
+            yield number, line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield number, exc
+
+
+def _lines_parsed(
+    lines: Iterable[tuple[int, str | UnicodeDecodeError]],
+) -> Iterator[tuple[int, Any]]:
     for number, line in lines:
+        if isinstance(line, UnicodeDecodeError):
+            yield (
+                number,
+                Unreadable(
+                    f"line is not UTF-8 (byte {line.start + 1} of the line cannot be decoded); "
+                    "save the file as UTF-8"
+                ),
+            )
+            continue
         if not line.strip():
             continue
         try:

@@ -378,3 +378,15 @@ def test_target_from_spec_gives_a_callable_target_for_a_function_spec() -> None:
 
     assert isinstance(target, CallableTarget)
     assert target.name == "eval_targets:sync_answer"
+
+
+@pytest.mark.anyio
+async def test_a_reply_with_a_lone_surrogate_is_repaired_like_file_input() -> None:
+    def rag(question: str) -> tuple[str, list[str]]:
+        return "Paris\ud800 is the answer\x00.", ["A passage\ud83d about Paris."]
+
+    reply = await CallableTarget(rag, name="rag").answer("Where?")
+
+    assert reply.answer == "Paris\ufffd is the answer."
+    assert reply.contexts == ("A passage\ufffd about Paris.",)
+    reply.answer.encode("utf-8")  # what every later step does: it no longer fails

@@ -9,6 +9,7 @@ message names the target, what went wrong and what to change.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,8 +20,10 @@ from typing import Any, Protocol, Self, runtime_checkable
 import anyio
 import anyio.to_thread
 import httpx2
+import structlog
 
 from ragjury.errors import ConfigurationError, RagjuryError
+from ragjury.text import clean_value
 from ragjury.urls import redact_text, redacted
 
 __all__ = [
@@ -35,6 +38,8 @@ __all__ = [
 _SNIPPET = 200
 _CONTEXT_TEXT_FIELDS = ("text", "page_content")
 _CONTEXT_ID_FIELDS = ("id", "chunk_id", "node_id", "id_")
+
+log = structlog.get_logger("ragjury.target")
 
 
 class TargetError(RagjuryError):
@@ -51,6 +56,18 @@ class TargetAnswer:
     contexts: tuple[str, ...]
     logprobs: tuple[float, ...] | None = None
     context_ids: tuple[str | None, ...] = ()
+
+
+def repaired(reply: TargetAnswer, target: str) -> TargetAnswer:
+    """``reply`` with text no later step could encode repaired, as file input is (a lone
+    surrogate becomes U+FFFD, NUL and other control characters go), with a warning."""
+    fields, repairs = clean_value(
+        {"answer": reply.answer, "contexts": reply.contexts, "context_ids": reply.context_ids}
+    )
+    if not repairs:
+        return reply
+    log.warning("target_reply_repaired", target=target, repairs="; ".join(repairs))
+    return dataclasses.replace(reply, **fields)
 
 
 @runtime_checkable
@@ -147,7 +164,10 @@ class HttpTarget:
             logprobs = _logprobs_from(reply.get("logprobs"))
         except ValueError as exc:
             raise self._error(f"in the reply, {exc}") from exc
-        return TargetAnswer(answer=answer, contexts=contexts, logprobs=logprobs, context_ids=ids)
+        return repaired(
+            TargetAnswer(answer=answer, contexts=contexts, logprobs=logprobs, context_ids=ids),
+            self.name,
+        )
 
     async def _post(self, payload: dict[str, str]) -> Any:
         try:
@@ -248,7 +268,7 @@ class CallableTarget:
                 f"fix the function (it failed on the question {_snippet(question)})"
             ) from exc
         try:
-            return _answer_from(result)
+            return repaired(_answer_from(result), self._name)
         except ValueError as exc:
             raise TargetError(
                 f"target function {self._name} returned {exc}; return a TargetAnswer, "

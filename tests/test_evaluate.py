@@ -607,3 +607,21 @@ def test_jury_keeps_the_applications_stdout_clean(fake: FakeOpenAI, tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert done.stdout == "passing True\n"
     assert "message_handled" not in done.stderr  # info lines stay below the default level
+
+
+def test_stored_evidence_is_the_span_found_in_the_context_not_the_models_label(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    labelled = {
+        "statement_index": 0,
+        "reason": "r",
+        "evidence": "[1] tokyo is  the CAPITAL of japan",
+        "supported": True,
+    }
+    fake.route("verdict_judge", chat_json({"verdicts": [labelled]}))
+
+    assert evaluate(fake, tmp_path, write_jsonl(tmp_path / "s.jsonl", [TOKYO])) == 0
+
+    faith = results(tmp_path)["tokyo"]["metrics"]["faithfulness"]
+    assert faith["statements"][0]["evidence"] == "Tokyo is the capital of Japan"

@@ -29,7 +29,7 @@ from ragjury.schemas import (
     Verdict,
     Verdicts,
 )
-from ragjury.schemas.responses import counted
+from ragjury.schemas.responses import counted, evidence_span
 from ragjury.store.cache import fingerprint
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class VerdictJudge:
         )
         confidences = _confidences(stats.last_raw_output, stats.logprobs, len(statements))
         return {
-            v.statement_index: _record(statements[v.statement_index], v, confidences)
+            v.statement_index: _record(statements[v.statement_index], v, confidences, window)
             for v in output.verdicts
         }, stats.requests
 
@@ -134,12 +134,14 @@ def _supported(verdict: StatementVerdict | None) -> bool:
     return verdict is not None and verdict.supported
 
 
-def _record(text: str, verdict: Verdict, confidences: list[float] | None) -> StatementVerdict:
+def _record(
+    text: str, verdict: Verdict, confidences: list[float] | None, window: Sequence[str]
+) -> StatementVerdict:
     return StatementVerdict(
         text=text,
         supported=verdict.supported,
         reason=verdict.reason,
-        evidence=verdict.evidence or None,
+        evidence=evidence_span(verdict.evidence, window) if verdict.evidence else None,
         confidence=confidences[verdict.statement_index] if confidences else None,
     )
 

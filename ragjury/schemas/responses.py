@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar, TypeAlias, TypeVar
@@ -236,6 +236,21 @@ def quote_occurs(evidence: str, contexts: str) -> bool:
     if len(fragments) > 1 and any(len(f.split()) < 2 for f in fragments):
         return False  # "the ... of" would occur anywhere: each piece must say something
     return bool(fragments) and all(f in contexts for f in fragments)
+
+
+def evidence_span(evidence: str, contexts: Sequence[str]) -> str:
+    """The text of ``contexts`` that ``evidence`` quotes, as it stands there: without the
+    model's label (``[1]``), its case and spacing as in the context, and each fragment of an
+    elided quote found on its own (joined by `` … ``). A fragment not found stays as given."""
+    spans = []
+    for part in _ELLIPSIS.split(_LABEL.sub("", evidence)):
+        words = _LABEL.sub("", part).strip(_EDGES + " ").split()
+        if not words:
+            continue
+        pattern = re.compile(r"\s+".join(re.escape(w) for w in words), re.IGNORECASE)
+        found = next((m.group(0) for c in contexts if (m := pattern.search(c))), None)
+        spans.append(found if found is not None else " ".join(words))
+    return " … ".join(spans) if spans else evidence
 
 
 class Statements(_Response):

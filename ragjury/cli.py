@@ -17,8 +17,8 @@ from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
 from ragjury.metrics import Registry, builtin_metrics, registry
-from ragjury.pipelines.generation import PROMPT_NAMES as GENERATION_PROMPTS
 from ragjury.pricing import load_price_file
+from ragjury.prompts import builtin_names
 
 log = structlog.get_logger("ragjury.cli")
 
@@ -164,8 +164,8 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=PATH",
         help="replace a built-in prompt template with your Jinja2 file; names: "
-        f"{', '.join(GENERATION_PROMPTS)} (generate); {', '.join(_declared().prompt_names())} "
-        "(evaluate)",
+        f"{', '.join(_generation_prompts())} (generate); "
+        f"{', '.join(_declared().prompt_names())} (evaluate)",
     )
 
 
@@ -244,6 +244,12 @@ def _declared() -> Registry:
         return registry()
     except RagjuryError:
         return Registry(builtin_metrics())
+
+
+def _generation_prompts() -> list[str]:
+    """The built-in templates no metric renders: the generator's and its critics'."""
+    judged = set(_declared().prompt_names())
+    return [name for name in builtin_names() if name not in judged]
 
 
 def _metric_help(metrics: Registry) -> str:

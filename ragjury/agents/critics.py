@@ -3,13 +3,15 @@ judges one thing about a drafted pair: rationale first, then an integer rating 1
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ragjury.agents.base import failure_from
 from ragjury.errors import LLMError
-from ragjury.llm import LLM
 from ragjury.prompts import Prompt
 from ragjury.schemas import Criterion, Critique, CritiqueIssued, CritiqueResult, PairDrafted, QAPair
+
+if TYPE_CHECKING:
+    from ragjury.llm import LLM
 
 
 class GroundednessCritique(Critique):

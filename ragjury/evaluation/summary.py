@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ragjury.llm import UsageLedger
+from ragjury.llm.usage import UsageLedger
 from ragjury.metrics import Tally, registry
 from ragjury.schemas import MetricResult, SampleScored
 

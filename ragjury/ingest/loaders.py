@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pypdf import PdfReader
-from pypdf.errors import FileNotDecryptedError
 
 from ragjury._id_hashes import Seen
 from ragjury.errors import InputError
@@ -411,6 +409,9 @@ def _read_text(path: Path) -> str:
 
 def _read_pdf(path: Path) -> str:
     """The text of every page, pages separated by a blank line."""
+    from pypdf import PdfReader  # only when a PDF is read: it costs tens of ms to import
+    from pypdf.errors import FileNotDecryptedError
+
     try:
         reader = PdfReader(path)
         pages = [(page.extract_text() or "").strip() for page in reader.pages]

@@ -1,6 +1,34 @@
-"""The LLM client: instructor + AsyncOpenAI, retries, concurrency limit, accounting."""
+"""The LLM client: instructor + AsyncOpenAI, retries, concurrency limit, accounting.
 
-from ragjury.llm.client import LLM, Message
-from ragjury.llm.usage import CallStats, StageUsage, UsageLedger
+The client (and with it openai and instructor) is imported when first asked for, so that a
+module that needs only ``ragjury.llm.tokens`` or ``ragjury.llm.usage`` does not load them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragjury.llm.client import LLM as LLM
+    from ragjury.llm.client import Message as Message
+    from ragjury.llm.usage import CallStats as CallStats
+    from ragjury.llm.usage import StageUsage as StageUsage
+    from ragjury.llm.usage import UsageLedger as UsageLedger
+
+_WHERE = {
+    "LLM": "ragjury.llm.client",
+    "Message": "ragjury.llm.client",
+    "CallStats": "ragjury.llm.usage",
+    "StageUsage": "ragjury.llm.usage",
+    "UsageLedger": "ragjury.llm.usage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ragjury.llm' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["LLM", "CallStats", "Message", "StageUsage", "UsageLedger"]

@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import httpx2
+if TYPE_CHECKING:
+    import httpx2
+
 
 Clock = Callable[[], float]
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")

@@ -89,6 +89,14 @@ class Prompt:
         return messages
 
 
+def builtin_names() -> tuple[str, ...]:
+    """The names of the built-in templates, sorted."""
+    folder = resources.files("ragjury.prompts").joinpath("templates")
+    return tuple(
+        sorted(p.name.removesuffix(".j2") for p in folder.iterdir() if p.name.endswith(".j2"))
+    )
+
+
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:
     """``--prompt NAME=PATH`` values as prompts, checked against the command's prompt names."""
     prompts = {}
@@ -102,4 +110,4 @@ def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt
     return prompts
 
 
-__all__ = ["Prompt", "load_overrides"]
+__all__ = ["Prompt", "builtin_names", "load_overrides"]

@@ -98,3 +98,14 @@ def test_6_when_a_budget_stopped_the_run(fake: FakeOpenAI, tmp_path: Path) -> No
     assert code == 6
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stopped_by_budget"] is True
+
+
+def test_samples_without_an_answer_get_a_sentence_for_people_not_a_log_record(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(fake, tmp_path, [TOKYO, {"id": "open", "question": "Who?"}], "--metrics", "faithfulness")
+
+    err = capsys.readouterr().err
+    assert "1 sample(s) have no answer" in err
+    assert "pass --target URL" in err
+    assert "samples_without_answer" not in err  # no JSON log line for a person to read

@@ -101,10 +101,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.model_copy(update={"logprobs": True})
     target = _target(args)
     if loaded.unanswered and target is None:
-        log.warning(
-            "samples_without_answer",
-            count=loaded.unanswered,
-            hint="pass --target to have your RAG system answer them",
+        console.print(  # for a person: a sentence on stderr, not a log record
+            f"ragjury: warning: {loaded.unanswered} sample(s) have no answer, so the metrics "
+            "that judge an answer will be not applicable for them; pass --target URL (or "
+            "--target module:function) to have your RAG system answer them",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
         job = await submit_samples(

@@ -62,7 +62,7 @@ def add_report_commands(commands: Any) -> None:
         "compare",
         help="compare two evaluation runs sample by sample: differences, intervals, regressions",
         description="Pair the samples of BASELINE and CANDIDATE by id and compare each metric: "
-        "means, the paired difference with a bootstrap 95%% interval, samples improved, "
+        "means, the paired difference with a bootstrap 95% interval, samples improved, "
         "regressed or the same, and the biggest regressions. BASELINE and CANDIDATE are "
         "results files, or job ids with --db.",
     )

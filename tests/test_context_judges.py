@@ -325,3 +325,24 @@ def test_the_summary_and_the_terminal_tables_show_the_new_metrics(
 
 
 _LIMIT = {"limit": 4, "concurrency": 4, "throttled": 0, "lowest_limit": 4}
+
+
+def test_a_model_that_numbers_passages_from_1_is_understood(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    def from_one(request: RecordedRequest) -> Reply:
+        body = context_relevance_reply(request).body
+        assert isinstance(body, dict)
+        reply = json.loads(body["choices"][0]["message"]["content"])
+        for verdict in reply["verdicts"]:
+            verdict["context_index"] += 1  # "(1) ... (2) ... (3)", as most models count
+        return chat_json(reply)
+
+    script_judges(fake)
+    fake.route("context_relevance_judge", from_one)
+
+    assert run(fake, tmp_path, [PARIS], "--metrics", "context_relevance") == 0
+
+    assert len(fake.requests_for("context_relevance_judge")) == 1  # no re-ask
+    relevance = judged(tmp_path)["paris"]["context_relevance"]
+    assert [c["relevant"] for c in relevance["contexts"]] == [False, True, True]

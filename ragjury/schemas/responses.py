@@ -358,7 +358,10 @@ class ContextVerdicts(_Response):
         count = _context(info).get("count")
         if isinstance(count, int):
             indexes = sorted(v.context_index for v in value)
-            if indexes != list(range(count)):
+            if indexes == list(range(1, count + 1)):
+                # numbered from 1, as most models (and many prompts) count: the same verdicts
+                value = [v.model_copy(update={"context_index": v.context_index - 1}) for v in value]
+            elif indexes != list(range(count)):
                 raise ValueError(
                     f"give exactly one verdict for each context 0..{count - 1}; "
                     f"got verdicts for contexts {indexes}"

@@ -242,3 +242,29 @@ def test_a_repeated_id_is_refused_with_the_id(
 
     assert main(["compare", str(base), str(base)]) == 2
     assert "sample id 'a' appears twice" in capsys.readouterr().err
+
+
+def test_limit_and_all_choose_how_many_regressions_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, cand = _files(tmp_path)
+
+    assert main(["compare", base, cand, "--json", "--limit", "1"]) == 0
+    one = json.loads(capsys.readouterr().out)["metrics"][0]["biggest_regressions"]
+    assert main(["compare", base, cand, "--json", "--all"]) == 0
+    every = json.loads(capsys.readouterr().out)["metrics"][0]["biggest_regressions"]
+
+    assert [r["id"] for r in one] == ["d"]
+    assert [r["id"] for r in every] == ["d", "a"]
+
+
+def test_the_terminal_title_puts_the_baseline_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, cand = _files(tmp_path)
+
+    assert main(["compare", base, cand]) == 0
+
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.index("(baseline)") < out.index("(candidate)")
+    assert out.index(base[-20:]) < out.index(cand[-20:])

@@ -86,6 +86,15 @@ def add_report_commands(commands: Any) -> None:
         "--resamples", type=_positive, default=2000, help="bootstrap resamples (default 2000)"
     )
     comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    shown = comp.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--limit",
+        type=int,
+        default=5,
+        metavar="N",
+        help="list the N biggest regressions of each metric (default 5)",
+    )
+    shown.add_argument("--all", action="store_true", help="list every regression")
     comp.add_argument("--title", help="the page title of --out")
 
 
@@ -165,6 +174,7 @@ async def compare_command(args: argparse.Namespace, settings: Settings) -> int:
         candidate_label=args.candidate,
         resamples=args.resamples,
         seed=args.seed,
+        listed=None if args.all else args.limit,
     )
     allowed = {name: delta for spec in args.fail_on_regression for name, delta in spec.items()}
     comparison.gates.extend(check_regressions(comparison, allowed))

@@ -140,6 +140,7 @@ def _compare_metric(
     *,
     resamples: int,
     seed: int,
+    listed: int | None = _REGRESSIONS_LISTED,
 ) -> MetricComparison:
     higher_is_better = scale_of(metric).higher_is_better
     changes: list[Change] = []
@@ -171,7 +172,7 @@ def _compare_metric(
         regressed=len(worst),
         same=sum(abs(c.difference) <= _SAME for c in changes),
         not_comparable=not_comparable,
-        biggest_regressions=worst[:_REGRESSIONS_LISTED],
+        biggest_regressions=worst if listed is None else worst[:listed],
     )
 
 
@@ -183,7 +184,10 @@ def compare(
     candidate_label: str = "candidate",
     resamples: int = 2000,
     seed: int = 0,
+    listed: int | None = _REGRESSIONS_LISTED,
 ) -> Comparison:
+    """Pair ``baseline`` and ``candidate`` by id and compare each metric; ``listed`` is how
+    many of each metric's biggest regressions to keep (None: all of them)."""
     base = by_id(baseline, baseline_label)
     cand = by_id(candidate, candidate_label)
     ids = [key for key in base if key in cand]
@@ -195,7 +199,8 @@ def compare(
         only_baseline=[key for key in base if key not in cand],
         only_candidate=[key for key in cand if key not in base],
         metrics=[
-            _compare_metric(m, ids, base, cand, resamples=resamples, seed=seed) for m in metrics
+            _compare_metric(m, ids, base, cand, resamples=resamples, seed=seed, listed=listed)
+            for m in metrics
         ],
         resamples=resamples,
         seed=seed,

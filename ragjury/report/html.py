@@ -307,6 +307,6 @@ def comparison_html(comparison: Comparison, *, title: str | None = None) -> str:
         "compare.html.j2",
         title=title or "ragjury comparison",
         data=None,
-        source=f"{comparison.candidate} vs {comparison.baseline}",
+        source=f"{comparison.baseline} (baseline) -> {comparison.candidate} (candidate)",
         c=comparison,
     )

@@ -25,7 +25,7 @@ def _short(text: str | None, limit: int = 90) -> str:
 
 def comparison_view(comparison: Comparison) -> RenderableType:
     table = Table(
-        title=f"{comparison.candidate} vs {comparison.baseline}: "
+        title=f"{comparison.baseline} (baseline) -> {comparison.candidate} (candidate): "
         f"{comparison.paired_samples} samples paired by id"
     )
     table.add_column("metric", no_wrap=True)

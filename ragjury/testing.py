@@ -40,7 +40,7 @@ def sample_id(fields: dict[str, Any]) -> str:
     return "test-" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _short(text: Any) -> str:
+def _short(text: object) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= _SHOWN_CHARS else flat[: _SHOWN_CHARS - 1] + "…"
 

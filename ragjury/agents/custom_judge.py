@@ -327,8 +327,9 @@ def _filled(sample: Sample, name: str) -> bool:
     return bool(value and str(value).strip())
 
 
-def _value(sample: Sample, name: str) -> Any:
-    value = getattr(sample, name)
+def _value(sample: Sample, name: str) -> str | list[str] | None:
+    """A sample field as a prompt shows it (one of :data:`INPUTS`: a text or a list of them)."""
+    value: str | tuple[str, ...] | None = getattr(sample, name)
     return list(value) if isinstance(value, tuple) else value
 
 

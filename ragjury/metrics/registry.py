@@ -46,7 +46,7 @@ def builtin_metrics() -> tuple[Metric, ...]:
     return tuple(sorted(found.values(), key=lambda m: (m.order, m.name)))
 
 
-def _as_metrics(value: Any, source: str) -> list[Metric]:
+def _as_metrics(value: object, source: str) -> list[Metric]:
     if callable(value) and not isinstance(value, Metric):
         value = value()
     if isinstance(value, Metric):

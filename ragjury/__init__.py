@@ -4,8 +4,9 @@ The public names are imported when first used (``ragjury.Jury``, ``from ragjury 
 Sample``), so that ``import ragjury`` and the command line's ``--version`` and ``--help`` do not
 load the LLM client, the stores and the report code they do not need."""
 
-import importlib as _importlib
 import typing as _typing
+
+from ragjury._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from ragjury.api_inputs import (
@@ -223,13 +224,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ragjury' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # imported once
-    return value
+__getattr__ = _lazy_names(__name__, _WHERE)
 
 
 __all__ = [

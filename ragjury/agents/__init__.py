@@ -7,8 +7,9 @@ registry (:mod:`ragjury.metrics.registry`) finds every module here by walking th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ragjury._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ragjury.agents.aggregator import Aggregator
@@ -52,11 +53,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ragjury.agents' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_names(__name__, {name: f"{__name__}.{m}" for name, m in _MODULES.items()})
 
 
 __all__ = [

@@ -5,8 +5,9 @@ module that needs only ``ragjury.llm.tokens`` or ``ragjury.llm.usage`` does not 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ragjury._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ragjury.llm.client import LLM as LLM
@@ -24,11 +25,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ragjury.llm' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_names(__name__, _WHERE)
 
 
 __all__ = ["LLM", "CallStats", "Message", "StageUsage", "UsageLedger"]

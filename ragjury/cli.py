@@ -169,6 +169,12 @@ def _add_llm_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_log_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
+    )
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The database, logging, the step cache and shutdown: shared by the working commands."""
     parser.add_argument(
@@ -176,9 +182,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="where ragjury keeps the queue, results and step cache: a SQLite file, or a "
         "postgresql://user@host/db URL for workers on several machines (default ragjury.db)",
     )
-    parser.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
-    )
+    _add_log_level(parser)
     parser.add_argument(
         "--no-cache",
         dest="cache",
@@ -424,9 +428,7 @@ def _add_metrics_command(commands: Any) -> None:
     listing.add_argument(
         "--markdown", action="store_true", help="print a Markdown table (as in the README)"
     )
-    listing.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
-    )
+    _add_log_level(listing)
 
 
 def _add_queue_commands(commands: Any) -> None:
@@ -450,9 +452,7 @@ def _add_queue_commands(commands: Any) -> None:
         "the record field SOURCE (repeatable), e.g. --field question=query",
     )
     submit.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
-    submit.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
-    )
+    _add_log_level(submit)
     submit.add_argument(
         "--prompt",
         action="append",
@@ -545,11 +545,8 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
 
 def _thresholds(args: argparse.Namespace) -> dict[str, float]:
     """``--NAME-threshold X`` and ``--threshold NAME=X`` as one mapping (the latter wins)."""
-    found = {
-        key.removesuffix("_threshold"): value
-        for key, value in vars(args).items()
-        if key.endswith("_threshold") and key != "dedup_threshold" and value is not None
-    }
+    given = {m.name: getattr(args, f"{m.name}_threshold", None) for m in _declared()}
+    found = {name: value for name, value in given.items() if value is not None}
     for name, value in _pairs(getattr(args, "thresholds", None) or [], "--threshold").items():
         try:
             found[name] = float(value)

@@ -247,15 +247,21 @@ def test_a_repeated_id_is_refused_with_the_id(
 def test_limit_and_all_choose_how_many_regressions_are_listed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base, cand = _files(tmp_path)
+    ids = [f"s{i}" for i in range(8)]
+    base = write_jsonl(tmp_path / "b.jsonl", [record(i, faithfulness=scored(1.0)) for i in ids])
+    cand = write_jsonl(
+        tmp_path / "c.jsonl",
+        [record(i, faithfulness=scored(0.9 - n / 10)) for n, i in enumerate(ids)],
+    )  # all eight regressed, s7 the most
 
-    assert main(["compare", base, cand, "--json", "--limit", "1"]) == 0
-    one = json.loads(capsys.readouterr().out)["metrics"][0]["biggest_regressions"]
-    assert main(["compare", base, cand, "--json", "--all"]) == 0
-    every = json.loads(capsys.readouterr().out)["metrics"][0]["biggest_regressions"]
+    def listed(*flags: str) -> list[str]:
+        assert main(["compare", str(base), str(cand), "--json", *flags]) == 0
+        found = json.loads(capsys.readouterr().out)["metrics"][0]["biggest_regressions"]
+        return [r["id"] for r in found]
 
-    assert [r["id"] for r in one] == ["d"]
-    assert [r["id"] for r in every] == ["d", "a"]
+    assert listed() == ["s7", "s6", "s5", "s4", "s3"]  # five by default
+    assert listed("--limit", "2") == ["s7", "s6"]
+    assert listed("--all") == ids[::-1]
 
 
 def test_the_terminal_title_puts_the_baseline_first(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -163,8 +164,13 @@ def test_every_declared_metric_reaches_the_estimate_summary_report_and_gates(
         assert set(agents) & set(estimate["by_stage"]), f"{name} is missing from the estimate"
 
     gates = [f"{m.name}={m.scale.example()}" for m in builtin_metrics() if m.scale.higher_is_better]
-    code = evaluate(fake, tmp_path, samples, "--metrics", every, "--fail-under", ",".join(gates))
+    junit = tmp_path / "junit.xml"
+    flags = ("--fail-under", ",".join(gates), "--junit", str(junit))
+    code = evaluate(fake, tmp_path, samples, "--metrics", every, *flags)
     assert code in (0, 5)  # some bars fail on these answers; none is refused (that is exit 2)
+    [suite] = [s for s in ET.parse(junit).getroot() if s.get("name") == "ragjury.gates"]
+    judged = {case.get("name") for case in suite}
+    assert judged == {f"--fail-under {gate}" for gate in gates}  # every bar was checked
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert list(summary["metrics"]) == BUILTIN
     assert set(summary["declarations"]) == set(BUILTIN)

@@ -22,6 +22,7 @@ served by one agent, ``custom_judge``: one call per judge and sample, cached lik
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -214,9 +215,14 @@ def load_judges(paths: Sequence[str | Path]) -> list[Metric]:
     return [load_judge(path) for path in paths]
 
 
+def is_judge_file(metric: Metric) -> bool:
+    """Whether ``metric`` came from a judge file (its one agent is this module's)."""
+    return metric.agents.keys() == {ROLE}
+
+
 def stored(judges: Sequence[Metric]) -> list[dict[str, Any]]:
     """What a job keeps of its judge files, so any worker can rebuild them."""
-    return [dict(judge.extra) for judge in judges if judge.agents.keys() == {ROLE}]
+    return [dict(judge.extra) for judge in judges if is_judge_file(judge)]
 
 
 def from_stored(stored_judges: Sequence[Mapping[str, Any]]) -> list[Metric]:
@@ -253,6 +259,7 @@ class _Judgment(BaseModel):
     reasoning: str = Field(min_length=1, description="Why, in a few sentences, before the score.")
 
 
+@functools.cache  # a model class per scale, made once (an estimate asks for it per sample)
 def judgment_model(scale: Scale) -> type[_Judgment]:
     """The response model of a judge on ``scale``: reasoning first, then a score that
     validates only on the scale (so an out-of-scale score is re-asked)."""
@@ -334,7 +341,7 @@ def _value(sample: Sample, name: str) -> str | list[str] | None:
 
 
 def _build(c: BuildContext) -> Step:
-    judges = [j for j in c.judges if j.agents.keys() == {ROLE}]
+    judges = [j for j in c.judges if is_judge_file(j)]
     parts = [(j.name, prompt_of(j).version, c.threshold(j.name)) for j in judges]
     return Step(CustomJudge(c.llm, judges, c.options), fingerprint(c.model, parts))
 

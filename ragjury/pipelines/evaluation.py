@@ -96,7 +96,7 @@ def plan_metrics(
         for j in (*settings.judges, *judges)
     ]
     for judge in loaded:
-        if judge.agents.keys() != {custom_judge.ROLE}:
+        if not custom_judge.is_judge_file(judge):
             raise ConfigurationError(
                 f"metric {judge.name!r} ({judge.origin}) brings agents of its own "
                 f"({', '.join(judge.agents)}), which a worker elsewhere could not build: ship "

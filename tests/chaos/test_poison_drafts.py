@@ -72,6 +72,11 @@ def test_poison_drafts_end_as_results_and_the_run_exits_normally(
     assert code in (0, 4), f"exit {code}"
     figures = json.loads(summary.read_text())
     assert figures["documents"] == 2
+    assert figures["chunks_failed"] == 0, figures
+    assert figures["failed"] == 0, figures  # a poison draft is judged, not crashed on
     kept_and_rejected = read_jsonl(out) + read_jsonl(tmp_path / "r.jsonl")
-    assert kept_and_rejected  # every pair ended somewhere, none is left processing
+    # every drafted pair ended in one of the two files, none is left processing
+    assert len(kept_and_rejected) == figures["kept"] + figures["rejected"] > 0
+    drafted = figures["kept"] + figures["rejected"] + figures["duplicates_dropped"]
+    assert drafted == figures["pairs_drafted"], figures
     assert main(["status", "--db", db, "--json"]) == 0

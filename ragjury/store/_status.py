@@ -1,6 +1,7 @@
 """What a store holds, for ``ragjury status``: items per state and job, LLM use per stage,
 throughput, messages waiting per agent, and the workers (host, agents, leases held) serving
-them. The queries are plain SQL that SQLite and PostgreSQL both run (``?`` placeholders)."""
+them. The queries are in the SQL core's dialect (``?`` placeholders, ``seq``), which both
+drivers render."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ _LIVE_SECONDS = 120.0
 
 class _Readable(Protocol):
     location: str
-    job_order: str
-    """The column that orders jobs as they were created."""
 
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
@@ -47,7 +46,7 @@ async def status(store: _Readable) -> dict[str, Any]:
             **per_job.get(str(job_id), dict.fromkeys(STATES, 0)),
         }
         for job_id, kind, created_at in await store.read(
-            f"SELECT id, kind, created_at FROM jobs ORDER BY {store.job_order}"
+            "SELECT id, kind, created_at FROM jobs ORDER BY seq"
         )
     ]
 

@@ -6,7 +6,7 @@ characters yet differ in the word that matters, while a re-punctuated or re-case
 question scores 1.0.
 
 Its decisions are stored, one per pair, in a step serialised per job across processes
-(:meth:`~ragjury.store.base.Store.decide_questions`): a pair decided before is decided the
+(:meth:`~ragjury.store.base.Joins.decide_questions`): a pair decided before is decided the
 same way again (a redelivered message). The kept questions live in the store, indexed so
 that a drafted question is compared only with those it could nearly repeat
 (:mod:`ragjury.agents.question_index`): time per question and worker memory stay flat
@@ -19,14 +19,14 @@ from typing import ClassVar
 
 from ragjury.agents.question_index import QuestionIndex
 from ragjury.schemas import DuplicateDropped, PairDrafted, QuestionsDrafted
-from ragjury.store.base import Store
+from ragjury.store.base import Joins
 
 
 class Deduplicator:
     role: ClassVar[str] = "deduplicator"
     consumes: ClassVar[tuple[type[QuestionsDrafted]]] = (QuestionsDrafted,)
 
-    def __init__(self, threshold: float, store: Store, job_id: str) -> None:
+    def __init__(self, threshold: float, store: Joins, job_id: str) -> None:
         self._index = QuestionIndex(threshold)
         self._store, self._job_id = store, job_id
 

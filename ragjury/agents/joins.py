@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextvars import ContextVar
 
-from ragjury.store.base import Store
+from ragjury.store.base import Joins
 
 current_item: ContextVar[str] = ContextVar("ragjury_current_item")
 """The item (document or sample key) of the message being handled."""
@@ -20,7 +20,7 @@ current_item: ContextVar[str] = ContextVar("ragjury_current_item")
 class JoinState:
     """One job's join state in ``store``."""
 
-    def __init__(self, store: Store, job_id: str) -> None:
+    def __init__(self, store: Joins, job_id: str) -> None:
         self._store, self._job_id = store, job_id
 
     async def add(self, parts: Mapping[str, str], prefix: str) -> dict[str, str]:

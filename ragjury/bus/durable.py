@@ -1,4 +1,4 @@
-"""A durable bus on a :class:`~ragjury.store.base.Store`: messages are rows, claimed under
+"""A durable bus on a :class:`~ragjury.store.base.Mailbox`: messages are rows, claimed under
 leases on the database's clock, so any process on the same database can take any message.
 
 * A group's workers in this process share one claim: the worker that finds nothing buffered
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Protocol
 
 import anyio
 import structlog
@@ -26,7 +27,7 @@ import structlog
 from ragjury.bus.base import Delivery, Message
 from ragjury.errors import BusError
 from ragjury.schemas import ENVELOPE_ADAPTER
-from ragjury.store.base import OutgoingMessage, Store, StoredMessage
+from ragjury.store.base import Mailbox, OutgoingMessage, Queue, StoredMessage
 
 log = structlog.get_logger("ragjury.bus")
 
@@ -106,12 +107,17 @@ class _DurableSubscription:
                     poll = min(poll * 2, await bus.longest_poll())
 
 
+class Backing(Mailbox, Queue, Protocol):
+    """What the durable bus needs of a store: its messages, and to fail the item of one
+    that reached the delivery limit."""
+
+
 class DurableBus:
     """A :class:`~ragjury.bus.base.Bus` whose messages live in ``store``."""
 
     def __init__(
         self,
-        store: Store,
+        store: Backing,
         owner: str,
         *,
         lease_seconds: float = 30.0,

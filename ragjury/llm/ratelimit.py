@@ -8,7 +8,7 @@ two of them (limit L, remaining R, reset T) the refill rate is (L - R) / T (coun
 (L - R - 1) / T, since R is rounded down).
 
 The buckets themselves live in a :class:`RateLedger`: :class:`LocalLedger` in memory for one
-process, or the store (:meth:`ragjury.store.base.Store.take_rate`) for every process on one
+process, or the store (:meth:`ragjury.store.base.CallLog.take_rate`) for every process on one
 database. Both have the same semantics: a reservation is taken at once, the level may go
 below zero, and the answer is how long to wait before sending.
 """
@@ -98,7 +98,7 @@ def _window(headers: Mapping[str, str] | httpx2.Headers, kind: str) -> Window | 
 
 
 class RateLedger(Protocol):
-    """Where the rate buckets live (see :meth:`ragjury.store.base.Store.take_rate`)."""
+    """Where the rate buckets live (see :meth:`ragjury.store.base.CallLog.take_rate`)."""
 
     async def take_rate(
         self,

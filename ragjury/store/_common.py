@@ -56,7 +56,9 @@ def job_key(kind: JobKind, options: Mapping[str, Any], items: ItemsFactory) -> t
     for key, payload in items():
         ids.add(key)
         size += 1
-        digest.update(b"\0" + key.encode() + b"\0" + encode(payload).encode())
+        # surrogatepass: a key with a lone surrogate (stored as U+FFFD) still has a hash
+        digest.update(b"\0" + key.encode(errors="surrogatepass") + b"\0")
+        digest.update(encode(payload).encode())
     suspects = ids.suspects()
     if suspects:
         seen = Counter(key for key, _ in items() if id_hash(key) in suspects)

@@ -3,9 +3,12 @@
 A store holds the jobs and their items (the intake queue), the messages of the durable bus
 (claimed under leases on the database's clock), the join state of the aggregating agents
 (atomic per item), the items' results, the step cache, every LLM call and the workers that
-are running. :class:`~ragjury.store.sqlite.SQLiteStore` implements it on one file; a
-PostgreSQL store implements the same methods (``tests/store_contract.py`` is the suite both
-must pass).
+are running. Each role is a small protocol (:class:`Queue`, :class:`Mailbox`,
+:class:`Joins`, :class:`Results`, :class:`CallLog`, :class:`Workers`) and a caller depends on
+the one it uses; :class:`Store` is all of them on one database.
+:class:`~ragjury.store.sqlite.SQLiteStore` and :class:`~ragjury.store.postgres.PostgresStore`
+implement them with one SQL core (:mod:`ragjury.store.sql`); ``tests/store_contract.py`` is
+the suite both must pass.
 
 Item states: ``queued`` -> ``processing`` (claimed by an intake, under a lease, until its
 first messages are published) -> ``running`` (its messages are on the bus) -> ``done`` or
@@ -145,15 +148,9 @@ class QuestionMatcher(Protocol):
         ...
 
 
-class Store(Protocol):
-    """The methods every store implements. Open with ``async with``."""
-
-    location: str
-    """Where it is, for messages (a path, or a URL with any password redacted)."""
-
-    async def __aenter__(self) -> Store: ...
-
-    async def __aexit__(self, *exc_info: object) -> None: ...
+class CallLog(Protocol):
+    """Runs, the LLM calls they made, the step cache and the shared rate buckets: what the
+    LLM layer and the commands record."""
 
     async def now(self) -> float:
         """The database's clock, in seconds since the epoch (leases are measured on it)."""
@@ -180,7 +177,6 @@ class Store(Protocol):
         caller's ``per_second`` and ``capacity`` are the bucket's for this call."""
         ...
 
-    # runs and LLM calls ---------------------------------------------------------------
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str: ...
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None: ...
@@ -205,7 +201,14 @@ class Store(Protocol):
         None."""
         ...
 
-    # jobs and items -------------------------------------------------------------------
+    async def get_step(self, key: str) -> str | None: ...
+
+    async def put_step(self, key: str, agent: str, output: str) -> None: ...
+
+
+class Queue(Protocol):
+    """Jobs and their items: what entry points submit and the runner's intake claims."""
+
     async def submit(
         self,
         kind: JobKind,
@@ -267,6 +270,14 @@ class Store(Protocol):
 
     async def unfinished(self, job_ids: Sequence[str] | None = None) -> int: ...
 
+    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+        """The submitted document or sample of an item."""
+        ...
+
+
+class Results(Protocol):
+    """What finished items left, for outputs and reports."""
+
     def reports(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """The reports of a job's ended items, in item order, a page at a time."""
         ...
@@ -283,7 +294,10 @@ class Store(Protocol):
         """The SampleScored JSON of a job's samples, in input order."""
         ...
 
-    # the durable bus ------------------------------------------------------------------
+
+class Mailbox(Protocol):
+    """The durable bus's messages."""
+
     async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None: ...
 
     async def claim_messages(
@@ -326,7 +340,10 @@ class Store(Protocol):
         """Messages not yet acknowledged, per group."""
         ...
 
-    # join state -----------------------------------------------------------------------
+
+class Joins(Protocol):
+    """Join state per item, for the aggregating agents, and the deduplicator's decisions."""
+
     async def join(
         self, job_id: str, item_key: str, parts: Mapping[str, str], prefix: str
     ) -> dict[str, str]:
@@ -349,16 +366,10 @@ class Store(Protocol):
         database from before the index) is indexed again first."""
         ...
 
-    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
-        """The submitted document or sample of an item."""
-        ...
 
-    # the step cache -------------------------------------------------------------------
-    async def get_step(self, key: str) -> str | None: ...
+class Workers(Protocol):
+    """The worker processes on a database, its status and its upkeep."""
 
-    async def put_step(self, key: str, agent: str, output: str) -> None: ...
-
-    # workers --------------------------------------------------------------------------
     async def register_worker(self, owner: str, agents: Sequence[str]) -> int:
         """Record a running worker process; release what dead processes of this host held
         (the number of messages and items released)."""
@@ -381,6 +392,20 @@ class Store(Protocol):
     async def compact(self) -> None:
         """Give the space of deleted rows back to the file system."""
         ...
+
+
+class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Protocol):
+    """Every role on one database. Open with ``async with``; callers that need one role
+    take that role's protocol instead."""
+
+    """The methods every store implements. Open with ``async with``."""
+
+    location: str
+    """Where it is, for messages (a path, or a URL with any password redacted)."""
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
 
 
 def sqlite_path(store: Store) -> Path | None:

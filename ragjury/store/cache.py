@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from ragjury.config import Settings
 from ragjury.schemas import ChunkFailed, Event, MetricScored
-from ragjury.store.base import Store
+from ragjury.store.base import CallLog
 
 _EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
@@ -52,7 +52,7 @@ def llm_fingerprint(settings: Settings) -> str:
 class StepCache:
     """Cached agent outputs in the store; ``enabled=False`` (``--no-cache``) bypasses it."""
 
-    def __init__(self, store: Store, *, enabled: bool = True) -> None:
+    def __init__(self, store: CallLog, *, enabled: bool = True) -> None:
         self.store = store
         self.enabled = enabled
         self.hits = 0

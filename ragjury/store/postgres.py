@@ -29,8 +29,8 @@ import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
 from ragjury.store import _pg_schema
-from ragjury.store._sql import Operation, SQLStore
-from ragjury.store._steps import (
+from ragjury.store.sql import Operation, SQLStore
+from ragjury.store.sql.steps import (
     Execute,
     ExecuteMany,
     Fetch,
@@ -179,6 +179,10 @@ class PostgresStore(SQLStore):
         }
 
     async def __aenter__(self) -> PostgresStore:
+        await self._opened()
+        return self
+
+    async def _connect(self) -> None:
         asyncpg = _driver()
         try:
             self._pool = await asyncpg.create_pool(
@@ -191,15 +195,9 @@ class PostgresStore(SQLStore):
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
         except ConfigurationError:
-            await self._close()
             raise
         except Exception as exc:
-            await self._close()
             raise ConfigurationError(self._cannot_open(exc)) from exc
-        except BaseException:
-            await self._close()
-            raise
-        return self
 
     def _cannot_open(self, exc: Exception) -> str:
         asyncpg = _driver()
@@ -242,9 +240,6 @@ class PostgresStore(SQLStore):
             await migrate(conn, version, _pg_schema.VERSION)
         finally:
             await conn.execute(f"SELECT pg_advisory_unlock({_pg_schema.MIGRATION_LOCK})")
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._close()
 
     async def _close(self) -> None:
         with anyio.CancelScope(shield=True):

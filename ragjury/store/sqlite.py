@@ -23,8 +23,8 @@ import anyio.to_thread
 
 from ragjury.errors import ConfigurationError
 from ragjury.store import _schema
-from ragjury.store._sql import Operation, SQLStore
-from ragjury.store._steps import (
+from ragjury.store.sql import Operation, SQLStore
+from ragjury.store.sql.steps import (
     Execute,
     ExecuteMany,
     Fetch,
@@ -141,6 +141,10 @@ class SQLiteStore(SQLStore):
 
     # opening ------------------------------------------------------------------------
     async def __aenter__(self) -> SQLiteStore:
+        await self._opened()
+        return self
+
+    async def _connect(self) -> None:
         memory = str(self.path) == ":memory:"
         if not memory and self.path.parent and not self.path.parent.exists():
             raise ConfigurationError(
@@ -150,15 +154,10 @@ class SQLiteStore(SQLStore):
         try:
             self._conn = await self._call(lambda _: self._open(memory), opening=True)
         except sqlite3.DatabaseError as exc:
-            await self._close()
             raise ConfigurationError(
                 f"cannot use {str(self.path)!r} as a ragjury database: {exc}; "
                 "point --db at a new file or an existing ragjury database"
             ) from exc
-        except BaseException:
-            await self._close()
-            raise
-        return self
 
     def _open(self, memory: bool) -> Conn:
         if sqlite3.sqlite_version_info < OLDEST_SQLITE:
@@ -180,9 +179,6 @@ class SQLiteStore(SQLStore):
         conn.execute("PRAGMA synchronous=NORMAL")
         self._migrate(conn)
         return conn
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._close()
 
     async def _close(self) -> None:
         if self._conn is not None:

@@ -1,0 +1,176 @@
+"""The runs, the LLM calls they made, the step cache and the shared rate buckets: what the
+LLM layer and the commands record (:class:`~ragjury.store.base.CallLog`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ragjury.llm.ratelimit import wait_for
+from ragjury.llm.usage import CallStats
+from ragjury.store._common import (
+    IN_FLIGHT,
+    KILLED,
+    alive,
+    iso,
+    job_summary_pattern,
+    latest_run_of,
+    totals,
+)
+from ragjury.store.base import (
+    RunRecord,
+)
+from ragjury.store.sql.driven import Driven
+from ragjury.store.sql.steps import (
+    Steps,
+    execute,
+    fetch,
+)
+
+_INSERT_CALL = (
+    "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
+    "latency_ms, statuses, error, created_at, model, cost_usd) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class CallLogSQL(Driven):
+    async def take_rate(
+        self,
+        key: str,
+        amount: float,
+        *,
+        per_second: float,
+        capacity: float,
+        at_most: float | None = None,
+    ) -> float:
+        # One statement, the row's lock making concurrent takes queue up. A bucket met for
+        # the first time starts full; the others refill since their stamp; both are lowered
+        # to at_most, lose the amount, and never hold more than capacity.
+        top = capacity if at_most is None else min(capacity, at_most)
+        first = min(top - amount, capacity)
+        sql = (
+            "INSERT INTO rate_buckets AS b (key, level, stamp) VALUES (?, ?, now_epoch()) "
+            "ON CONFLICT (key) DO UPDATE SET level = LEAST(LEAST(b.level + "
+            "(excluded.stamp - b.stamp) * ?, ?) - ?, ?), stamp = excluded.stamp RETURNING level"
+        )
+        params = (key, float(first), float(per_second), float(top), float(amount), capacity)
+        [(level,)] = await self._write(lambda: fetch(sql, *params), single=True)
+        return wait_for(float(level), per_second)
+
+    async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
+        run_id = uuid.uuid4().hex
+        text = json.dumps(settings, default=str)
+        host, pid = socket.gethostname(), os.getpid()
+
+        def start() -> Steps[None]:
+            # runs of this host whose process is gone were killed: say so, and that their
+            # calls still in flight will never be answered
+            for other, other_pid in (
+                yield from fetch(
+                    "SELECT id, pid FROM runs WHERE host = ? AND finished_at IS NULL", host
+                )
+            ):
+                if other_pid is None or alive(int(other_pid)):
+                    continue
+                killed = json.dumps({"killed": True, "pid": other_pid})
+                yield from execute(
+                    "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
+                    iso(),
+                    killed,
+                    other,
+                )
+                yield from execute(
+                    "UPDATE llm_calls SET error = ? WHERE run_id = ? AND error = ?",
+                    KILLED,
+                    other,
+                    IN_FLIGHT,
+                )
+            yield from execute(
+                "INSERT INTO runs (id, command, started_at, settings, host, pid) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                *(run_id, command, iso(), text, host, pid),
+            )
+
+        await self._write(start)
+        return run_id
+
+    async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
+        sql = "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?"
+        params = (iso(), json.dumps(summary, default=str), run_id)
+        await self._write(lambda: execute(sql, *params), single=True)
+
+    async def open_call(self, run_id: str, stats: CallStats) -> int:
+        row = (run_id, stats.stage, 0, 0, 0, 0.0, "[]", IN_FLIGHT, iso(), stats.model, None)
+        [(record,)] = await self._write(
+            lambda: fetch(_INSERT_CALL + " RETURNING id", *row), single=True
+        )
+        return int(record)
+
+    async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
+        row = (
+            run_id,
+            stats.stage,
+            stats.requests,
+            stats.prompt_tokens,
+            stats.completion_tokens,
+            round(stats.latency_seconds * 1000, 1),
+            json.dumps(stats.statuses),
+            error,
+            iso(),
+            stats.model,
+            stats.cost_usd,
+        )
+        if stats.record is None:
+            await self._write(lambda: execute(_INSERT_CALL, *row), single=True)
+            return
+        sql = (
+            "UPDATE llm_calls SET run_id = ?, stage = ?, requests = ?, prompt_tokens = ?, "
+            "completion_tokens = ?, latency_ms = ?, statuses = ?, error = ?, "
+            "created_at = ?, model = ?, cost_usd = ? WHERE id = ?"
+        )
+        await self._write(lambda: execute(sql, *row, stats.record), single=True)
+
+    async def latest_run(self, job_id: str) -> RunRecord | None:
+        rows = await self.read(
+            "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
+            "WHERE summary LIKE ? ORDER BY finished_at DESC, started_at DESC",
+            (job_summary_pattern(job_id),),
+        )
+        return latest_run_of(rows, job_id)
+
+    async def call_totals(
+        self, *, run_id: str | None = None, since: float | None = None
+    ) -> dict[str, Any]:
+        where, params = "1 = 1", list[Any]()
+        if run_id is not None:
+            where += " AND run_id = ?"
+            params.append(run_id)
+        if since is not None:
+            where += " AND created_at >= ?"
+            params.append(iso(since))
+        [row] = await self.read(
+            "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
+            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
+            f"COUNT(*) - COUNT(cost_usd) FROM llm_calls WHERE {where}",
+            params,
+        )
+        return totals(row)
+
+    async def get_step(self, key: str) -> str | None:
+        rows = await self.read("SELECT output FROM steps WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    async def put_step(self, key: str, agent: str, output: str) -> None:
+        sql = (
+            "INSERT INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
+            "created_at = excluded.created_at"
+        )
+        params = (key, agent, output, time.time())
+        await self._write(lambda: execute(sql, *params), single=True)

@@ -1,0 +1,142 @@
+"""The durable bus's messages: put, claimed by group under a lease, acknowledged with their
+replies in one transaction, offered again or taken out (:class:`~ragjury.store.base.Mailbox`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ragjury.store._common import (
+    poison,
+)
+from ragjury.store.base import (
+    Claim,
+    OutgoingMessage,
+    StoredMessage,
+)
+from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
+from ragjury.store.sql.items import fail
+from ragjury.store.sql.steps import (
+    Steps,
+    execute,
+    fetch,
+    fetch_one,
+    lock,
+    publish,
+)
+
+
+class MailboxSQL(Driven):
+    async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None:
+        if messages:
+            await self._write(lambda: publish(messages), single=True)
+
+    async def claim_messages(
+        self,
+        owner: str,
+        groups: Sequence[str],
+        limit: int,
+        *,
+        lease_seconds: float,
+        max_attempts: int,
+        job_ids: Sequence[str] | None = None,
+    ) -> Claim:
+        if limit <= 0 or not groups:
+            return Claim()
+        jobs, in_jobs = of_jobs(job_ids)
+        select = (
+            "SELECT id, grp, body, attempts, job_id, item_key, last_error FROM messages "
+            f"WHERE grp = ANY(?) AND available_at <= now_epoch(){jobs} "
+            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+        )
+
+        def claim() -> Steps[Claim]:
+            found = Claim()
+            for message_id, group, body, attempts, job_id, key, last_error in (
+                yield from fetch(select, list(groups), *in_jobs, limit)
+            ):
+                if attempts >= max_attempts:
+                    found.dead += 1
+                    yield from execute("DELETE FROM messages WHERE id = ?", message_id)
+                    yield from fail(job_id, key, poison(group, attempts, last_error))
+                    continue
+                found.messages.append(
+                    StoredMessage(int(message_id), str(group), str(body), int(attempts) + 1,
+                                  str(job_id), str(key))
+                )  # fmt: skip
+            if found.messages:
+                yield from execute(
+                    "UPDATE messages SET lease_owner = ?, available_at = now_epoch() + ?, "
+                    "attempts = attempts + 1 WHERE id = ANY(?)",
+                    *(owner, lease_seconds, [m.id for m in found.messages]),
+                )
+            return found
+
+        return await self._write(claim)
+
+    async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
+        remove = "DELETE FROM messages WHERE id = ?"
+        if not replies:
+            await self._write(lambda: execute(remove, message_id), single=True)
+            return
+        job_id, key = replies[0].job_id, replies[0].item_key
+
+        def ack() -> Steps[None]:
+            yield from lock(f"item/{job_id}/{key}")
+            # Only the delivery that removes the message publishes its replies: an ack
+            # repeated after a lost connection, or by a second worker whose lease ran out,
+            # adds nothing; nor does one for an item that has ended.
+            if (yield from execute(remove, message_id)):
+                state = yield from fetch_one(
+                    "SELECT state FROM items WHERE job_id = ? AND key = ?", job_id, key
+                )
+                if state is None or state[0] not in FINISHED:
+                    yield from publish(replies)
+
+        await self._write(ack)
+
+    async def nack_message(
+        self, message_id: int, error: str, *, max_attempts: int, retry_after: float
+    ) -> bool:
+        def nack() -> Steps[bool]:
+            found = yield from fetch_one(
+                "SELECT attempts FROM messages WHERE id = ? FOR UPDATE", message_id
+            )
+            if found is None:
+                return False
+            if found[0] >= max_attempts:
+                yield from execute("DELETE FROM messages WHERE id = ?", message_id)
+                return True
+            yield from execute(
+                "UPDATE messages SET lease_owner = NULL, available_at = now_epoch() + ?, "
+                "last_error = ? WHERE id = ?",
+                *(retry_after, error, message_id),
+            )
+            return False
+
+        return await self._write(nack)
+
+    async def renew_messages(
+        self, owner: str, message_ids: Sequence[int], lease_seconds: float
+    ) -> None:
+        if message_ids:
+            sql = (
+                "UPDATE messages SET available_at = now_epoch() + ? "
+                "WHERE lease_owner = ? AND id = ANY(?)"
+            )
+            params = (lease_seconds, owner, list(message_ids))
+            await self._write(lambda: execute(sql, *params), single=True)
+
+    async def release_messages(
+        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+    ) -> None:
+        if message_ids:
+            refund = "" if started else ", attempts = GREATEST(attempts - 1, 0)"
+            sql = (
+                f"UPDATE messages SET lease_owner = NULL, available_at = now_epoch(){refund} "
+                "WHERE lease_owner = ? AND id = ANY(?)"
+            )
+            await self._write(lambda: execute(sql, owner, list(message_ids)), single=True)
+
+    async def waiting_messages(self) -> dict[str, int]:
+        rows = await self.read("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
+        return {str(group): int(n) for group, n in rows}

@@ -1,0 +1,212 @@
+"""Jobs and their items: submitting, claiming under a lease, finishing and counting them
+(:class:`~ragjury.store.base.Queue`)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ragjury.store._common import (
+    abandoned,
+    encode,
+    iso,
+    job_key,
+    job_record,
+)
+from ragjury.store.base import (
+    STATES,
+    Item,
+    ItemResults,
+    ItemsFactory,
+    Job,
+    JobKind,
+)
+from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
+from ragjury.store.sql.items import fail, forget, locked_item, requeue_transient, store_results
+from ragjury.store.sql.steps import (
+    Row,
+    Steps,
+    execute,
+    fetch,
+    insert_items,
+)
+
+
+class QueueSQL(Driven):
+    async def submit(
+        self,
+        kind: JobKind,
+        options: Mapping[str, Any],
+        items: ItemsFactory,
+        *,
+        batch: int = 500,
+        batch_bytes: int = 4 * 1024 * 1024,
+    ) -> Job:
+        key_of_job, size = job_key(kind, options, items)
+        if not size:
+            return Job(id="", kind=kind, options=dict(options), created=False, size=0)
+        text = json.dumps(options, default=str)
+
+        def submit() -> Steps[Job]:
+            now = time.time()
+            job_id = uuid.uuid4().hex[:12]
+            inserted = yield from fetch(
+                "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING RETURNING id",
+                *(job_id, kind, key_of_job, text, iso(now)[:19]),
+            )
+            if not inserted:  # the same job exists (maybe submitted a moment ago)
+                [(found,)] = yield from fetch("SELECT id FROM jobs WHERE key = ?", key_of_job)
+                retried = yield from requeue_transient(str(found))
+                return Job(str(found), kind, dict(options), size=size, retried=retried)
+            rows: list[Row] = []
+            held = 0
+            for position, (key, payload) in enumerate(items()):
+                encoded = encode(payload)
+                rows.append((job_id, key, position, encoded, now))
+                held += len(encoded)
+                if len(rows) >= batch or held >= batch_bytes:
+                    yield from insert_items(rows)
+                    rows = []
+                    held = 0
+            yield from insert_items(rows)
+            return Job(id=job_id, kind=kind, options=dict(options), created=True, size=size)
+
+        return await self._write(submit)
+
+    async def job(self, job_id: str) -> Job:
+        rows = await self.read("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            raise KeyError(job_id)
+        return Job(id=job_id, kind=rows[0][0], options=json.loads(rows[0][1]))
+
+    async def jobs(self, *, limit: int | None = None) -> list[Job]:
+        sql = (
+            "SELECT id, kind, options, (SELECT COUNT(*) FROM items WHERE items.job_id = jobs.id) "
+            "FROM jobs ORDER BY seq DESC"
+        )
+        if limit is not None:
+            return [job_record(row) for row in await self.read(sql + " LIMIT ?", (limit,))]
+        return [job_record(row) for row in await self.read(sql)]
+
+    async def claim_items(
+        self,
+        owner: str,
+        limit: int,
+        *,
+        lease_seconds: float,
+        job_ids: Sequence[str] | None = None,
+        max_attempts: int = 5,
+    ) -> list[Item]:
+        if limit <= 0:
+            return []
+        jobs, in_jobs = of_jobs(job_ids)
+        columns = "id, job_id, key, position, payload, attempts"
+        # two indexed queries, not one with OR (which would scan the items)
+        expired = (
+            f"SELECT {columns} FROM items WHERE state = 'processing' "
+            f"AND lease_expires <= now_epoch() AND lease_owner <> ?{jobs} "
+            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+        )
+        queued = (
+            f"SELECT {columns} FROM items WHERE state = 'queued'{jobs} "
+            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+        )
+
+        def claim() -> Steps[list[Item]]:
+            rows = yield from fetch(expired, owner, *in_jobs, limit)
+            if len(rows) < limit:
+                rows += yield from fetch(queued, *in_jobs, limit - len(rows))
+            claimed: list[Item] = []
+            for item_id, job_id, key, position, payload, attempts in rows:
+                if attempts >= max_attempts:
+                    yield from fail(str(job_id), str(key), abandoned(int(attempts)))
+                    continue
+                claimed.append(
+                    Item(int(item_id), str(job_id), str(key), int(position), json.loads(payload),
+                         int(attempts) + 1)
+                )  # fmt: skip
+            if claimed:
+                yield from execute(
+                    "UPDATE items SET state = 'processing', lease_owner = ?, "
+                    "lease_expires = now_epoch() + ?, attempts = attempts + 1, started_by = ? "
+                    "WHERE id = ANY(?)",
+                    *(owner, lease_seconds, owner, [item.id for item in claimed]),
+                )
+            return claimed
+
+        return await self._write(claim)
+
+    async def items_started(self, item_ids: Sequence[int]) -> None:
+        if item_ids:
+            sql = (
+                "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
+                "WHERE state = 'processing' AND id = ANY(?)"
+            )
+            await self._write(lambda: execute(sql, list(item_ids)), single=True)
+
+    async def release_items(self, owner: str, item_ids: Sequence[int]) -> int:
+        if not item_ids:
+            return 0
+        sql = (
+            "UPDATE items SET state = 'queued', lease_owner = NULL, lease_expires = NULL, "
+            "attempts = GREATEST(attempts - 1, 0), started_by = NULL "
+            "WHERE lease_owner = ? AND state = 'processing' AND id = ANY(?)"
+        )
+        return await self._write(lambda: execute(sql, owner, list(item_ids)), single=True)
+
+    async def unfinished_items(self, owner: str) -> int:
+        rows = await self.read(
+            "SELECT COUNT(*) FROM items "
+            "WHERE started_by = ? AND state IN ('processing', 'running')",
+            (owner,),
+        )
+        return int(rows[0][0])
+
+    async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
+        def finish() -> Steps[bool]:
+            found = yield from locked_item(job_id, key)
+            if found is None:
+                return False
+            item_id, position = found
+            yield from store_results(job_id, item_id, position, results)
+            yield from execute(
+                "UPDATE items SET state = 'done', lease_owner = NULL, lease_expires = NULL, "
+                "report = ?, finished_at = ?, transient_failures = ? WHERE id = ?",
+                json.dumps(results.report or {}),
+                time.time(),
+                results.transient_failures,
+                item_id,
+            )
+            yield from forget(job_id, key)
+            return True
+
+        return await self._write(finish)
+
+    async def fail_item(
+        self, job_id: str, key: str, error: str, results: ItemResults | None = None
+    ) -> bool:
+        return await self._write(lambda: fail(job_id, key, error, results))
+
+    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+        rows = await self.read(
+            "SELECT payload FROM items WHERE job_id = ? AND key = ?", (job_id, key)
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]:
+        jobs, params = of_jobs(job_ids)
+        counts: dict[str, int] = dict.fromkeys(STATES, 0)
+        for state, n in await self.read(
+            f"SELECT state, COUNT(*) FROM items WHERE 1 = 1{jobs} GROUP BY state", params
+        ):
+            counts["processing" if state == "running" else str(state)] += int(n)
+        return counts
+
+    async def unfinished(self, job_ids: Sequence[str] | None = None) -> int:
+        jobs, params = of_jobs(job_ids)
+        sql = f"SELECT COUNT(*) FROM items WHERE state = ANY(?){jobs}"
+        return int((await self.read(sql, (UNFINISHED, *params)))[0][0])

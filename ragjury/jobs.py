@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -23,6 +23,7 @@ from ragjury.llm import LLM
 from ragjury.metrics import Metric
 from ragjury.pipelines import PIPELINES, EvaluationPipeline, GenerationPipeline
 from ragjury.pipelines.evaluation import EvaluationPipeline as _Evaluation
+from ragjury.pipelines.spec import JobSpec
 from ragjury.prompts import Prompt
 from ragjury.runtime import EventListener
 from ragjury.schemas import Document, Sample, SampleScored
@@ -30,6 +31,8 @@ from ragjury.service import Service, ServiceCounts
 from ragjury.store import SQLiteStore, Store
 from ragjury.store.base import Job
 from ragjury.store.cache import llm_fingerprint
+
+SpecT = TypeVar("SpecT", bound=JobSpec)
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,13 @@ async def submit_documents(
     large input is never held in memory. With ``pin_model`` (the ``generate`` command) the
     model is part of the job, so another model is another job; without it (``submit``)
     whichever worker serves the queue uses its own model."""
-    options = _pinned(GenerationPipeline.options(settings, prompts or {}), settings, pin_model)
+    spec = _pinned(GenerationPipeline.spec(settings, prompts or {}), settings, pin_model)
     make = documents if callable(documents) else (lambda: documents)
 
     def items() -> Iterator[tuple[str, Document]]:
         return (GenerationPipeline.item(document) for document in make())
 
-    return await store.submit("generate", options, items)
+    return await store.submit("generate", spec.stored(), items)
 
 
 async def submit_samples(
@@ -88,22 +91,23 @@ async def submit_samples(
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
     SampleFile` reads its file again each time, so a large input is never held in memory;
     a one-shot iterator is taken into a list first."""
-    options = _pinned(
-        EvaluationPipeline.options(settings, metrics, prompts or {}, judges), settings, pin_model
+    spec = _pinned(
+        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges), settings, pin_model
     )
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
-        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again)
+        "evaluate", spec.stored(), lambda: (EvaluationPipeline.item(s) for s in again)
     )
 
 
-def _pinned(options: dict[str, Any], settings: Settings, pin_model: bool) -> dict[str, Any]:
-    if pin_model:
-        options["llm"] = llm_fingerprint(settings)
-    if not settings.cache:
-        # --no-cache: do the work again, so a new job rather than the finished one
-        options["fresh"] = uuid.uuid4().hex
-    return options
+def _pinned(spec: SpecT, settings: Settings, pin_model: bool) -> SpecT:
+    return spec.model_copy(
+        update={
+            "llm": llm_fingerprint(settings) if pin_model else None,
+            # --no-cache: do the work again, so a new job rather than the finished one
+            "fresh": None if settings.cache else uuid.uuid4().hex,
+        }
+    )
 
 
 async def run_job(

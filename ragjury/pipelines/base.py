@@ -15,9 +15,8 @@ from pydantic import BaseModel
 
 from ragjury.agents.base import Step as Step
 from ragjury.errors import ConfigurationError
-from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, kind_of
-from ragjury.store.base import Item, ItemResults, Job, JobKind
+from ragjury.store.base import Item, ItemResults, JobKind
 
 
 class Pipeline(Protocol):
@@ -81,14 +80,6 @@ class Steps:
     @property
     def routes(self) -> Mapping[str, tuple[str, ...]]:
         return self._routes
-
-
-def job_prompts(job: Job) -> dict[str, Prompt]:
-    """The custom prompts a job was submitted with (``--prompt NAME=PATH``)."""
-    return {
-        name: Prompt(name=name, source=source, origin=f"job {job.id}")
-        for name, source in job.options.get("prompts", {}).items()
-    }
 
 
 def routes_of(steps: Mapping[str, Step]) -> dict[str, tuple[str, ...]]:

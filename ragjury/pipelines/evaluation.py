@@ -28,7 +28,8 @@ from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.llm import LLM
 from ragjury.metrics import Metric, Registry, registry
-from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
+from ragjury.pipelines.base import Step, Steps, transient_failures
+from ragjury.pipelines.spec import EvaluationSpec, evaluation_spec
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored, SampleSubmitted
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
@@ -160,11 +161,13 @@ class EvaluationPipeline(Steps):
         target: Target | None = None,
         target_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
-        options = EvaluationOptions.model_validate(job.options["evaluate"])
-        judges = custom_judge.from_stored(job.options.get("judges", ()))
+        spec = EvaluationSpec.model_validate(job.options)
+        judges = spec.judge_metrics()
         metrics = registry(judges)
-        self.metrics: tuple[str, ...] = tuple(job.options.get("metrics", ()))
-        context = _Context(llm, settings, options, job_prompts(job), metrics, judges)
+        self.metrics: tuple[str, ...] = spec.metrics
+        context = _Context(
+            llm, settings, spec.evaluate, spec.custom_prompts(job.id), metrics, judges
+        )
         steps: dict[str, Step] = {}
         for name in self.metrics:
             for role, build in metrics[name].agents.items():
@@ -185,23 +188,15 @@ class EvaluationPipeline(Steps):
         return registry().llm_roles() | {custom_judge.ROLE}
 
     @staticmethod
-    def options(
+    def spec(
         settings: Settings,
         metrics: Sequence[str],
         prompts: Mapping[str, Prompt],
         judges: Sequence[Metric] = (),
-    ) -> dict[str, Any]:
-        """What an evaluation job stores with its items: options, metrics, custom prompts
-        and the judge files its metrics come from."""
-        options: dict[str, Any] = {
-            "evaluate": settings.evaluate.model_dump(mode="json"),
-            "metrics": list(metrics),
-            "prompts": {name: prompt.source for name, prompt in sorted(prompts.items())},
-        }
-        used = [judge for judge in judges if judge.name in metrics]
-        if used:
-            options["judges"] = custom_judge.stored(used)
-        return options
+    ) -> EvaluationSpec:
+        """What an evaluation job is: options, metrics, custom prompts and the judge files
+        its metrics come from."""
+        return evaluation_spec(settings.evaluate, metrics, prompts, judges)
 
     @staticmethod
     def item(sample: Sample) -> tuple[str, Sample]:

@@ -25,10 +25,11 @@ from ragjury.agents import (
     StandaloneCritic,
 )
 from ragjury.agents.joins import JoinState
-from ragjury.config import GenerationOptions, Settings
+from ragjury.config import Settings
 from ragjury.llm import LLM
 from ragjury.output import pair_record
-from ragjury.pipelines.base import Step, Steps, job_prompts, transient_failures
+from ragjury.pipelines.base import Step, Steps, transient_failures
+from ragjury.pipelines.spec import GenerationSpec, prompt_sources
 from ragjury.prompts import Prompt
 from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
@@ -108,8 +109,8 @@ class GenerationPipeline(Steps):
     terminal: ClassVar[type[BaseModel]] = DocumentJudged
 
     def __init__(self, job: Job, settings: Settings, llm: LLM, store: Store) -> None:
-        options = GenerationOptions.model_validate(job.options["generate"])
-        prompts = job_prompts(job)
+        spec = GenerationSpec.model_validate(job.options)
+        options, prompts = spec.generate, spec.custom_prompts(job.id)
 
         def prompt(name: str) -> Prompt:
             return prompts.get(name) or Prompt.builtin(name)
@@ -147,12 +148,9 @@ class GenerationPipeline(Steps):
         )
 
     @staticmethod
-    def options(settings: Settings, prompts: Mapping[str, Prompt]) -> dict[str, Any]:
-        """What a generation job stores with its items: the options and any custom prompts."""
-        return {
-            "generate": settings.generate.model_dump(mode="json"),
-            "prompts": {name: prompt.source for name, prompt in sorted(prompts.items())},
-        }
+    def spec(settings: Settings, prompts: Mapping[str, Prompt]) -> GenerationSpec:
+        """What a generation job is: the options and any custom prompts."""
+        return GenerationSpec(generate=settings.generate, prompts=prompt_sources(prompts))
 
     @staticmethod
     def item(document: Document) -> tuple[str, Document]:

@@ -16,10 +16,10 @@ from typing import Any, Literal
 import anyio
 import pydantic
 
-from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
 from ragjury.metrics import Metric, registry
+from ragjury.pipelines.spec import EvaluationSpec
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored
 from ragjury.store import Store, open_store, parse_location
@@ -225,12 +225,8 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
             if judged is not None:
                 record["contexts"] = list(judged.contexts)
                 record["reference"] = judged.reference
-        custom = {
-            name: Prompt(name=name, source=source, origin=f"job {found.id}")
-            for name, source in found.options.get("prompts", {}).items()
-        }
-        judges = custom_judge.from_stored(found.options.get("judges", ()))
-        metrics = found.options.get("metrics", [])
+        spec = EvaluationSpec.model_validate(found.options)
+        custom, judges, metrics = spec.custom_prompts(found.id), spec.judge_metrics(), spec.metrics
         summary.setdefault("prompt_versions", prompt_versions(custom, metrics, judges))
         summary.setdefault("declarations", declarations(metrics, judges))
         return Loaded("evaluation", records, where, summary)

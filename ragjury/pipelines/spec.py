@@ -1,0 +1,88 @@
+"""What a job is: one typed object per kind, validated once where an entry point builds it,
+stored with the job's items, and read back as the same type by whichever process runs it.
+
+A spec is everything that changes what a job's agents do (the options of its kind, its
+metrics and judge files, custom prompts, the model when it is pinned), so it is also what
+makes two submissions the same job: the store keys a job by its stored spec and its items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragjury.agents import custom_judge
+from ragjury.config import EvaluationOptions, GenerationOptions
+from ragjury.metrics import Metric
+from ragjury.prompts import Prompt
+from ragjury.store.base import Job
+
+
+class JobSpec(BaseModel):
+    """What every kind of job keeps."""
+
+    # what a newer ragjury added is ignored by an older one reading its jobs
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    prompts: dict[str, str] = Field(default_factory=dict)
+    """Custom prompts by name (``--prompt NAME=PATH``): their sources."""
+    llm: str | None = None
+    """The model's fingerprint when the job is pinned to it (``generate``, ``evaluate``);
+    None for a job any worker serves with its own model (``submit``)."""
+    fresh: str | None = None
+    """A random token that makes the job new (``--no-cache``: do the work again)."""
+
+    def stored(self) -> dict[str, Any]:
+        """The spec as the store keeps it (and keys the job by): what earlier versions
+        stored, so their jobs are found again (a field that is None is left out, as they
+        left it out; the options keep theirs)."""
+        dumped = self.model_dump(mode="json")
+        return {name: value for name, value in dumped.items() if value is not None}
+
+    def custom_prompts(self, job_id: str) -> dict[str, Prompt]:
+        return {
+            name: Prompt(name=name, source=source, origin=f"job {job_id}")
+            for name, source in self.prompts.items()
+        }
+
+
+class GenerationSpec(JobSpec):
+    generate: GenerationOptions = Field(default_factory=GenerationOptions)
+
+
+class EvaluationSpec(JobSpec):
+    evaluate: EvaluationOptions = Field(default_factory=EvaluationOptions)
+    metrics: tuple[str, ...] = ()
+    judges: tuple[dict[str, Any], ...] | None = None
+    """The judge files its metrics come from, whole, so a worker needs no file."""
+
+    def judge_metrics(self) -> list[Metric]:
+        return custom_judge.from_stored(self.judges or ())
+
+
+def prompt_sources(prompts: Mapping[str, Prompt]) -> dict[str, str]:
+    return {name: prompt.source for name, prompt in sorted(prompts.items())}
+
+
+def evaluation_spec(
+    options: EvaluationOptions,
+    metrics: Sequence[str],
+    prompts: Mapping[str, Prompt],
+    judges: Sequence[Metric] = (),
+) -> EvaluationSpec:
+    used = [judge for judge in judges if judge.name in metrics]
+    return EvaluationSpec(
+        evaluate=options,
+        metrics=tuple(metrics),
+        prompts=prompt_sources(prompts),
+        judges=tuple(custom_judge.stored(used)) or None,
+    )
+
+
+def spec_of(job: Job) -> GenerationSpec | EvaluationSpec:
+    """The spec ``job`` was stored with, as its type."""
+    if job.kind == "generate":
+        return GenerationSpec.model_validate(job.options)
+    return EvaluationSpec.model_validate(job.options)

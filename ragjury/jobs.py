@@ -19,11 +19,11 @@ import anyio
 from ragjury.bus import MemoryBus
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
+from ragjury.job_spec import JobSpec
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
 from ragjury.pipelines import PIPELINES, EvaluationPipeline, GenerationPipeline
 from ragjury.pipelines.evaluation import EvaluationPipeline as _Evaluation
-from ragjury.pipelines.spec import JobSpec
 from ragjury.prompts import Prompt
 from ragjury.runtime import EventListener
 from ragjury.schemas import Document, Sample, SampleScored

@@ -26,10 +26,10 @@ from ragjury.config import EvaluationOptions, Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import filled_fields
 from ragjury.evaluation.targets import Target, TargetError
+from ragjury.job_spec import EvaluationSpec, prompt_sources
 from ragjury.llm import LLM
 from ragjury.metrics import Metric, Registry, registry
 from ragjury.pipelines.base import Step, Steps, transient_failures
-from ragjury.pipelines.spec import EvaluationSpec, evaluation_spec
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored, SampleSubmitted
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
@@ -162,7 +162,7 @@ class EvaluationPipeline(Steps):
         target_limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         spec = EvaluationSpec.model_validate(job.options)
-        judges = spec.judge_metrics()
+        judges = custom_judge.from_stored(spec.judges or ())
         metrics = registry(judges)
         self.metrics: tuple[str, ...] = spec.metrics
         context = _Context(
@@ -196,7 +196,13 @@ class EvaluationPipeline(Steps):
     ) -> EvaluationSpec:
         """What an evaluation job is: options, metrics, custom prompts and the judge files
         its metrics come from."""
-        return evaluation_spec(settings.evaluate, metrics, prompts, judges)
+        used = [judge for judge in judges if judge.name in metrics]
+        return EvaluationSpec(
+            evaluate=settings.evaluate,
+            metrics=tuple(metrics),
+            prompts=prompt_sources(prompts),
+            judges=tuple(custom_judge.stored(used)) or None,
+        )
 
     @staticmethod
     def item(sample: Sample) -> tuple[str, Sample]:

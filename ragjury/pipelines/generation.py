@@ -26,10 +26,10 @@ from ragjury.agents import (
 )
 from ragjury.agents.joins import JoinState
 from ragjury.config import Settings
+from ragjury.job_spec import GenerationSpec, prompt_sources
 from ragjury.llm import LLM
 from ragjury.output import pair_record
 from ragjury.pipelines.base import Step, Steps, transient_failures
-from ragjury.pipelines.spec import GenerationSpec, prompt_sources
 from ragjury.prompts import Prompt
 from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store

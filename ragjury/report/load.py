@@ -16,10 +16,11 @@ from typing import Any, Literal
 import anyio
 import pydantic
 
+from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
+from ragjury.job_spec import EvaluationSpec
 from ragjury.metrics import Metric, registry
-from ragjury.pipelines.spec import EvaluationSpec
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored
 from ragjury.store import Store, open_store, parse_location
@@ -226,7 +227,11 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
                 record["contexts"] = list(judged.contexts)
                 record["reference"] = judged.reference
         spec = EvaluationSpec.model_validate(found.options)
-        custom, judges, metrics = spec.custom_prompts(found.id), spec.judge_metrics(), spec.metrics
+        custom, judges, metrics = (
+            spec.custom_prompts(found.id),
+            custom_judge.from_stored(spec.judges or ()),
+            spec.metrics,
+        )
         summary.setdefault("prompt_versions", prompt_versions(custom, metrics, judges))
         summary.setdefault("declarations", declarations(metrics, judges))
         return Loaded("evaluation", records, where, summary)

@@ -1,4 +1,4 @@
-"""What a job is: one typed object per kind, validated once where an entry point builds it,
+"""What a job is: one typed object per kind (a spec), validated once where an entry point builds it,
 stored with the job's items, and read back as the same type by whichever process runs it.
 
 A spec is everything that changes what a job's agents do (the options of its kind, its
@@ -8,14 +8,12 @@ makes two submissions the same job: the store keys a job by its stored spec and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragjury.agents import custom_judge
 from ragjury.config import EvaluationOptions, GenerationOptions
-from ragjury.metrics import Metric
 from ragjury.prompts import Prompt
 from ragjury.store.base import Job
 
@@ -56,29 +54,12 @@ class EvaluationSpec(JobSpec):
     evaluate: EvaluationOptions = Field(default_factory=EvaluationOptions)
     metrics: tuple[str, ...] = ()
     judges: tuple[dict[str, Any], ...] | None = None
-    """The judge files its metrics come from, whole, so a worker needs no file."""
-
-    def judge_metrics(self) -> list[Metric]:
-        return custom_judge.from_stored(self.judges or ())
+    """The judge files its metrics come from, whole, so a worker needs no file
+    (``ragjury.agents.custom_judge.from_stored`` makes them metrics again)."""
 
 
 def prompt_sources(prompts: Mapping[str, Prompt]) -> dict[str, str]:
     return {name: prompt.source for name, prompt in sorted(prompts.items())}
-
-
-def evaluation_spec(
-    options: EvaluationOptions,
-    metrics: Sequence[str],
-    prompts: Mapping[str, Prompt],
-    judges: Sequence[Metric] = (),
-) -> EvaluationSpec:
-    used = [judge for judge in judges if judge.name in metrics]
-    return EvaluationSpec(
-        evaluate=options,
-        metrics=tuple(metrics),
-        prompts=prompt_sources(prompts),
-        judges=tuple(custom_judge.stored(used)) or None,
-    )
 
 
 def spec_of(job: Job) -> GenerationSpec | EvaluationSpec:

@@ -7,7 +7,6 @@ so "a lease ran out" is a lease of 0 seconds, and "held" is one of a minute.
 
 from __future__ import annotations
 
-import re
 import tracemalloc
 from collections.abc import Iterator
 
@@ -435,60 +434,3 @@ async def test_a_rate_bucket_refills_on_the_database_clock(store: Store) -> None
     assert await store.take_rate("fast", 20, per_second=1000.0, capacity=10) > 0  # a debt of 10
     await anyio.sleep(0.05)  # time itself: 50 units of refill, the debt and a full bucket
     assert await store.take_rate("fast", 10, per_second=1000.0, capacity=10) == 0.0
-
-
-POISON = ["a\x00b", "lone \ud800 surrogate", "", "?!...", "\x00", "\udfff\x00\ud83d"]
-"""Texts PostgreSQL's text type or UTF-8 cannot hold as they are, and texts with no words."""
-STORED = ["a\ufffdb", "lone \ufffd surrogate", "", "?!...", "\ufffd", "\ufffd\ufffd\ufffd"]
-
-
-@pytest.mark.parametrize(("given", "kept"), list(zip(POISON, STORED, strict=True)))
-async def test_every_text_column_stores_nul_surrogates_and_empty_text_alike(
-    store: Store, given: str, kept: str
-) -> None:
-    # keys, payloads and options of jobs and items; results; messages; join state; the
-    # deduplicator's questions; the step cache; runs and LLM calls; errors; workers
-    job = await store.submit(
-        "generate", {"o": given}, lambda: [(f"d{given}", {"t": given}), ("d2", {"t": "x"})]
-    )
-    key = f"d{kept}"
-    assert await store.item_payload(job.id, key) == {"t": given}  # JSON escapes them
-    assert (await store.job(job.id)).options == {"o": given}
-    pair = {"id": f"p{given}", "outcome": "kept", "question": given, "source": given}
-    sample = {"id": f"s{given}", "answer": given}
-    await store.put_messages([_message(job.id, key, given, given)])
-    (message,) = (
-        await store.claim_messages("w", [kept], 1, lease_seconds=HELD, max_attempts=5)
-    ).messages
-    assert (message.group, message.body, message.item_key) == (kept, kept, key)
-    assert await store.join(job.id, key, {f"n{given}": given}, "n") == {f"n{kept}": kept}
-    matcher = QuestionIndex(0.9)
-    [decision] = await store.decide_questions(job.id, [(f"q{given}", given)], matcher)
-    assert decision.pair_id == f"q{given}"  # the caller's own id, however it is stored
-    assert await store.decide_questions(job.id, [(f"q{given}", given)], matcher) == [decision]
-    assert await store.nack_message(message.id, given, max_attempts=5, retry_after=0.0) is False
-    await store.finish_item(
-        job.id, key, ItemResults(pairs=[pair], samples=[(sample, given)], report={"r": given})
-    )
-    assert await store.fail_item(job.id, "d2", given) is True
-    # JSON escapes NUL (and, written as ASCII, surrogates too); records keep other text as is
-    in_record = re.sub("[\ud800-\udfff]", "\ufffd", given)
-    assert [r async for r in store.pairs([job.id])] == [
-        {"id": f"p{in_record}", "outcome": "kept", "question": in_record, "source": in_record}
-    ]
-    assert [r async for r in store.samples([job.id])] == [
-        {"id": f"s{in_record}", "answer": in_record}
-    ]
-    assert [s async for s in store.scored(job.id)] == [kept]
-    assert [r async for r in store.reports(job.id)] == [{"r": given}]
-    assert await store.failed_items(job.id) == [{"item": "d2", "error": kept}]
-    await store.put_step(f"k{given}", given, given)
-    assert await store.get_step(f"k{given}") == kept
-    run_id = await store.start_run(given, {"s": given})
-    await store.record_call(run_id, CallStats(stage=given, model=given), given)
-    await store.finish_run(run_id, {"job": job.id, "s": given})
-    run = await store.latest_run(job.id)
-    assert run is not None
-    assert (run.command, run.summary) == (kept, {"job": job.id, "s": given})
-    await store.register_worker(f"w{given}", [given])
-    assert [d["agents"] for d in (await store.status())["daemons"]] == [[kept]]

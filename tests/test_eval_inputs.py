@@ -158,6 +158,24 @@ def test_csv_rows_are_numbered_by_the_line_they_start_on() -> None:
     ]
 
 
+def test_a_csv_quote_left_open_costs_its_row_named_by_line_not_the_rows_after(
+    tmp_path: Path,
+) -> None:
+    text = 'id,question,answer\na,"Open quote?,Yes\nb,Second?,No\n'
+    merged = _write(tmp_path, "open.csv", text)
+    good = _write(tmp_path, "good.csv", 'id,question,answer\nc,"Two\nlines?",Yes\n')
+
+    loaded = load_samples(merged)
+
+    # the rows it swallowed cannot be told apart from the cell: the row is refused, by line
+    assert loaded.samples == []
+    [bad] = loaded.invalid
+    assert bad.line == 2
+    assert "quoted cell opened on line 2 runs to line 3" in bad.reason
+    # a quoted cell over several lines that closes is a value, not an error
+    assert [s.question for s in load_samples(good).samples] == ["Two\nlines?"]
+
+
 def test_csv_generated_ids_use_the_line_number(tmp_path: Path) -> None:
     path = _write(tmp_path, "rows.csv", "question\nFirst?\nSecond?\n")
 

@@ -212,6 +212,17 @@ def csv_rows(file: Path) -> Iterator[tuple[int, Any]]:
                         ),
                     )
                     continue
+                if len(row) < len(header) and start - 1 > line and "\n" in row[-1]:
+                    # a quote opened and never closed took the next lines into one cell
+                    yield (
+                        line,
+                        Unreadable(
+                            f"a quoted cell opened on line {line} runs to line {start - 1} and "
+                            f"the row has {len(row)} of {len(header)} cells: close the quote "
+                            'on its line (a quote inside a cell is written "")'
+                        ),
+                    )
+                    continue
                 yield line, {name: cell or None for name, cell in zip(header, row, strict=False)}
         except csv.Error as exc:
             raise InputError(

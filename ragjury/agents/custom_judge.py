@@ -274,7 +274,9 @@ def judgment_model(scale: Scale) -> type[_Judgment]:
         # the allowed scores spelled out: the schema's enum is what a local model's grammar
         # (and many a hosted model) holds to; a range alone lets it write 10 on 1-5
         allowed = tuple(range(int(scale.low), int(scale.high) + 1))
-        kind: object = Literal[allowed]  # a type made at run time, for create_model
+        # a type made at run time, for create_model (whose hints want a TypeForm since
+        # pydantic 2.14, which a Literal built from values cannot be spelled as)
+        kind: Any = Literal[allowed]
         field = Field(description=f"One of {', '.join(map(str, allowed))}.")
     else:
         kind = int if scale.kind == "rating" else float

@@ -15,7 +15,7 @@ from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
 from ragjury.report.gates import GateResult, parse_thresholds
 from ragjury.report.junit import junit_xml
-from ragjury.report.load import prompt_versions
+from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
 
 
@@ -61,6 +61,7 @@ def run_details(
         "input": str(samples),
         "base_url": redact_url(base_url),
         "prompt_versions": prompt_versions(prompts, metrics, judges),
+        "prompt_origins": prompt_origins(prompts, metrics, judges),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

@@ -186,6 +186,27 @@ def prompt_versions(
     return versions
 
 
+def prompt_origins(
+    prompts: Mapping[str, Prompt], metrics: Iterable[str], judges: Sequence[Metric] = ()
+) -> dict[str, str]:
+    """Where each prompt of :func:`prompt_versions` came from: ``built-in``, ``--prompt
+    PATH`` (a custom template), or ``judge file PATH``."""
+    known = registry(judges)
+    origins: dict[str, str] = {}
+    for name in metrics:
+        metric = known.get(name)
+        if metric is None:
+            continue
+        for prompt_name, prompt in metric.prompts_used(prompts).items():
+            if metric.own_prompt is not None:
+                origins[prompt_name] = prompt.origin
+            elif prompt.origin == "builtin":
+                origins[prompt_name] = "built-in"
+            else:
+                origins[prompt_name] = f"--prompt {prompt.origin}"
+    return origins
+
+
 async def records_from_db(db: str | Path, job: str | None) -> Loaded:
     """A job's records and its latest run summary, from the store at ``db`` (a SQLite file
     or a ``postgresql://`` URL).
@@ -226,12 +247,13 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
                 record["contexts"] = list(judged.contexts)
                 record["reference"] = judged.reference
         custom = {
-            name: Prompt(name=name, source=source, origin=f"job {found.id}")
+            name: Prompt(name=name, source=source, origin=f"(stored with job {found.id})")
             for name, source in found.options.get("prompts", {}).items()
         }
         judges = custom_judge.from_stored(found.options.get("judges", ()))
         metrics = found.options.get("metrics", [])
         summary.setdefault("prompt_versions", prompt_versions(custom, metrics, judges))
+        summary.setdefault("prompt_origins", prompt_origins(custom, metrics, judges))
         summary.setdefault("declarations", declarations(metrics, judges))
         return Loaded("evaluation", records, where, summary)
 

@@ -59,11 +59,6 @@ def test_the_report_renders_offline_with_no_console_error(browser: Browser, repo
     assert not opened.page.locator("#filters").is_visible()  # printed: figures and rows only
     assert opened.page.locator("#samples tbody tr").count() == 5
     opened.page.emulate_media(media="screen")
-    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
-        DOCS.mkdir(exist_ok=True)
-        opened.page.screenshot(path=str(DOCS / "report.png"), full_page=True)
-        opened.page.locator("#samples tbody tr").first.click()
-        opened.page.screenshot(path=str(DOCS / "report-detail.png"))
 
 
 def test_text_search_and_filters_narrow_the_table(browser: Browser, report: Path) -> None:
@@ -307,6 +302,7 @@ def test_the_detail_view_opens_with_the_verdict_and_shows_verdicts_as_tables(
     assert text.count(message) == 1  # the failure's error, once
     assert opened.errors == []
     if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
+        page.keyboard.press("Escape")
         page.locator("#samples tbody tr", has_text="tokyo").click()
         page.screenshot(path=str(DOCS / "report-detail.png"))
 

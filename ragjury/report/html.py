@@ -68,7 +68,7 @@ def _csp_hash(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def _page(template: str, *, title: str, data: Any | None, **context: Any) -> str:
+def page(template: str, *, title: str, data: Any | None, **context: Any) -> str:
     css = _asset("report.css")
     script = _asset("report.js") if data is not None else ""
     policy = f"default-src 'none'; style-src '{_csp_hash(css)}'; img-src data:"
@@ -312,7 +312,7 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
         }
         for name, figures in stats.items()
     ]
-    return _page(
+    return page(
         "evaluation.html.j2",
         title=title or "ragjury evaluation report",
         data={
@@ -358,7 +358,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
         | {"critiques": pair.get("critiques") or {}}
         for pair in pairs
     ]
-    return _page(
+    return page(
         "dataset.html.j2",
         title=title or "ragjury dataset report",
         data={"kind": "dataset", "criteria": list(CRITERIA), "pairs": data_pairs},
@@ -372,7 +372,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
 
 
 def comparison_html(comparison: Comparison, *, title: str | None = None) -> str:
-    return _page(
+    return page(
         "compare.html.j2",
         title=title or "ragjury comparison",
         data=None,

@@ -86,7 +86,7 @@ def add_report_commands(commands: Any) -> None:
         type=parse_regressions,
         default=[],
         metavar="METRIC=DELTA,...",
-        help="exit 4 if a metric's mean is more than DELTA worse in the candidate (repeatable)",
+        help="exit 5 if a metric's mean is more than DELTA worse in the candidate (repeatable)",
     )
     comp.add_argument(
         "--resamples", type=_positive, default=2000, help="bootstrap resamples (default 2000)"

@@ -28,7 +28,7 @@ def add_ci_options(parser: argparse.ArgumentParser) -> None:
         type=parse_thresholds,
         default=[],
         metavar="METRIC=X,...",
-        help="exit 4 if a metric's mean over scored samples is below X, on the metric's own "
+        help="exit 5 if a metric's mean over scored samples is below X, on the metric's own "
         "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
         "for its pass rate (repeatable)",
     )

@@ -39,7 +39,7 @@ def add_report_commands(commands: Any) -> None:
         help="write a self-contained HTML report of evaluate results or a generated dataset",
         description="Write one HTML file (no network needed to open it) from the results "
         "`evaluate` wrote, from a job in the database (--db), or from a generated dataset "
-        "(with --rejected).",
+        "(with --rejected); with --db and --history, one page of every job in the database.",
     )
     report.add_argument(
         "results", nargs="?", type=Path, help="results or dataset JSONL (omit with --db)"

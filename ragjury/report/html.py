@@ -21,7 +21,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -196,8 +196,8 @@ class Breakdown:
     caption: str
     row_label: str
     columns: list[str]
+    column_labels: list[str]
     rows: list[tuple[str, list[object]]]
-    column_labels: list[str] = field(default_factory=list)
 
 
 def breakdowns(stats: Mapping[str, Mapping[str, object]]) -> list[Breakdown]:

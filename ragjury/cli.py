@@ -388,8 +388,8 @@ def _add_evaluate(commands: Any) -> None:
         "--max-failed",
         type=int,
         metavar="N",
-        help="exit 4 when more than N judgements (sample x metric) failed; exit 4 anyway when "
-        "every judgement failed",
+        help="exit 3 when more than N judgements (sample x metric) failed (exit 4 when every "
+        "judgement failed, whatever N)",
     )
     _add_run_options(ev)
     _add_evaluation_options(ev)

@@ -10,7 +10,7 @@ from typing import Any
 
 from conftest import script_happy_path, write_qa_document
 from evalfakes import correctness_reply, script_judges
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat, chat_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,6 +150,76 @@ def dataset_run(fake: FakeOpenAI, folder: Path) -> Path:
             "--model",
             "fake-model",
             "--whole-documents",
+        ],
+        folder,
+    )
+    assert code == 0, code
+    return folder
+
+
+POLITENESS = '''
+name = "politeness"
+description = "Is the answer polite?"
+inputs = ["question", "answer"]
+scale = [1, 5]
+pass_at = 4
+prompt = """
+Rate how polite the answer is.
+Question: {{ question }}
+Answer: {{ answer }}
+"""
+'''
+WIDE_METRICS = (
+    "faithfulness,correctness,rubric,retrieval,context_relevance,context_precision,"
+    "context_recall,answer_relevance,politeness"
+)
+
+
+def wide_run(fake: FakeOpenAI, folder: Path) -> Path:
+    """Judge :data:`SAMPLES`, each with its reference context and a distractor retrieved
+    first for Tokyo, on nine metrics: the built-in judges, retrieval, the context judges, a
+    judge file (politeness.toml) and a custom verdict prompt (verdict.j2). The correctness
+    judge fails on the Seine sample as in :func:`evaluation_run`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script_judges(fake)
+
+    def correctness(request: RecordedRequest) -> Reply:
+        if "Seine" in request.text():
+            return chat('{"reasoning": "<i>unfinished')
+        return correctness_reply(request)
+
+    fake.route("correctness_judge", correctness)
+    fake.route("custom_judge:politeness", lambda r: chat_json({"reasoning": "kind", "score": 4}))
+    samples = [dict(s, reference_contexts=[s["contexts"][0]]) for s in SAMPLES]
+    samples[1]["contexts"] = ["Mount Fuji is a volcano.", *SAMPLES[1]["contexts"]]
+    write_jsonl(folder / "samples.jsonl", samples)
+    (folder / "politeness.toml").write_text(POLITENESS, encoding="utf-8")
+    verdict = (ROOT / "ragjury" / "prompts" / "templates" / "verdict.j2").read_text("utf-8")
+    (folder / "verdict.j2").write_text(verdict + "\n(A custom copy.)\n", encoding="utf-8")
+    code = cli(
+        [
+            "evaluate",
+            "samples.jsonl",
+            "--out",
+            "results.jsonl",
+            "--summary",
+            "summary.json",
+            "--db",
+            "ragjury.db",
+            "--base-url",
+            fake.base_url,
+            "--api-key",
+            "test-key",
+            "--model",
+            "fake-model",
+            "--max-retries",
+            "0",
+            "--judge",
+            "politeness.toml",
+            "--prompt",
+            "verdict=verdict.j2",
+            "--metrics",
+            WIDE_METRICS,
         ],
         folder,
     )

@@ -159,6 +159,7 @@ def test_a_regression_beyond_the_allowed_drop_exits_with_the_gate_code(
             "name": "--fail-on-regression faithfulness=0.1",
             "passed": False,
             "message": "faithfulness mean 0.625 -> 0.4375, 0.1875 worse, more than 0.1",
+            "metric": "faithfulness",
         }
     ]
 

@@ -189,5 +189,111 @@ def test_markdown_summary_has_the_figures_the_gates_and_escaped_reasons(
     assert "| faithfulness | 0.25 | 0.25 | 0 | 2 | 0 | 0 |" in text
     assert "- ✅ `--fail-under faithfulness=0.25`: faithfulness mean 0.25 is at least 0.25" in text
     assert "**Samples that did not pass** (2)" in text
-    assert "x\\|&lt;b&gt; (faithfulness)" in text
+    assert "- x\\|&lt;b&gt;: faithfulness (" in text
     assert "<b>" not in text
+
+
+def _junit(path: Path) -> ET.Element:
+    return ET.parse(path).getroot()
+
+
+def _case(root: ET.Element, suite: str, sample: str) -> ET.Element:
+    [found] = [
+        case
+        for case in root.findall(f"testsuite[@name='ragjury.{suite}']/testcase")
+        if case.get("name", "").split(":")[0] == sample
+    ]
+    return found
+
+
+def test_markdown_counts_samples_that_did_not_pass_not_their_metrics(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    markdown = tmp_path / "summary.md"
+
+    # eiffel fails faithfulness (0.5) and keywords (it says cheese); refusal fails correctness
+    code = run(
+        fake,
+        tmp_path,
+        "--metrics",
+        "faithfulness,correctness,keywords",
+        "--markdown",
+        str(markdown),
+    )
+
+    assert code == 0
+    text = markdown.read_text(encoding="utf-8")
+    assert "**Samples that did not pass** (2)" in text  # 3 metrics did not pass, in 2 samples
+    listed = [line for line in text.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in listed] == ["- eiffel", "- refusal"]
+    assert listed[0].startswith("- eiffel: faithfulness (1 of 2 statements")
+    assert "; keywords (" in listed[0]
+
+
+def test_junit_has_no_failure_when_every_gate_passes(fake: FakeOpenAI, tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+
+    code = run(fake, tmp_path, "--junit", str(junit), "--fail-under", "faithfulness=0.5")
+
+    assert code == 0
+    root = _junit(junit)
+    assert (root.get("failures"), root.get("errors")) == ("0", "0")
+    eiffel = _case(root, "faithfulness", "eiffel")  # 0.5, under its pass mark of 0.8
+    assert [child.tag for child in eiffel] == ["system-out"]
+    assert "the gate on faithfulness passed (--fail-under faithfulness=0.5)" in (
+        eiffel.findtext("system-out") or ""
+    )
+    refusal = _case(root, "correctness", "refusal")  # 2 of 5, on a metric with no gate
+    assert "correctness has no gate, and the gates decide" in (refusal.findtext("system-out") or "")
+
+
+def test_junit_fails_the_samples_of_a_metric_whose_gate_failed(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    junit = tmp_path / "junit.xml"
+
+    code = run(fake, tmp_path, "--junit", str(junit), "--fail-under", "faithfulness=0.8")
+
+    assert code == EXIT_GATE
+    root = _junit(junit)
+    assert root.get("failures") == "2"  # the gate, and eiffel's faithfulness that explains it
+    assert _case(root, "faithfulness", "eiffel").find("failure") is not None
+    assert _case(root, "correctness", "refusal").find("failure") is None  # no gate on it
+    assert _case(root, "gates", "--fail-under faithfulness=0.8").find("failure") is not None
+
+
+def test_junit_without_gates_fails_each_sample_under_its_pass_mark(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    junit = tmp_path / "junit.xml"
+
+    assert run(fake, tmp_path, "--junit", str(junit), "--correctness-threshold", "2") == 0
+
+    root = _junit(junit)
+    assert root.get("failures") == "1"  # eiffel's faithfulness; refusal's 2 meets the mark
+    assert _case(root, "faithfulness", "eiffel").find("failure") is not None
+    assert list(_case(root, "correctness", "refusal")) == []
+
+
+def test_junit_shows_failed_judgements_as_errors_unless_max_failed_allows_them(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    fake.route("correctness_judge", chat("this is not JSON"))
+    samples = write_jsonl(tmp_path / "samples.jsonl", SAMPLES)
+    junit = ("--junit", str(tmp_path / "j.xml"))
+    flags = ("--metrics", "faithfulness,correctness", "--max-retries", "0", *junit)
+
+    assert evaluate(fake, tmp_path, samples, *flags, "--max-failed", "3") == 0
+    allowed = _junit(tmp_path / "j.xml")
+    assert allowed.get("errors") == "0"
+    assert "allowed by --max-failed 3" in (
+        _case(allowed, "correctness", "tokyo").findtext("system-out") or ""
+    )
+    assert evaluate(fake, tmp_path, samples, *flags, "--max-failed", "2") == EXIT_MAX_FAILED
+    assert _junit(tmp_path / "j.xml").get("errors") == "3"
+    assert evaluate(fake, tmp_path, samples, *flags) == 0
+    assert _junit(tmp_path / "j.xml").get("errors") == "3"  # no rule allows them
+    only = ("--metrics", "correctness", "--max-retries", "0", *junit, "--max-failed", "3")
+    assert evaluate(fake, tmp_path, samples, *only) == 4  # nothing judged at all
+    assert _junit(tmp_path / "j.xml").get("errors") == "3"

@@ -49,6 +49,7 @@ CONSUMERS = [
     "report/markdown.py",
     "report/junit.py",
     "report/ci.py",
+    "report/history.py",
     "commands/evaluate.py",
     "commands/queue.py",
     "commands/_display.py",

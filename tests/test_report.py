@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from ragjury.cli import main
+from ragjury.prompts import Prompt
 from ragjury.report.html import evidence_spans, packed_json, unpack_json
 
 from conftest import read_jsonl
 from fakeopenai import FakeOpenAI
-from reportruns import dataset_run, evaluation_run
+from reportruns import dataset_run, evaluation_run, wide_run
 
 
 def page_data(html: str) -> dict[str, Any]:
@@ -108,6 +109,71 @@ def test_report_from_the_database_reads_the_job_with_its_contexts_and_run(
     assert f"{summary['llm_calls']:,}" in html
     assert "fake-model" in html
     assert "verdict@" in html
+
+
+def test_every_prompt_version_used_is_in_the_summary_and_the_header_with_its_origin(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    run = wide_run(fake, tmp_path / "run")  # context judges, a judge file, --prompt verdict=
+    from_files, from_db = tmp_path / "files.html", tmp_path / "db.html"
+
+    assert (
+        main(
+            [
+                "report",
+                str(run / "results.jsonl"),
+                "--summary",
+                str(run / "summary.json"),
+                "--out",
+                str(from_files),
+            ]
+        )
+        == 0
+    )
+    assert main(["report", "--db", str(run / "ragjury.db"), "--out", str(from_db)]) == 0
+
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    versions, origins = summary["prompt_versions"], summary["prompt_origins"]
+    assert set(versions) == {
+        "splitter",
+        "verdict",
+        "correctness",
+        "rubric",
+        "context_relevance",
+        "context_precision",
+        "answer_relevance",
+        "politeness",
+    }
+    assert versions["verdict"] != Prompt.builtin("verdict").version  # the custom one's
+    assert versions["context_relevance"] == Prompt.builtin("context_relevance").version
+    assert origins["verdict"] == "--prompt verdict.j2"
+    assert origins["politeness"] == "judge file politeness.toml"
+    assert origins["splitter"] == origins["context_precision"] == "built-in"
+    for page in (from_files, from_db):
+        header = page.read_text(encoding="utf-8").split('id="metrics-title"')[0]
+        for version in versions.values():
+            assert version in header, (page.name, version)
+        assert f"{versions['politeness']} (judge file politeness.toml)" in header
+        assert f"{versions['verdict']} (--prompt verdict.j2)" in header
+
+
+def test_the_report_has_a_table_of_each_figure_a_metric_tallies_at_each_k(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    run = wide_run(fake, tmp_path / "run")
+    out = tmp_path / "report.html"
+
+    assert main(["report", str(run / "results.jsonl"), "--out", str(out)]) == 0
+
+    html = out.read_text(encoding="utf-8")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    table = html.split('<table class="breakdown" data-metric="retrieval">')[1].split("</table>")[0]
+    assert "<caption>retrieval at k</caption>" in table
+    for k, figures in summary["metrics"]["retrieval"]["at_k"].items():
+        cells = [f'<td class="num">{figures[f]:.3g}</td>' for f in ("hit_rate", "mrr", "ndcg")]
+        row = table.split(f'<th scope="row">{k}</th>')[1].split("</tr>")[0]
+        assert all(cell in row for cell in cells), (k, row)
+    assert html.count('<table class="breakdown"') == 1  # no other metric here tallies
 
 
 def test_report_of_an_unknown_job_names_the_jobs_there_are(

@@ -15,7 +15,7 @@ import pytest
 
 from fakeopenai import FakeOpenAI
 from headless import Opened, chromium, open_page
-from reportruns import HOSTILE, cli, dataset_run, evaluation_run
+from reportruns import HOSTILE, cli, dataset_run, evaluation_run, wide_run
 from reportruns import SAMPLES as JUDGED
 
 if TYPE_CHECKING:
@@ -59,11 +59,6 @@ def test_the_report_renders_offline_with_no_console_error(browser: Browser, repo
     assert not opened.page.locator("#filters").is_visible()  # printed: figures and rows only
     assert opened.page.locator("#samples tbody tr").count() == 5
     opened.page.emulate_media(media="screen")
-    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
-        DOCS.mkdir(exist_ok=True)
-        opened.page.screenshot(path=str(DOCS / "report.png"), full_page=True)
-        opened.page.locator("#samples tbody tr").first.click()
-        opened.page.screenshot(path=str(DOCS / "report-detail.png"))
 
 
 def test_text_search_and_filters_narrow_the_table(browser: Browser, report: Path) -> None:
@@ -82,9 +77,32 @@ def test_text_search_and_filters_narrow_the_table(browser: Browser, report: Path
     assert row_ids(opened) == ["eiffel", "hostile"]
     page.select_option("#metric", "")
     page.select_option("#passing", "yes")
-    assert row_ids(opened) == ["eiffel", "tokyo", "seine", "hostile"]  # any metric passing
-    assert page.locator("#shown").inner_text() == "4 of 5 shown"
+    assert row_ids(opened) == ["tokyo"]  # the sample's own verdict, not any metric's
+    assert page.locator("#shown").inner_text() == "1 of 5 shown"
+    page.select_option("#passing", "no")  # a failed judgement (seine) is not passing
+    assert row_ids(opened) == ["eiffel", "refusal", "seine", "hostile"]
+    page.select_option("#outcome", "failed")
+    assert row_ids(opened) == ["seine"]  # not passing, with a failed judgement
+    page.select_option("#passing", "")
+    page.select_option("#outcome", "")
+    page.select_option("#metric", "faithfulness")
+    page.select_option("#passing", "none")
+    assert row_ids(opened) == ["refusal"]  # not applicable: no verdict of faithfulness
     assert opened.errors == []
+
+
+def test_the_passing_column_shows_each_samples_own_verdict(browser: Browser, report: Path) -> None:
+    opened = ready(open_page(browser, report))
+
+    cells = opened.page.locator("#samples tbody tr td:last-child").all_inner_texts()
+
+    assert dict(zip(row_ids(opened), cells, strict=True)) == {
+        "eiffel": "no",
+        "tokyo": "yes",
+        "refusal": "no",  # correctness 2 of 5
+        "seine": "not judged",  # its correctness judgement failed: never shown as passing
+        "hostile": "no",
+    }
 
 
 def test_sorting_by_a_metric_orders_rows_and_puts_unscored_last(
@@ -194,3 +212,119 @@ def test_the_comparison_page_renders_with_no_console_error(
     assert opened.page.locator("table.compare tbody tr").count() == 2
     assert "faithfulness" in opened.page.locator("table.compare").inner_text()
     assert opened.errors == []
+
+
+@pytest.fixture
+def wide_report(fake: FakeOpenAI, tmp_path: Path) -> Path:
+    """The report of nine metrics: built-in judges, retrieval, the context judges, a judge
+    file and a custom prompt (``reportruns.wide_run``)."""
+    run = wide_run(fake, tmp_path / "run")
+    flags = ["--summary", "summary.json", "--out", "report.html"]
+    assert cli(["report", "results.jsonl", *flags], run) == 0
+    return run / "report.html"
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_column_fits_the_window_from_1280_pixels_wide(
+    browser: Browser, wide_report: Path, width: int
+) -> None:
+    opened = ready(open_page(browser, wide_report, width=width))
+    page = opened.page
+
+    geometry = page.evaluate(
+        """() => {
+          const box = document.querySelector("#samples").parentElement;
+          const last = document.querySelector('#samples th[data-key="passing"]');
+          const cells = [...document.querySelectorAll("#samples tbody td:last-child")];
+          return {
+            scrollWidth: box.scrollWidth,
+            clientWidth: box.clientWidth,
+            pageWidth: document.documentElement.scrollWidth,
+            passingRight: last.getBoundingClientRect().right,
+            passingWidth: last.getBoundingClientRect().width,
+            cellsRight: Math.max(...cells.map((c) => c.getBoundingClientRect().right)),
+            columns: document.querySelectorAll("#samples thead th").length,
+            questionWidth: document.querySelector("#samples td.q").getBoundingClientRect().width,
+          };
+        }"""
+    )
+
+    assert geometry["columns"] == 2 + 9 + 1  # id, question, nine metrics, passing
+    assert geometry["scrollWidth"] <= geometry["clientWidth"]  # no sideways scroll
+    assert geometry["pageWidth"] <= width
+    assert 0 < geometry["passingRight"] <= width
+    assert geometry["cellsRight"] <= width
+    assert geometry["passingWidth"] > 40
+    assert geometry["questionWidth"] > 150  # the question keeps room to be read
+    assert page.locator('#samples th[data-key="passing"]').is_visible()
+    assert opened.errors == []
+    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS") and width == 1280:
+        page.screenshot(path=str(DOCS / "report.png"), full_page=True)
+
+
+def test_the_detail_view_opens_with_the_verdict_and_shows_verdicts_as_tables(
+    browser: Browser, wide_report: Path
+) -> None:
+    opened = ready(open_page(browser, wide_report))
+    page = opened.page
+
+    page.locator("#samples tbody tr", has_text="tokyo").click()
+    dialog = page.locator("dialog#detail")
+    body = dialog.locator("#detail-body > *")
+    assert body.nth(1).get_attribute("id") == "verdict"  # right under the title
+    assert dialog.locator("#verdict").inner_text().split("\n")[0] == "passing"
+    assert "every requested metric passed" in dialog.locator("#verdict").inner_text()
+    relevance = dialog.locator('table.detail[data-detail="contexts"]').first
+    assert relevance.locator("tbody tr").count() == 2  # one verdict per retrieved context
+    assert relevance.locator("tbody tr").nth(0).inner_text().split("\t")[2:] == [
+        "no",
+        "off topic",
+    ]
+    retrieved = dialog.locator('table.detail[data-detail="retrieved"]')
+    assert retrieved.locator("tbody tr").count() == 2
+    at_k = dialog.locator('table.detail[data-detail="at_k"]')
+    assert at_k.locator("thead th").all_inner_texts() == [
+        "k",
+        "hit",
+        "MRR",
+        "recall",
+        "precision",
+        "nDCG",
+    ]
+    assert "{" not in dialog.inner_text()  # no raw JSON anywhere
+    page.keyboard.press("Escape")
+
+    page.locator("#samples tbody tr", has_text="seine").click()
+    text = dialog.inner_text()
+    assert dialog.locator("#verdict").inner_text().startswith("not judged")
+    message = text.split("Stage correctness_judge")[1].split("\n")[2]
+    assert message.startswith("correctness_judge: the model's output did not validate")
+    assert text.count(message) == 1  # the failure's error, once
+    assert opened.errors == []
+    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
+        page.keyboard.press("Escape")
+        page.locator("#samples tbody tr", has_text="tokyo").click()
+        page.screenshot(path=str(DOCS / "report-detail.png"))
+
+
+def test_the_retrieval_figures_at_each_k_are_a_table_of_the_report(
+    browser: Browser, wide_report: Path
+) -> None:
+    opened = ready(open_page(browser, wide_report))
+    table = opened.page.locator('table.breakdown[data-metric="retrieval"]')
+
+    assert table.locator("caption").inner_text() == "retrieval at k"
+    assert table.locator("thead th").all_inner_texts() == [
+        "k",
+        "hit rate",
+        "MRR",
+        "recall",
+        "precision",
+        "nDCG",
+    ]
+    # Tokyo's reference is retrieved second, the others' first: at k=1 four of five hit
+    rows = [r.split("\t") for r in table.locator("tbody tr").all_inner_texts()]
+    assert [r[0] for r in rows] == ["1", "3", "5", "10"]
+    assert rows[0][1:3] == ["0.8", "0.8"]
+    assert rows[1][1:3] == ["1", "0.9"]
+    assert table.is_visible()

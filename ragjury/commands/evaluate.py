@@ -146,7 +146,6 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         budget_reason = run.llm.budget.reason
         summary.update(run_details(args.samples, settings.base_url, prompts, metrics, plan.judges))
         summary["declarations"] = declarations(metrics, plan.judges)
-        await run.finish(summary, args.summary)
         figures = summary["metrics"].values()
         failed = sum(m["failed"] for m in figures)
         judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
@@ -154,6 +153,12 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             *check_thresholds(summary["metrics"], args.fail_under),
             *max_failed_gate(failed, args.max_failed),
         ]
+        # kept with the run, so `report --history` shows which runs' gates failed
+        summary["gates"] = [
+            {"name": g.name, "passed": g.passed, "message": g.message, "metric": g.metric}
+            for g in gates
+        ]
+        await run.finish(summary, args.summary)
         if args.junit is not None or args.markdown is not None:
             # only these files need every record at once (a JUnit tree is built whole)
             records = [record async for record in run.store.samples([job.id])]

@@ -39,7 +39,7 @@ def add_report_commands(commands: Any) -> None:
         help="write a self-contained HTML report of evaluate results or a generated dataset",
         description="Write one HTML file (no network needed to open it) from the results "
         "`evaluate` wrote, from a job in the database (--db), or from a generated dataset "
-        "(with --rejected).",
+        "(with --rejected); with --db and --history, one page of every job in the database.",
     )
     report.add_argument(
         "results", nargs="?", type=Path, help="results or dataset JSONL (omit with --db)"
@@ -56,6 +56,12 @@ def add_report_commands(commands: Any) -> None:
         "--db", help="read a job from this database instead (a file, or a postgresql:// URL)"
     )
     report.add_argument("--job", help="the job to read from --db (default: the newest)")
+    report.add_argument(
+        "--history",
+        action="store_true",
+        help="with --db: one page of every job in the database (each metric's trend over the "
+        "runs, the gates that failed) and, in OUT-runs/ beside it, each job's report",
+    )
     report.add_argument("--title", help="the page title")
 
     comp = commands.add_parser(
@@ -80,7 +86,7 @@ def add_report_commands(commands: Any) -> None:
         type=parse_regressions,
         default=[],
         metavar="METRIC=DELTA,...",
-        help="exit 4 if a metric's mean is more than DELTA worse in the candidate (repeatable)",
+        help="exit 5 if a metric's mean is more than DELTA worse in the candidate (repeatable)",
     )
     comp.add_argument(
         "--resamples", type=_positive, default=2000, help="bootstrap resamples (default 2000)"
@@ -125,9 +131,46 @@ async def _load_report(args: argparse.Namespace) -> Loaded:
     )
 
 
+async def _history(args: argparse.Namespace) -> int:
+    """``--history``: the history page, and each job's report in ``OUT-runs/`` beside it."""
+    from ragjury.report.history import history_html
+    from ragjury.report.html import dataset_html, evaluation_html
+    from ragjury.report.load import history_from_db
+
+    given = [
+        flag for flag in ("results", "job", "summary", "samples", "rejected") if getattr(args, flag)
+    ]
+    if args.db is None or given:
+        shown = ", ".join("RESULTS" if f == "results" else f"--{f}" for f in given)
+        raise ConfigurationError(
+            "--history reads every job of --db, so it takes --db (and --out, --title) only"
+            + (f"; drop {shown}" if given else "")
+        )
+    source, runs = await history_from_db(args.db)
+    folder = args.out.with_name(f"{args.out.stem}-runs")
+    links = {}
+    if runs:
+        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        loaded = await records_from_db(args.db, run.job)
+        report = evaluation_html if loaded.kind == "evaluation" else dataset_html
+        await _write(folder / f"{run.job}.html", report(loaded, title=f"ragjury job {run.job}"))
+        links[run.job] = f"{folder.name}/{run.job}.html"
+    await _write(args.out, history_html(source, runs, links, title=args.title))
+    failed = sum(bool(r.gates_failed) for r in runs)
+    print(
+        f"ragjury report: {len(runs)} job(s), {failed} with failed gates -> {args.out} "
+        f"(each job's report in {folder})",
+        file=sys.stderr,
+    )
+    return 0
+
+
 async def report_command(args: argparse.Namespace, settings: Settings) -> int:
     from ragjury.report.html import dataset_html, evaluation_html
 
+    if args.history:
+        return await _history(args)
     loaded = await _load_report(args)
     if args.db is not None and args.summary is not None:
         loaded.summary.update(await anyio.to_thread.run_sync(_read_json, args.summary))

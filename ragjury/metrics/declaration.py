@@ -221,13 +221,17 @@ class Metric:
     own_prompt: Callable[[Metric], Prompt] | None = None
     """The metric's one prompt when it is not a built-in template (a judge file's)."""
 
-    def prompt_versions(self, custom: Mapping[str, Prompt]) -> dict[str, str]:
-        """The version of each prompt its agents render: the custom one's (``--prompt``),
-        else the built-in's."""
+    def prompts_used(self, custom: Mapping[str, Prompt]) -> dict[str, Prompt]:
+        """Each prompt its agents render: the custom one (``--prompt``), else the built-in,
+        or the metric's own (a judge file's)."""
         if self.own_prompt is not None:
             prompt = self.own_prompt(self)
-            return {prompt.name: prompt.version}
-        return {name: (custom.get(name) or Prompt.builtin(name)).version for name in self.prompts}
+            return {prompt.name: prompt}
+        return {name: custom.get(name) or Prompt.builtin(name) for name in self.prompts}
+
+    def prompt_versions(self, custom: Mapping[str, Prompt]) -> dict[str, str]:
+        """The version of each prompt its agents render (see :meth:`prompts_used`)."""
+        return {name: prompt.version for name, prompt in self.prompts_used(custom).items()}
 
     def bar(self, options: EvaluationOptions) -> float | None:
         """The pass mark in effect: ``--threshold NAME=X`` (or ``--NAME-threshold``) when

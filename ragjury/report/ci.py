@@ -15,7 +15,7 @@ from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
 from ragjury.report.gates import GateResult, parse_thresholds
 from ragjury.report.junit import junit_xml
-from ragjury.report.load import prompt_versions
+from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
 
 
@@ -28,7 +28,7 @@ def add_ci_options(parser: argparse.ArgumentParser) -> None:
         type=parse_thresholds,
         default=[],
         metavar="METRIC=X,...",
-        help="exit 4 if a metric's mean over scored samples is below X, on the metric's own "
+        help="exit 5 if a metric's mean over scored samples is below X, on the metric's own "
         "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
         "for its pass rate (repeatable)",
     )
@@ -61,6 +61,7 @@ def run_details(
         "input": str(samples),
         "base_url": redact_url(base_url),
         "prompt_versions": prompt_versions(prompts, metrics, judges),
+        "prompt_origins": prompt_origins(prompts, metrics, judges),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

@@ -216,12 +216,12 @@ def check_regressions(comparison: Comparison, allowed: Mapping[str, float]) -> l
         found = by_metric.get(metric)
         if found is None or found.mean_difference is None:
             message = f"{metric} has no sample scored on both sides, so no difference to check"
-            results.append(GateResult(name, False, message))
+            results.append(GateResult(name, False, message, metric))
             continue
         change = f"{metric} mean {found.baseline_mean:.4g} -> {found.candidate_mean:.4g}"
         if found.regression > delta + _SAME:
             message = f"{change}, {found.regression:.4g} worse, more than {delta:g}"
-            results.append(GateResult(name, False, message))
+            results.append(GateResult(name, False, message, metric))
         else:
-            results.append(GateResult(name, True, f"{change}, within {delta:g}"))
+            results.append(GateResult(name, True, f"{change}, within {delta:g}", metric))
     return results

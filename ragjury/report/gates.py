@@ -44,6 +44,8 @@ class GateResult:
     name: str
     passed: bool
     message: str
+    metric: str | None = None
+    """The metric the gate bars (None: a gate on the whole run, such as ``--max-failed``)."""
 
 
 def _split(text: str, flag: str, example: str) -> list[tuple[str, float]]:
@@ -140,16 +142,18 @@ def check_thresholds(
         if figures is None:
             judged = ", ".join(stats) or "none"
             message = f"{t.metric} was not evaluated in this run (metrics: {judged})"
-            results.append(GateResult(name, False, message))
+            results.append(GateResult(name, False, message, t.metric))
             continue
         value = figures.get(t.statistic)
         if value is None:
             message = f"{t.label} is undefined: no sample was scored (bar {t.bar:g})"
-            results.append(GateResult(name, False, message))
+            results.append(GateResult(name, False, message, t.metric))
         elif value < t.bar:
-            results.append(GateResult(name, False, f"{t.label} {value:g} is below {t.bar:g}"))
+            message = f"{t.label} {value:g} is below {t.bar:g}"
+            results.append(GateResult(name, False, message, t.metric))
         else:
-            results.append(GateResult(name, True, f"{t.label} {value:g} is at least {t.bar:g}"))
+            message = f"{t.label} {value:g} is at least {t.bar:g}"
+            results.append(GateResult(name, True, message, t.metric))
     return results
 
 

@@ -68,7 +68,7 @@ def _csp_hash(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def _page(template: str, *, title: str, data: Any | None, **context: Any) -> str:
+def page(template: str, *, title: str, data: Any | None, **context: Any) -> str:
     css = _asset("report.css")
     script = _asset("report.js") if data is not None else ""
     policy = f"default-src 'none'; style-src '{_csp_hash(css)}'; img-src data:"
@@ -170,11 +170,63 @@ def _sample_data(record: dict[str, Any]) -> dict[str, Any]:
         "contexts": contexts if "contexts" in record else None,
         "marks": [evidence_spans(c, quotes) for c in contexts],
         "passing": record.get("passing"),  # the record's own verdict: a failure never passes
+        "reason": record.get("reason"),
         "metrics": {
             name: {k: v for k, v in entry.items() if k != "llm_calls"}
             for name, entry in metrics.items()
         },
     }
+
+
+# -- breakdowns ---------------------------------------------------------------------------
+
+_LABELS = {"mrr": "MRR", "ndcg": "nDCG"}
+
+
+def _label(key: str) -> str:
+    return _LABELS.get(key, key.replace("_", " "))
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One table of the figures a metric's tally adds (retrieval at each k, keyword failure
+    rates): a row per key of the figure, a column per figure inside it."""
+
+    metric: str
+    caption: str
+    row_label: str
+    columns: list[str]
+    column_labels: list[str]
+    rows: list[tuple[str, list[object]]]
+
+
+def breakdowns(stats: Mapping[str, Mapping[str, object]]) -> list[Breakdown]:
+    """The tables of every figure a metric's declared tally adds to its summary (read from
+    the declaration: no metric is named here)."""
+    known = registry()
+    found = []
+    for name, figures in stats.items():
+        metric = known.get(name)
+        if metric is None or metric.tally is None:
+            continue
+        for key in metric.tally().figures():
+            table = figures.get(key)
+            if not isinstance(table, dict) or not table:
+                continue
+            if not all(isinstance(row, dict) for row in table.values()):
+                continue
+            columns = list(dict.fromkeys(c for row in table.values() for c in row))
+            found.append(
+                Breakdown(
+                    metric=name,
+                    caption=f"{name} {key.replace('_', ' ')}",
+                    row_label=key.removeprefix("at_") if key.startswith("at_") else "",
+                    columns=columns,
+                    column_labels=[_label(c) for c in columns],
+                    rows=[(str(k), [row.get(c) for c in columns]) for k, row in table.items()],
+                )
+            )
+    return found
 
 
 # -- pages --------------------------------------------------------------------------------
@@ -189,12 +241,28 @@ def _cost(summary: Mapping[str, Any]) -> str:
     return "not recorded"
 
 
-def _run_rows(summary: Mapping[str, Any], failures: str) -> list[tuple[str, str]]:
+def prompts_shown(summary: Mapping[str, object]) -> list[str]:
+    """Every prompt version the run used, each with where it came from when it is not the
+    built-in template (a ``--prompt`` file, a judge file)."""
+    versions = summary.get("prompt_versions")
+    origins = summary.get("prompt_origins")
+    if not isinstance(versions, dict):
+        return []
+    if not isinstance(origins, dict):
+        origins = {}
+    shown = []
+    for name, version in versions.items():
+        origin = origins.get(name, "built-in")
+        shown.append(str(version) if origin == "built-in" else f"{version} ({origin})")
+    return shown
+
+
+def _run_rows(summary: Mapping[str, Any], failures: str) -> list[tuple[str, str | list[str]]]:
     def given(key: str, fmt: str = "{}") -> str:
         value = summary.get(key)
         return "not recorded" if value is None else fmt.format(value)
 
-    prompts = summary.get("prompt_versions") or {}
+    prompts = prompts_shown(summary)
     tokens = "not recorded"
     if "prompt_tokens" in summary:
         tokens = (
@@ -206,7 +274,7 @@ def _run_rows(summary: Mapping[str, Any], failures: str) -> list[tuple[str, str]
         ("Finished", given("finished_at")),
         ("Model", given("model")),
         ("Endpoint", given("base_url")),
-        ("Prompts", ", ".join(prompts.values()) if prompts else "not recorded"),
+        ("Prompts", prompts if prompts else "not recorded"),
         ("LLM calls", given("llm_calls", "{:,}")),
         ("Tokens", tokens),
         ("Cost", _cost(summary)),
@@ -244,7 +312,7 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
         }
         for name, figures in stats.items()
     ]
-    return _page(
+    return page(
         "evaluation.html.j2",
         title=title or "ragjury evaluation report",
         data={
@@ -256,6 +324,7 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
         samples=len(records),
         run=_run_rows(loaded.summary, failures),
         metrics=metrics,
+        breakdowns=breakdowns(stats),
         has_contexts=any("contexts" in r for r in records),
     )
 
@@ -289,7 +358,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
         | {"critiques": pair.get("critiques") or {}}
         for pair in pairs
     ]
-    return _page(
+    return page(
         "dataset.html.j2",
         title=title or "ragjury dataset report",
         data={"kind": "dataset", "criteria": list(CRITERIA), "pairs": data_pairs},
@@ -303,7 +372,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
 
 
 def comparison_html(comparison: Comparison, *, title: str | None = None) -> str:
-    return _page(
+    return page(
         "compare.html.j2",
         title=title or "ragjury comparison",
         data=None,

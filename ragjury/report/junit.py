@@ -1,9 +1,19 @@
 """``--junit FILE``: a JUnit XML report that CI systems display.
 
-One ``testsuite`` per metric (``ragjury.faithfulness``, ...) with one ``testcase`` per sample:
-passed; ``failure`` when scored below its threshold (the reason, and the unsupported
-statements with theirs); ``error`` when the judgement failed (stage, attempts, last raw
-output); ``skipped`` when not applicable. A ``ragjury.gates`` suite holds one case per gate.
+One ``testsuite`` per metric (``ragjury.faithfulness``, ...) with one ``testcase`` per sample,
+and a ``ragjury.gates`` suite with one case per gate, failed when its gate failed. A CI system
+counts every ``failure`` and ``error`` against the build, so a case fails only by the rule the
+user set (:class:`Rules`), the rule the exit code follows too:
+
+- with no gate at all, each metric's pass mark is the rule: a sample scored below it is a
+  ``failure`` (the reason, and the unsupported statements with theirs);
+- with gates, they are the rule: a sample below its pass mark is a ``failure`` only when a
+  gate on its metric failed (the samples then say why); otherwise the case passes and says,
+  in its ``system-out``, that it is below the mark and which gate decides;
+- a failed judgement is an ``error`` (stage, attempts, last raw output), unless a gate on the
+  whole run (``--max-failed N``) allowed it, which its ``system-out`` then says (when every
+  judgement failed, nothing allows them);
+- ``skipped`` when not applicable.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ragjury.report.gates import GateResult
@@ -64,18 +75,57 @@ def _case(suite: ET.Element, name: str) -> ET.Element:
     )
 
 
-def _add_result(suite: ET.Element, record: dict[str, Any], entry: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Rules:
+    """What fails a case, from the gates the user set (see the module docstring)."""
+
+    gates: Sequence[GateResult]
+    nothing_judged: bool = False
+    """Every judgement failed (the run exits 4 whatever the gates say)."""
+
+    def below_mark_fails(self, metric: str) -> str | None:
+        """None when a sample of ``metric`` below its pass mark is a failure; else why not."""
+        if not self.gates:
+            return None
+        own = [g for g in self.gates if g.metric == metric]
+        if any(not g.passed for g in own):
+            return None
+        if own:
+            names = ", ".join(g.name for g in own)
+            return f"below its pass mark, not a failure: the gate on {metric} passed ({names})"
+        return f"below its pass mark, not a failure: {metric} has no gate, and the gates decide"
+
+    def failed_judgement_is_error(self) -> str | None:
+        """None when a failed judgement is an error; else the gate that allowed it."""
+        whole_run = [g for g in self.gates if g.metric is None]
+        if whole_run and all(g.passed for g in whole_run) and not self.nothing_judged:
+            return "a failed judgement, allowed by " + ", ".join(g.name for g in whole_run)
+        return None
+
+
+def _add_result(
+    suite: ET.Element, metric: str, record: dict[str, Any], entry: dict[str, Any], rules: Rules
+) -> None:
     case = _case(suite, _case_name(record))
     outcome, reason = entry.get("outcome"), clean(entry.get("reason") or "")
     if outcome == "failed":
         error = entry.get("error") or {}
-        node = ET.SubElement(case, "error", message=reason, type=clean(error.get("stage")))
-        node.text = clean(_error_text(error))
+        allowed = rules.failed_judgement_is_error()
+        if allowed is None:
+            node = ET.SubElement(case, "error", message=reason, type=clean(error.get("stage")))
+            node.text = clean(_error_text(error))
+        else:
+            ET.SubElement(case, "system-out").text = clean(f"{allowed}\n{_error_text(error)}")
     elif outcome == "not_applicable":
         ET.SubElement(case, "skipped", message=reason or "not applicable")
     elif entry.get("passing") is False:
-        node = ET.SubElement(case, "failure", message=reason, type="below_threshold")
-        node.text = clean(failure_text(entry))
+        informational = rules.below_mark_fails(metric)
+        if informational is None:
+            node = ET.SubElement(case, "failure", message=reason, type="below_threshold")
+            node.text = clean(failure_text(entry))
+        else:
+            text = f"{informational}\n{failure_text(entry)}"
+            ET.SubElement(case, "system-out").text = clean(text)
 
 
 def _count(suite: ET.Element) -> None:
@@ -89,13 +139,20 @@ def junit_tree(
     records: Iterable[dict[str, Any]], gates: Sequence[GateResult] = ()
 ) -> ET.ElementTree[ET.Element]:
     rows = list(records)
+    outcomes = {
+        entry.get("outcome")
+        for record in rows
+        for entry in (record.get("metrics") or {}).values()
+        if isinstance(entry, dict)
+    }
+    rules = Rules(gates, nothing_judged=outcomes == {"failed"})
     root = ET.Element("testsuites", name="ragjury")
     for metric in metric_names(rows):
         suite = _suite(root, f"ragjury.{metric}")
         for record in rows:
             entry = (record.get("metrics") or {}).get(metric)
             if isinstance(entry, dict):
-                _add_result(suite, record, entry)
+                _add_result(suite, metric, record, entry, rules)
     if gates:
         suite = _suite(root, "ragjury.gates")
         for gate in gates:

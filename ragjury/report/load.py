@@ -187,6 +187,27 @@ def prompt_versions(
     return versions
 
 
+def prompt_origins(
+    prompts: Mapping[str, Prompt], metrics: Iterable[str], judges: Sequence[Metric] = ()
+) -> dict[str, str]:
+    """Where each prompt of :func:`prompt_versions` came from: ``built-in``, ``--prompt
+    PATH`` (a custom template), or ``judge file PATH``."""
+    known = registry(judges)
+    origins: dict[str, str] = {}
+    for name in metrics:
+        metric = known.get(name)
+        if metric is None:
+            continue
+        for prompt_name, prompt in metric.prompts_used(prompts).items():
+            if metric.own_prompt is not None:
+                origins[prompt_name] = prompt.origin
+            elif prompt.origin == "builtin":
+                origins[prompt_name] = "built-in"
+            else:
+                origins[prompt_name] = f"--prompt {prompt.origin}"
+    return origins
+
+
 async def records_from_db(db: str | Path, job: str | None) -> Loaded:
     """A job's records and its latest run summary, from the store at ``db`` (a SQLite file
     or a ``postgresql://`` URL).
@@ -227,12 +248,14 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
                 record["contexts"] = list(judged.contexts)
                 record["reference"] = judged.reference
         spec = EvaluationSpec.model_validate(found.options)
-        custom, judges, metrics = (
-            spec.custom_prompts(found.id),
-            custom_judge.from_stored(spec.judges or ()),
-            spec.metrics,
-        )
+        custom = {
+            name: Prompt(name=name, source=source, origin=f"(stored with job {found.id})")
+            for name, source in spec.prompts.items()
+        }
+        judges = custom_judge.from_stored(spec.judges or ())
+        metrics = spec.metrics
         summary.setdefault("prompt_versions", prompt_versions(custom, metrics, judges))
+        summary.setdefault("prompt_origins", prompt_origins(custom, metrics, judges))
         summary.setdefault("declarations", declarations(metrics, judges))
         return Loaded("evaluation", records, where, summary)
 
@@ -248,3 +271,59 @@ async def _run_summary(store: Store, job: str) -> dict[str, Any]:
     summary.setdefault("started_at", run.started_at)
     summary.setdefault("finished_at", run.finished_at)
     return summary
+
+
+@dataclass
+class HistoryRun:
+    """One job of a database as the history page shows it: when, what, its figures per
+    metric (from its stored results, so a job judged by ``serve`` counts too), and the gates
+    of its newest finished run."""
+
+    job: str
+    kind: Kind
+    finished_at: str | None
+    model: str | None
+    items: int
+    figures: dict[str, dict[str, object]] = field(default_factory=dict)
+    gates: list[Mapping[str, object]] = field(default_factory=list)
+    declarations: dict[str, Mapping[str, object]] = field(default_factory=dict)
+
+    @property
+    def gates_failed(self) -> list[Mapping[str, object]]:
+        return [g for g in self.gates if not g.get("passed")]
+
+
+async def history_from_db(db: str | Path) -> tuple[str, list[HistoryRun]]:
+    """Every job in the store at ``db``, oldest first, and the store's location as shown
+    (a URL's password redacted). A job's figures are tallied one judged sample at a time."""
+    from ragjury.evaluation.summary import SummaryTally
+
+    location = parse_location(db)
+    if location.path is not None and not await anyio.Path(location.path).exists():
+        raise InputError(f"no database at {str(location.path)!r}; give the --db the runs used")
+    runs: list[HistoryRun] = []
+    async with open_store(location) as store:
+        for job in reversed(await store.jobs()):
+            run = await store.latest_run(job.id)
+            summary = dict(run.summary or {}) if run is not None else {}
+            kind: Kind = "dataset" if job.kind == "generate" else "evaluation"
+            found = HistoryRun(
+                job=job.id,
+                kind=kind,
+                finished_at=run.finished_at if run is not None else None,
+                model=(run.settings.get("model") if run is not None else None),
+                items=job.size,
+                gates=[g for g in summary.get("gates") or [] if isinstance(g, dict)],
+                declarations={
+                    name: kept
+                    for name, kept in (summary.get("declarations") or {}).items()
+                    if isinstance(kept, dict)
+                },
+            )
+            if kind == "evaluation":
+                tally = SummaryTally(list(EvaluationSpec.model_validate(job.options).metrics))
+                async for text in store.scored(job.id):
+                    tally.add(SampleScored.model_validate_json(text))
+                found.figures = tally.metric_figures()
+            runs.append(found)
+        return store.location, runs

@@ -82,21 +82,28 @@ def markdown_summary(
     if problems:
         lines += ["", f"**Samples that did not pass** ({len(problems)})", ""]
         lines += [
-            f"- {inline(rid, 40)} ({metric}): {inline(reason)}"
-            for rid, metric, reason in problems[:_SAMPLES_LISTED]
+            f"- {inline(rid, 40)}: "
+            + "; ".join(f"{metric} ({inline(why)})" for metric, why in whys)
+            for rid, whys in problems[:_SAMPLES_LISTED]
         ]
         if len(problems) > _SAMPLES_LISTED:
             lines.append(f"- … and {len(problems) - _SAMPLES_LISTED} more (see the results file)")
     return "\n".join(lines) + "\n"
 
 
-def _problems(records: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """(sample id, metric, reason) of each judgement that failed or did not pass."""
+def _problems(records: Iterable[dict[str, Any]]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each sample that did not pass, once: its id, and the metrics that failed or did not
+    pass with their reasons. A sample did not pass when its own ``passing`` is false (a
+    record without one: when a metric failed or did not pass)."""
     found = []
     for record in records:
+        whys = []
         for metric, entry in (record.get("metrics") or {}).items():
             if entry.get("outcome") == "failed":
-                found.append((str(record.get("id")), metric, f"failed: {entry.get('reason')}"))
+                whys.append((metric, f"failed: {entry.get('reason')}"))
             elif entry.get("passing") is False:
-                found.append((str(record.get("id")), metric, str(entry.get("reason"))))
+                whys.append((metric, str(entry.get("reason"))))
+        passing = record.get("passing", False if whys else None)
+        if passing is False:
+            found.append((str(record.get("id")), whys or [("sample", str(record.get("reason")))]))
     return found

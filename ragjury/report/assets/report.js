@@ -40,9 +40,20 @@ function start(data) {
     return el("span", { class: cls, title: entry.reason || "" }, fmt(entry.score));
   }
 
-  function passingBadge(value) {
-    if (value === null || value === undefined) return el("span", { class: "muted" }, "–");
-    return el("span", { class: value ? "badge ok" : "badge bad" }, value ? "yes" : "no");
+  // A sample's own verdict (the record's `passing`, never recomputed): a sample with a failed
+  // judgement is "not judged", not passing.
+  const failedMetrics = (s) => data.metrics.filter((name) => s.metrics[name] && s.metrics[name].outcome === "failed");
+
+  function verdictOf(s) {
+    if (s.passing === true) return { cls: "badge ok", text: "yes", words: "passing" };
+    if (s.passing === false && failedMetrics(s).length) return { cls: "badge bad", text: "not judged", words: "not judged" };
+    if (s.passing === false) return { cls: "badge bad", text: "no", words: "not passing" };
+    return { cls: "badge na", text: "no verdict", words: "no verdict" };
+  }
+
+  function passingBadge(s) {
+    const verdict = verdictOf(s);
+    return el("span", { class: verdict.cls, title: s.reason || "" }, verdict.text);
   }
 
   function section(title, ...children) {
@@ -80,11 +91,49 @@ function start(data) {
   }
 
   const KNOWN = new Set(["outcome", "score", "passing", "reason", "error", "statements", "reasoning", "checks"]);
+  const LABELS = { mrr: "MRR", ndcg: "nDCG" };
+  const label = (key) => LABELS[key] || key.replaceAll("_", " ");
+  const isRecord = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+
+  function cellValue(value) {
+    if (value === true || value === false) return el("span", { class: value ? "badge ok" : "badge bad" }, value ? "yes" : "no");
+    if (value === null || value === undefined) return "–";
+    if (typeof value === "number") return fmt(value);
+    if (Array.isArray(value)) return value.map((v) => (typeof v === "number" ? fmt(v) : String(v))).join(", ");
+    if (isRecord(value)) return Object.entries(value).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => label(k) + " " + (typeof v === "number" ? fmt(v) : String(v))).join(", ");
+    return String(value);
+  }
+
+  // A small table for a detail that is a list of records (a verdict per context, the ranks
+  // of references) or a record of records (figures at each k); a plain value as text.
+  function detailTable(key, value) {
+    let columns = [];
+    let rows = [];
+    let rowHead = null;
+    if (Array.isArray(value) && value.length && value.every(isRecord)) {
+      columns = [...new Set(value.flatMap((row) => Object.keys(row)))];
+      rows = value.map((row) => [null, row]);
+    } else if (isRecord(value) && Object.keys(value).length && Object.values(value).every(isRecord)) {
+      columns = [...new Set(Object.values(value).flatMap((row) => Object.keys(row)))];
+      rows = Object.entries(value).map(([k, row]) => [k, row]);
+      rowHead = key.startsWith("at_") ? key.slice(3) : "";
+    } else {
+      return null;
+    }
+    const head = el("tr", {}, rowHead === null ? null : el("th", {}, rowHead), ...columns.map((c) => el("th", {}, label(c))));
+    const body = el("tbody");
+    for (const [k, row] of rows) {
+      body.append(el("tr", {}, k === null ? null : el("th", { scope: "row" }, k), ...columns.map((c) => el("td", { class: typeof row[c] === "number" ? "num" : null }, cellValue(row[c])))));
+    }
+    return el("table", { class: "detail", "data-detail": key }, el("caption", {}, label(key)), el("thead", {}, head), body);
+  }
 
   function metricView(name, entry) {
-    const head = el("p", {}, badge(entry), " ", entry.outcome.replace("_", " "), entry.passing === false ? " · not passing" : entry.passing === true ? " · passing" : "");
+    const words = entry.outcome === "failed" ? "the judgement failed" : entry.outcome.replace("_", " ");
+    const head = el("p", {}, badge(entry), " ", words, entry.passing === false ? " · not passing" : entry.passing === true ? " · passing" : "");
     const parts = [head];
-    if (entry.reason) parts.push(textBlock(entry.reason));
+    // a failure's reason is its error's message: shown once, with the error below
+    if (entry.reason && !(entry.error && entry.error.message === entry.reason)) parts.push(textBlock(entry.reason));
     if (entry.statements && entry.statements.length) {
       const list = el("ol", { class: "statements" });
       for (const s of entry.statements) {
@@ -115,20 +164,35 @@ function start(data) {
       parts.push(table);
     }
     const extra = Object.entries(entry).filter(([key, value]) => !KNOWN.has(key) && value !== null);
-    if (extra.length) {
+    const plain = [];
+    const tables = [];
+    for (const [key, value] of extra) {
+      const table = detailTable(key, value);
+      if (table) tables.push(table);
+      else if (!(Array.isArray(value) && !value.length)) plain.push([key, value]);
+    }
+    if (plain.length) {
       const dl = el("dl", { class: "run" });
-      for (const [key, value] of extra) {
-        const shown = typeof value === "object" ? JSON.stringify(value, null, 1) : typeof value === "number" ? fmt(value) : String(value);
-        dl.append(el("div", {}, el("dt", {}, key.replaceAll("_", " ")), el("dd", {}, shown)));
-      }
+      for (const [key, value] of plain) dl.append(el("div", {}, el("dt", {}, label(key)), el("dd", {}, cellValue(value))));
       parts.push(dl);
     }
+    for (const table of tables) parts.push(el("div", { class: "scroll" }, table));
     if (entry.error) parts.push(errorView(entry.error));
     return section(name, ...parts);
   }
 
+  function verdictView(s) {
+    const verdict = verdictOf(s);
+    let reason = s.reason || "";
+    for (const name of failedMetrics(s)) {
+      const error = s.metrics[name].error;
+      if (error && error.message && reason.includes(error.message)) reason = reason.replace(error.message, "its error is below, under " + name);
+    }
+    return el("div", { class: "verdict", id: "verdict" }, el("p", {}, el("span", { class: verdict.cls }, verdict.words)), reason ? el("p", { class: "reason" }, reason) : null);
+  }
+
   function sampleDetail(s) {
-    const parts = [el("h2", { id: "detail-title" }, "Sample ", el("code", {}, s.id)), el("h3", {}, "Question"), textBlock(s.question), el("h3", {}, "Answer"), textBlock(s.answer === null ? "(no answer)" : s.answer)];
+    const parts = [el("h2", { id: "detail-title" }, "Sample ", el("code", {}, s.id)), verdictView(s), el("h3", {}, "Question"), textBlock(s.question), el("h3", {}, "Answer"), textBlock(s.answer === null ? "(no answer)" : s.answer)];
     if (s.reference) parts.push(el("h3", {}, "Reference"), textBlock(s.reference));
     if (s.contexts === null) {
       parts.push(el("p", { class: "muted" }, "Contexts are not in the results file; pass --samples to show them."));
@@ -151,23 +215,27 @@ function start(data) {
       if (key === "passing") return s.passing === null ? null : s.passing ? 1 : 0;
       return s[key];
     },
+    // Filters pick whole samples. With a metric chosen, outcome and passing are that
+    // metric's; with any metric, the outcome is one any of its metrics had, and passing is
+    // the sample's own verdict.
     matches(s) {
       const metric = $("metric").value;
       const outcome = $("outcome").value;
       const passing = $("passing").value;
-      if (!outcome && !passing) return true;
-      const names = metric ? [metric] : data.metrics;
-      return names.some((name) => {
-        const e = s.metrics[name];
-        if (!e) return false;
-        if (outcome && e.outcome !== outcome) return false;
-        if (passing === "yes" && e.passing !== true) return false;
-        if (passing === "no" && e.passing !== false) return false;
-        return true;
-      });
+      if (metric && !s.metrics[metric]) return false;
+      if (outcome) {
+        const names = metric ? [metric] : data.metrics;
+        if (!names.some((name) => s.metrics[name] && s.metrics[name].outcome === outcome)) return false;
+      }
+      if (passing) {
+        const value = metric ? s.metrics[metric].passing : s.passing;
+        const wanted = passing === "yes" ? true : passing === "no" ? false : null;
+        if ((value === undefined ? null : value) !== wanted) return false;
+      }
+      return true;
     },
     cells(s) {
-      return [el("td", {}, s.id), el("td", { class: "q", title: s.question || "" }, s.question || ""), ...data.metrics.map((name) => el("td", { class: "num" }, badge(s.metrics[name]))), el("td", {}, passingBadge(s.passing))];
+      return [el("td", { class: "id", title: s.id }, s.id), el("td", { class: "q", title: s.question || "" }, s.question || ""), ...data.metrics.map((name) => el("td", { class: "num" }, badge(s.metrics[name]))), el("td", { class: "verdict" }, passingBadge(s))];
     },
     detail: sampleDetail,
   };

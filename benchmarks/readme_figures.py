@@ -1,0 +1,146 @@
+"""The README's benchmark figures, written from the results files, never typed by hand.
+
+Each region of README.md between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` is the
+text :data:`REGIONS` makes from ``benchmarks/results/NAME.json``:
+
+    python benchmarks/readme_figures.py           # rewrite the regions from the results
+    python benchmarks/readme_figures.py --check   # exit 1, with a diff, when they differ
+
+Run a benchmark (it rewrites its results file), then this script, and commit both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+_REGION = re.compile(r"(<!-- figures: (\w+)[^>]*-->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
+
+
+def _path(paths: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = next((p for p in paths if p["path"] == name), None)
+    if found is None:
+        raise SystemExit(f"benchmarks/results/bus.json has no path {name!r}; run bus.py again")
+    return found
+
+
+def _microseconds(value: float) -> str:
+    return f"{value / 1000:.2g} ms" if value >= 950 else f"{value:.0f} µs"
+
+
+def bus(results: dict[str, Any]) -> str:
+    """The bus paragraph's figures: the durable bus with four workers and one, the memory
+    bus with one, each per message."""
+    paths = results["paths"]
+    durable4 = _path(paths, "DurableBus on SQLite, 4 worker(s)")
+    durable1 = _path(paths, "DurableBus on SQLite, 1 worker(s)")
+    memory = _path(paths, "MemoryBus, 1 worker(s)")
+    per_second = round(durable4["messages_per_second"], -2)
+    text = (
+        "**Bus overhead** (`python benchmarks/bus.py`, recorded "
+        f"{results['recorded_at'][:10]}): a message published, delivered to a worker and "
+        f"acknowledged costs {_microseconds(durable4['microseconds_per_message'])} on the "
+        f"durable bus on SQLite with four workers ({per_second:,.0f} messages a second; each "
+        "message a row, claimed under a lease and deleted with its replies stored, in "
+        "group-committed transactions), "
+        f"{_microseconds(durable1['microseconds_per_message'])} with one worker (each step "
+        "waits for its own commit), and "
+        f"{_microseconds(memory['microseconds_per_message'])} on the in-memory bus "
+        f"(`Jury.evaluate`), {memory['ratio_to_bare']:.2f} of a bare anyio memory object "
+        "stream. Next to a 200 ms LLM call the durable bus is what lets any process take any "
+        f"message, at {durable4['microseconds_per_message'] / 200_000:.2%} of the call."
+    )
+    return textwrap.fill(text, width=92, break_on_hyphens=False) + "\n"
+
+
+_LAYOUTS = {
+    "1 process, every agent": "1 process, every agent",
+    "2 processes, every agent": "2 processes, every agent",
+    "4 processes, every agent": "4 processes, every agent",
+    "3 processes, one per LLM agent and intake": "3 processes: intake, splitter, verdict judge",
+}
+
+
+def scaleout(results: dict[str, Any]) -> str:
+    """The scale-out table: steady items per second per layout and store, the ratio to one
+    process, and the PostgreSQL server's CPU per message."""
+    runs: dict[tuple[str, str], dict[str, Any]] = {
+        (r["store"], r["layout"]): r for r in results["runs"]
+    }
+    lines = [
+        "| layout | SQLite: items/s (ratio) | PostgreSQL: items/s (ratio) | PostgreSQL server "
+        "CPU per message |",
+        "| --- | --- | --- | --- |",
+    ]
+    for layout, shown in _LAYOUTS.items():
+        cells = []
+        for store in ("sqlite", "postgresql"):
+            run = runs.get((store, layout))
+            cells.append(
+                "-"
+                if run is None
+                else f"{run['steady_items_per_second']:.0f} ({run['ratio_to_one_process']:.2f})"
+            )
+        pg = runs.get(("postgresql", layout))
+        cpu = "-" if pg is None else f"{pg['db_cpu_ms_per_message']:.1f} ms"
+        lines.append(f"| {shown} | {cells[0]} | {cells[1]} | {cpu} |")
+    recorded = results["recorded_at"][:10]
+    return "\n".join(lines) + f"\n\n(`benchmarks/results/scaleout.json`, recorded {recorded}.)\n"
+
+
+REGIONS: dict[str, Callable[[dict[str, Any]], str]] = {"bus": bus, "scaleout": scaleout}
+
+
+def rendered(readme: str, results: Path = RESULTS) -> str:
+    """``readme`` with every figures region made again from the results files."""
+
+    def region(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in REGIONS:
+            raise SystemExit(f"README.md has a figures region {name!r} this script cannot make")
+        data = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
+        return match.group(1) + REGIONS[name](data) + match.group(4)
+
+    return _REGION.sub(region, readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 when the README differs"
+    )
+    args = parser.parse_args(argv)
+    current = README.read_text(encoding="utf-8")
+    made = rendered(current)
+    if made == current:
+        return 0
+    if args.check:
+        diff = difflib.unified_diff(
+            current.splitlines(keepends=True),
+            made.splitlines(keepends=True),
+            "README.md",
+            "README.md from benchmarks/results",
+        )
+        sys.stdout.writelines(diff)
+        print(
+            "README.md's benchmark figures differ from benchmarks/results/*.json; run "
+            "python benchmarks/readme_figures.py",
+            file=sys.stderr,
+        )
+        return 1
+    README.write_text(made, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

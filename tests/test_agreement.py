@@ -71,7 +71,8 @@ def test_figures_match_scikit_learn_on_random_data() -> None:
 
     a = agreement(judged, threshold=4, resamples=100)
 
-    assert a.accuracy.value == pytest.approx(sum(t == p for t, p in zip(truth, predicted)) / 300)
+    agreed = sum(t == p for t, p in zip(truth, predicted, strict=True))
+    assert a.accuracy.value == pytest.approx(agreed / 300)
     assert a.balanced_accuracy.value == pytest.approx(balanced_accuracy_score(truth, predicted))
     assert a.kappa.value == pytest.approx(cohen_kappa_score(truth, predicted))
     assert a.fail_precision.value == pytest.approx(precision_score(truth, predicted))
@@ -91,7 +92,7 @@ def test_auroc_reads_lower_as_better_for_a_scale_where_lower_is_better() -> None
     assert a.auroc.value == 1.0
     assert a.threshold is not None
     assert a.threshold.best_balanced_accuracy == 1.0
-    assert a.threshold.best == 1.5  # the one mark seen that separates them
+    assert a.threshold.best == 1.8  # the mark in use already separates them: kept
 
 
 def test_a_judge_that_passes_everything_is_at_chance_however_few_fail() -> None:
@@ -166,16 +167,24 @@ def test_the_best_threshold_maximises_balanced_accuracy_beside_the_current_one()
     # at 3: caught 3 of 4, passed 6 of 6 -> 0.875, the best; at 4: (3/4 + 5/6) / 2
     assert a.threshold.current == 5
     assert a.threshold.current_balanced_accuracy == pytest.approx(0.75)
-    assert (a.threshold.best, a.threshold.best_balanced_accuracy) == (3.0, pytest.approx(0.875))
+    assert a.threshold.best == 3.0
+    assert a.threshold.best_balanced_accuracy == pytest.approx(0.875)
 
 
 def test_ties_between_marks_go_to_the_one_nearest_the_current_then_the_lower() -> None:
     human = [False, False, True, True]
     scores = [1.0, 3.0, 3.0, 5.0]  # at 3 and at 5 the balanced accuracy is 0.75
 
-    assert best_threshold(human, scores, prefer=4.5) == (5.0, 0.75)
-    assert best_threshold(human, scores, prefer=3.2) == (3.0, 0.75)
+    assert best_threshold(human, scores, prefer=10) == (5.0, 0.75)
+    assert best_threshold(human, scores, prefer=0) == (3.0, 0.75)
     assert best_threshold(human, scores) == (3.0, 0.75)
+
+
+def test_the_mark_in_use_is_kept_when_no_score_seen_does_better() -> None:
+    human = [False, True, False, True]
+    scores = [1.0, 5.0, 1.0, 5.0]  # any mark above 1 and up to 5 separates them
+
+    assert best_threshold(human, scores, prefer=4) == (4, 1.0)
 
 
 def test_a_true_false_judge_has_no_auroc_and_no_threshold() -> None:

@@ -209,12 +209,14 @@ def best_threshold(
     higher_is_better: bool = True,
     prefer: float | None = None,
 ) -> tuple[float, float] | None:
-    """The pass mark among the scores seen that maximises balanced accuracy, and that
-    balanced accuracy; ties go to the mark nearest ``prefer`` (the one in use), then to the
-    lower mark. None unless the person both passed and failed some sample."""
+    """The pass mark that maximises balanced accuracy, among the scores seen and ``prefer``
+    (the mark in use, kept when none does better), and that balanced accuracy; ties go to
+    the mark nearest ``prefer``, then to the lower one. None unless the person both passed
+    and failed some sample."""
     best: tuple[float, float] | None = None
     best_key: tuple[float, float, float] | None = None
-    for mark in sorted(set(scores)):
+    marks = set(scores) | ({prefer} if prefer is not None else set())
+    for mark in sorted(marks):
         c = confusion(
             [
                 Judgement(good, score >= mark if higher_is_better else score <= mark)

@@ -426,7 +426,7 @@ def _add_evaluate(commands: Any) -> None:
 
 
 def _add_calibrate(cal: argparse.ArgumentParser) -> None:
-    from ragjury.commands.calibrate import add_calibrate_arguments
+    from ragjury.commands.calibrate_options import add_calibrate_arguments
 
     add_calibrate_arguments(cal)
     _add_run_options(cal)

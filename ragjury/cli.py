@@ -18,7 +18,7 @@ from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
 from ragjury.metrics import Registry, builtin_metrics, registry
 from ragjury.pricing import load_price_file
-from ragjury.prompts import builtin_names
+from ragjury.prompts import GENERATION_PROMPTS
 
 log = structlog.get_logger("ragjury.cli")
 
@@ -251,9 +251,8 @@ def _declared() -> Registry:
 
 
 def _generation_prompts() -> list[str]:
-    """The built-in templates no metric renders: the generator's and its critics'."""
-    judged = set(_declared().prompt_names())
-    return [name for name in builtin_names() if name not in judged]
+    """The built-in templates generation renders (two critics' are metrics' too)."""
+    return list(GENERATION_PROMPTS)
 
 
 def _metric_help(metrics: Registry) -> str:

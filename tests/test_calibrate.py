@@ -94,6 +94,17 @@ def script_correctness(fake: FakeOpenAI, judge: LabelJudge) -> None:
     fake.route("correctness_judge", grade)
 
 
+def script_critic(fake: FakeOpenAI, agent: str, judge: LabelJudge) -> None:
+    """A generation critic asked about a sample's question: 5 or 1 as the person said."""
+
+    def rate(request: RecordedRequest) -> Reply:
+        question = _QUESTION.search(user_message(request)).group(1)  # type: ignore[union-attr]
+        rating = 5 if judge.verdict(question) else 1
+        return chat_json({"rationale": "scripted from the label", "rating": rating})
+
+    fake.route(agent, rate)
+
+
 def calibrate(fake: FakeOpenAI | None, tmp_path: Path, *args: str) -> int:
     endpoint = ["--base-url", fake.base_url, "--api-key", "test-key"] if fake else []
     return main(["calibrate", *args, "--db", str(tmp_path / "ragjury.db"), *endpoint])
@@ -135,6 +146,35 @@ def test_calibrate_recovers_the_accuracy_of_a_judge_that_flips_a_fifth_of_the_la
     passed = [not t for t in truth]
     assert figures["auroc"]["value"] == pytest.approx(roc_auc_score(passed, scores))
     assert figures["threshold"]["current"] == 0.8
+
+
+@pytest.mark.parametrize(
+    ("name", "metric", "agent"),
+    [
+        ("squad2", "question_groundedness", "question_groundedness_judge"),
+        ("trec-cast", "question_standalone", "question_standalone_judge"),
+    ],
+)
+def test_the_critics_of_generation_calibrate_on_their_sets(
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    metric: str,
+    agent: str,
+) -> None:
+    labels = {r["question"]: bool(r["human"]) for r in labelled(name)}
+    wrong = flipped(list(labels), seed=2)
+    judge = LabelJudge(labels, wrong)
+    script_critic(fake, agent, judge)
+
+    assert calibrate(fake, tmp_path, name, "--json") == 0
+
+    report = printed_json(capsys)
+    assert (report["metric"], report["compared"]) == (metric, 200)
+    accuracy = report["agreement"]["accuracy"]
+    assert accuracy["value"] == pytest.approx(1 - len(wrong) / 200)
+    assert accuracy["low"] < 1 - FLIP_SHARE < accuracy["high"]
 
 
 def test_the_figures_are_kept_with_the_run_in_the_database(

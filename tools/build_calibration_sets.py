@@ -81,9 +81,9 @@ def evouna(source: Path, rng: random.Random) -> None:
             continue
         record = {
             "id": f"evouna-nq-{number}-{system}",
-            "question": row["question"],
-            "answer": answer,
-            "reference": row["golden_answer"],
+            "question": row["question"].strip(),
+            "answer": answer.strip(),
+            "reference": row["golden_answer"].strip(),
             "human": bool(label),
             "system": system,
         }
@@ -101,8 +101,8 @@ def squad(source: Path, rng: random.Random) -> None:
         answerable = not truth[query["id"]]["is_impossible"]
         record = {
             "id": f"squad2-{query['id']}",
-            "question": query["question"],
-            "contexts": [query["context"]],
+            "question": query["question"].strip(),
+            "contexts": [query["context"].strip()],
             "human": answerable,
         }
         (good if answerable else bad).append(record)

@@ -148,7 +148,7 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
             {s.sample.id: s.metrics[metric.name] for s in scored if metric.name in s.metrics},
             metric,
             settings.evaluate,
-            model=settings.model,
+            model=run.llm.settings.model,  # the backend's: a local model's file name
             seed=args.seed,
             resamples=args.resamples,
         )

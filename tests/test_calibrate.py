@@ -193,6 +193,46 @@ def test_the_figures_are_kept_with_the_run_in_the_database(
     assert loaded.summary["metrics"]["correctness"]["scored"] == 20
 
 
+def test_the_report_of_a_calibration_job_shows_the_judge_card(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = labelled("evouna-nq")
+    labels = {r["question"]: bool(r["human"]) for r in records}
+    judge = LabelJudge(labels, flipped(list(labels), seed=4))
+    script_correctness(fake, judge)
+    assert calibrate(fake, tmp_path, "evouna-nq", "--sample", "40", "--json") == 0
+    figures = printed_json(capsys)["agreement"]
+    page = tmp_path / "report.html"
+
+    assert main(["report", "--db", str(tmp_path / "ragjury.db"), "--out", str(page)]) == 0
+
+    html = page.read_text(encoding="utf-8")
+    assert "How far to trust correctness" in html
+    accuracy = figures["accuracy"]
+    row = (
+        f'<td>accuracy</td><td class="num">{accuracy["value"]:.3f}</td>'
+        f"<td>{accuracy['low']:.3f} to {accuracy['high']:.3f}</td>"
+    )
+    assert row in html
+    assert f"{figures['confusion']['caught']} caught" in html
+
+
+def test_the_report_of_an_ordinary_evaluation_has_no_judge_card(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_correctness(fake, LabelJudge({"Capital of Japan?": True}, set()))
+    samples = write_labels(tmp_path, [{**SAMPLE, "reference": "Tokyo"}])
+    out = ["--out", str(tmp_path / "r.jsonl"), "--metrics", "correctness"]
+    db = ["--db", str(tmp_path / "ragjury.db")]
+    endpoint = ["--base-url", fake.base_url, "--api-key", "k"]
+    assert main(["evaluate", str(samples), *out, *db, *endpoint]) == 0
+    page = tmp_path / "report.html"
+
+    assert main(["report", *db, "--out", str(page)]) == 0
+
+    assert "How far to trust" not in page.read_text(encoding="utf-8")
+
+
 def test_a_sample_draws_n_samples_with_the_seed_and_its_interval_holds_the_true_rate(
     fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

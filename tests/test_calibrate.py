@@ -274,6 +274,32 @@ def test_a_rerun_reads_the_finished_job_back_without_a_call(
     assert printed_json(capsys) == first
 
 
+def test_a_run_a_budget_stops_compares_what_was_judged_and_the_same_command_finishes_it(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = labelled("evouna-nq")
+    judge = LabelJudge({r["question"]: bool(r["human"]) for r in records}, set())
+    script_correctness(fake, judge)
+    slow = ("--concurrency", "1", "--items-in-flight", "1")
+
+    code = calibrate(
+        fake, tmp_path, "evouna-nq", "--sample", "10", "--json", "--max-tokens", "50", *slow
+    )
+
+    assert code == 6
+    stopped = printed_json(capsys)
+    assert stopped["unfinished"] > 0
+    assert stopped["compared"] + stopped["unfinished"] == 10
+    assert stopped["failed"] == 0
+    asked = len(judge.asked)
+
+    assert calibrate(fake, tmp_path, "evouna-nq", "--sample", "10", "--json", *slow) == 0
+
+    finished = printed_json(capsys)
+    assert (finished["compared"], finished["unfinished"]) == (10, 0)
+    assert len(judge.asked) - asked == stopped["unfinished"]  # only the rest was asked
+
+
 def test_a_dry_run_estimates_the_calls_and_calls_nothing(
     fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,6 +43,9 @@ class Calibration(BaseModel):
     compared: int
     not_applicable: int
     failed: int
+    unfinished: int = 0
+    """Samples not judged yet (a budget or a signal stopped the run; the same command
+    finishes them)."""
     human_pass: int
     """Of the samples compared, those the person passed."""
     agreement: Agreement | None
@@ -54,14 +57,17 @@ def judgements(
     results: Mapping[str, MetricResult],
     metric: Metric,
     options: EvaluationOptions,
-) -> tuple[list[Judgement], int, int]:
+) -> tuple[list[Judgement], int, int, int]:
     """The judged samples as judgements (in the labelled order), and how many were not
-    applicable and how many failed."""
+    applicable, failed, and not judged yet."""
     found: list[Judgement] = []
-    not_applicable = failed = 0
+    not_applicable = failed = unfinished = 0
     for item in labelled.items:
         result = results.get(item.sample.id)
-        if result is None or result.outcome == "failed":
+        if result is None:
+            unfinished += 1
+            continue
+        if result.outcome == "failed":
             failed += 1
             continue
         if result.outcome == "not_applicable" or result.score is None:
@@ -71,7 +77,7 @@ def judgements(
         if passing is None:
             passing = bool(metric.passes(result.score, options))
         found.append(Judgement(item.human_pass, passing, result.score))
-    return found, not_applicable, failed
+    return found, not_applicable, failed, unfinished
 
 
 def calibrate(
@@ -84,7 +90,7 @@ def calibrate(
     seed: int = 0,
     resamples: int = RESAMPLES,
 ) -> Calibration:
-    judged, not_applicable, failed = judgements(labelled, results, metric, options)
+    judged, not_applicable, failed, unfinished = judgements(labelled, results, metric, options)
     bar = metric.bar(options)
     figures = None
     if judged:
@@ -109,6 +115,7 @@ def calibrate(
         compared=len(judged),
         not_applicable=not_applicable,
         failed=failed,
+        unfinished=unfinished,
         human_pass=sum(j.human_pass for j in judged),
         agreement=figures,
     )

@@ -35,7 +35,9 @@ def calibration_tables(calibration: Calibration, summary: Mapping[str, object]) 
         f"ragjury calibrate: {c.metric} on {c.source} with {c.model}: {c.compared} of "
         f"{c.drawn} sample(s) compared ({c.human_pass} passed and "
         f"{c.compared - c.human_pass} failed by people; {c.not_applicable} not applicable, "
-        f"{c.failed} failed), {summary.get('llm_calls', 0)} LLM calls"
+        f"{c.failed} failed"
+        + (f", {c.unfinished} not judged yet" if c.unfinished else "")
+        + f"), {summary.get('llm_calls', 0)} LLM calls"
     )
     figures = Table(title=title, title_justify="left")
     for column in ("figure", "value", "95% interval", "means"):

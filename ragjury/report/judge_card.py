@@ -43,7 +43,7 @@ def judge_card(summary: Mapping[str, object]) -> JudgeCard | None:
         f"{c.metric} judged {c.drawn} labelled sample(s) of {c.source} with {c.model}; "
         f"{c.compared} compared with the people's verdicts ({c.human_pass} passed, "
         f"{c.compared - c.human_pass} failed), {c.not_applicable} not applicable, "
-        f"{c.failed} failed."
+        f"{c.failed} failed" + (f", {c.unfinished} not judged yet." if c.unfinished else ".")
     )
     a = c.agreement
     if a is None:

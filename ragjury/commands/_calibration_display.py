@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from ragjury.calibration.agreement import FIGURES, Figure
 from ragjury.calibration.results import Calibration
@@ -29,7 +31,11 @@ def _interval(figure: Figure) -> str:
     return f"{figure.low:.3f} to {figure.high:.3f}"
 
 
-def calibration_tables(calibration: Calibration, summary: Mapping[str, object]) -> list[Table]:
+def calibration_tables(
+    calibration: Calibration, summary: Mapping[str, object]
+) -> list[RenderableType]:
+    """A line saying what was compared, then the figures, the confusion matrix and the pass
+    marks (only the line when nothing could be compared)."""
     c = calibration
     title = (
         f"ragjury calibrate: {c.metric} on {c.source} with {c.model}: {c.compared} of "
@@ -39,12 +45,12 @@ def calibration_tables(calibration: Calibration, summary: Mapping[str, object]) 
         + (f", {c.unfinished} not judged yet" if c.unfinished else "")
         + f"), {summary.get('llm_calls', 0)} LLM calls"
     )
-    figures = Table(title=title, title_justify="left")
-    for column in ("figure", "value", "95% interval", "means"):
-        figures.add_column(column, justify="right" if column in ("value",) else "left")
     a = c.agreement
     if a is None:
-        return [figures]
+        return [Text(title)]
+    figures = Table()
+    for column in ("figure", "value", "95% interval", "means"):
+        figures.add_column(column, justify="right" if column in ("value",) else "left")
     for name, meaning, read in FIGURES:
         figure = read(a)
         if figure is not None:
@@ -55,7 +61,7 @@ def calibration_tables(calibration: Calibration, summary: Mapping[str, object]) 
     k = a.confusion
     matrix.add_row("person passes", str(k.agreed_pass), f"{k.false_alarms} (false alarm)")
     matrix.add_row("person fails", f"{k.missed} (missed)", f"{k.caught} (caught)")
-    tables = [figures, matrix]
+    tables: list[RenderableType] = [Text(title), figures, matrix]
     if a.threshold is not None:
         t = a.threshold
         marks = Table(

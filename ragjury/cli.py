@@ -18,7 +18,7 @@ from ragjury.errors import ConfigurationError, InputError, RagjuryError
 from ragjury.logs import configure_logging
 from ragjury.metrics import Registry, builtin_metrics, registry
 from ragjury.pricing import load_price_file
-from ragjury.prompts import builtin_names
+from ragjury.prompts import GENERATION_PROMPTS
 
 log = structlog.get_logger("ragjury.cli")
 
@@ -251,9 +251,8 @@ def _declared() -> Registry:
 
 
 def _generation_prompts() -> list[str]:
-    """The built-in templates no metric renders: the generator's and its critics'."""
-    judged = set(_declared().prompt_names())
-    return [name for name in builtin_names() if name not in judged]
+    """The built-in templates generation renders (two critics' are metrics' too)."""
+    return list(GENERATION_PROMPTS)
 
 
 def _metric_help(metrics: Registry) -> str:
@@ -348,6 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate(commands)
     _add_metrics_command(commands)
     _add_queue_commands(commands)
+    _add_calibrate(
+        commands.add_parser(
+            "calibrate",
+            help="how often a judge agrees with people: run it on human-labelled samples",
+            description="Judge human-labelled samples (a bundled set, or your own file) with "
+            "one judge, as evaluate would, and report how often it agrees with the people: "
+            "accuracy, balanced accuracy, Cohen's kappa, precision and recall of fail, AUROC, "
+            "the confusion matrix and the best pass mark, with bootstrap 95% intervals. The "
+            "work is kept in --db: running the same command again resumes it.",
+        )
+    )
     from ragjury.commands.report import add_report_commands
 
     add_report_commands(commands)
@@ -412,6 +422,14 @@ def _add_evaluate(commands: Any) -> None:
         "--target-timeout", type=float, default=60.0, help="seconds per target request"
     )
     _add_llm_options(ev)
+
+
+def _add_calibrate(cal: argparse.ArgumentParser) -> None:
+    from ragjury.commands.calibrate_options import add_calibrate_arguments
+
+    add_calibrate_arguments(cal)
+    _add_run_options(cal)
+    _add_llm_options(cal)
 
 
 def _add_metrics_command(commands: Any) -> None:
@@ -630,6 +648,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.evaluate import evaluate_command
 
             return anyio.run(evaluate_command, args, settings)
+        if args.command == "calibrate":
+            from ragjury.commands.calibrate import calibrate_command
+
+            return anyio.run(calibrate_command, args, settings)
         if args.command == "metrics":
             from ragjury.commands.metrics import metrics_command
 

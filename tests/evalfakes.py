@@ -129,6 +129,11 @@ def answer_relevance_reply(request: RecordedRequest) -> Reply:
     )
 
 
+def critique_reply(request: RecordedRequest) -> Reply:
+    """A question critic (groundedness, standalone) content with every question."""
+    return chat_json({"rationale": "scripted", "rating": 5}, prompt_tokens=50, completion_tokens=12)
+
+
 def script_judges(fake: FakeOpenAI) -> None:
     fake.route("statement_splitter", splitter_reply)
     fake.route("verdict_judge", verdict_reply)
@@ -137,4 +142,6 @@ def script_judges(fake: FakeOpenAI) -> None:
     fake.route("context_relevance_judge", context_relevance_reply)
     fake.route("context_precision_judge", context_precision_reply)
     fake.route("answer_relevance_judge", answer_relevance_reply)
+    fake.route("question_groundedness_judge", critique_reply)
+    fake.route("question_standalone_judge", critique_reply)
     fake.embeddings(embedding([[1.0, 0.0], [0.6, 0.8]]))

@@ -17,7 +17,7 @@ from ragjury.cli import build_parser
 from ragjury.commands._run import EXIT_GATE, EXIT_MAX_FAILED, EXIT_NOTHING_JUDGED
 from ragjury.metrics import registry
 from ragjury.pipelines import all_roles, llm_roles
-from ragjury.prompts import builtin_names
+from ragjury.prompts import GENERATION_PROMPTS, builtin_names
 from ragjury.report.gates import check_gates, parse_thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_the_readme_names_the_prompts_each_command_takes() -> None:
     judged = registry().prompt_names()
 
     assert _prompt_row("evaluate") == list(judged)
-    assert _prompt_row("generate") == [name for name in builtin_names() if name not in judged]
+    assert _prompt_row("generate") == list(GENERATION_PROMPTS)
     help_text = _flag_help("evaluate", "--prompt")
     assert all(f"{name}," in help_text or f"{name} (" in help_text for name in builtin_names())
 

@@ -1,16 +1,35 @@
 """The three critics. Each is its own agent, with its own prompt and response model, and
-judges one thing about a drafted pair: rationale first, then an integer rating 1..5."""
+judges one thing about a drafted pair: rationale first, then an integer rating 1..5.
+
+Two of them are also metrics of a sample's question (``question_groundedness``,
+``question_standalone``): the same prompt and rating, asked of a question and its
+contexts, so ``evaluate`` can judge them and ``calibrate`` can measure them against people."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragjury.agents.base import failure_from
+from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError
+from ragjury.metrics.declaration import RATING, BuildContext, EstimateContext, Metric
 from ragjury.prompts import Prompt
-from ragjury.schemas import Criterion, Critique, CritiqueIssued, CritiqueResult, PairDrafted, QAPair
+from ragjury.schemas import (
+    Criterion,
+    Critique,
+    CritiqueIssued,
+    CritiqueResult,
+    MetricResult,
+    MetricScored,
+    PairDrafted,
+    QAPair,
+    Sample,
+    SampleSubmitted,
+)
+from ragjury.store.cache import fingerprint
 
 if TYPE_CHECKING:
+    from ragjury.config import EvaluationOptions
     from ragjury.llm import LLM
 
 
@@ -72,3 +91,139 @@ class StandaloneCritic(_Critic):
     role = "standalone_critic"
     criterion = "standalone"
     response_model = StandaloneCritique
+
+
+class _QuestionCritic:
+    """A critic judging a sample's question (and its contexts) instead of a drafted pair."""
+
+    role: ClassVar[str]
+    response_model: ClassVar[type[Critique]]
+    consumes: ClassVar[tuple[type[SampleSubmitted]]] = (SampleSubmitted,)
+
+    def __init__(self, llm: LLM, prompt: Prompt, options: EvaluationOptions) -> None:
+        self._llm, self._prompt, self._options = llm, prompt, options
+
+    @classmethod
+    def metric(cls) -> Metric:
+        raise NotImplementedError
+
+    async def handle(self, event: SampleSubmitted) -> list[MetricScored]:
+        metric = self.metric()
+        if metric.name not in event.metrics:
+            return []
+        result = await self._judge(event.sample, metric)
+        return [MetricScored(sample_id=event.sample.id, metric=metric.name, result=result)]
+
+    async def _judge(self, sample: Sample, metric: Metric) -> MetricResult:
+        context = _context(sample)
+        if "contexts" in metric.inputs and not context:
+            return MetricResult.not_applicable("the sample has no contexts to answer it from")
+        messages = self._prompt.render(
+            question=sample.question, answer=sample.answer or "", context=context
+        )
+        try:
+            critique, stats = await self._llm.structured_call(
+                self.response_model, messages, stage=self.role
+            )
+        except LLMError as exc:
+            return MetricResult.failed(failure_from(self.role, exc), exc.attempts)
+        return MetricResult(
+            outcome="scored",
+            score=critique.rating,
+            passing=metric.passes(critique.rating, self._options),
+            reason=critique.rationale,
+            details={"rationale": critique.rationale},
+            llm_calls=stats.requests,
+        )
+
+
+def _context(sample: Sample) -> str:
+    """A sample's contexts as the critic's one text."""
+    return "\n\n".join(c for c in sample.contexts if c.strip())
+
+
+class QuestionGroundednessJudge(_QuestionCritic):
+    role = "question_groundedness_judge"
+    response_model = GroundednessCritique
+
+    @classmethod
+    def metric(cls) -> Metric:
+        return QUESTION_GROUNDEDNESS
+
+
+class QuestionStandaloneJudge(_QuestionCritic):
+    role = "question_standalone_judge"
+    response_model = StandaloneCritique
+
+    @classmethod
+    def metric(cls) -> Metric:
+        return QUESTION_STANDALONE
+
+
+_CRITIQUE_TOKENS = 80
+"""Assumed completion tokens of a critique (a sentence or two, then the rating)."""
+
+
+def _builder(
+    judge: type[_QuestionCritic], prompt_name: str, name: str
+) -> Callable[[BuildContext], Step]:
+    def build(c: BuildContext) -> Step:
+        prompt = c.prompt(prompt_name)
+        return Step(
+            judge(c.llm, prompt, c.options), fingerprint(c.model, prompt.version, c.threshold(name))
+        )
+
+    return build
+
+
+def _estimator(judge: type[_QuestionCritic], prompt_name: str) -> Callable[[EstimateContext], None]:
+    def estimate(e: EstimateContext) -> None:
+        context = "\n\n".join(e.contexts)
+        if "contexts" in judge.metric().inputs and not context:
+            return
+        messages = e.prompt(prompt_name).render(
+            question=e.sample.question, answer=e.answer or "", context=context
+        )
+        e.call(judge.role, messages, judge.response_model, _CRITIQUE_TOKENS)
+
+    return estimate
+
+
+QUESTION_GROUNDEDNESS = Metric(
+    name="question_groundedness",
+    description="Can the question be answered clearly from its contexts alone? The dataset "
+    "generator's groundedness critic, on a sample: rationale, then 1-5.",
+    scale=RATING,
+    threshold=4,
+    inputs=("question", "contexts"),
+    agents={
+        QuestionGroundednessJudge.role: _builder(
+            QuestionGroundednessJudge, "groundedness", "question_groundedness"
+        )
+    },
+    llm=True,
+    prompts=("groundedness",),
+    calls="1",
+    estimate=_estimator(QuestionGroundednessJudge, "groundedness"),
+    order=200,
+)
+
+QUESTION_STANDALONE = Metric(
+    name="question_standalone",
+    description="Does the question make sense to someone who has not seen its source or "
+    "the conversation before it? The dataset generator's standalone critic, on a sample: "
+    "rationale, then 1-5.",
+    scale=RATING,
+    threshold=4,
+    inputs=("question",),
+    agents={
+        QuestionStandaloneJudge.role: _builder(
+            QuestionStandaloneJudge, "standalone", "question_standalone"
+        )
+    },
+    llm=True,
+    prompts=("standalone",),
+    calls="1",
+    estimate=_estimator(QuestionStandaloneJudge, "standalone"),
+    order=210,
+)

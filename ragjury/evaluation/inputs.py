@@ -61,6 +61,7 @@ __all__ = [
     "filled_fields",
     "load_samples",
     "parse_fields",
+    "read_records",
     "samples_from_records",
 ]
 
@@ -241,15 +242,33 @@ def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> S
     file is missing, has another suffix, cannot be decoded, or (JSON) does not parse or hold
     a list of records.
     """
+    file, rows, from_csv = _rows_of(path)
+    return _sample_file(file, rows, field_map(fields or {}), from_csv=from_csv)
+
+
+def read_records(
+    path: str | Path, fields: Mapping[str, str] | None = None
+) -> Iterator[tuple[int, object, Sample | str]]:
+    """Each record of a samples file (as :func:`load_samples` reads it) with its line and
+    its sample, or the reason it cannot be one: for callers that read fields of their own
+    beside the sample's (``ragjury calibrate``'s human labels). Ids are not checked against
+    each other here."""
+    file, rows, from_csv = _rows_of(path)
+    builder = SampleBuilder(stem=file.stem, from_csv=from_csv, fields=field_map(fields or {}))
+    for line, record in rows():
+        yield line, record, builder.build(line, record)
+
+
+def _rows_of(path: str | Path) -> tuple[Path, Rows, bool]:
+    """The file, a function that reads its records afresh, and whether it is CSV."""
     file = Path(path)
     if not file.exists():
         where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
         raise InputError(
             f"sample file {str(path)!r} does not exist{where}; check the path for typos"
         )
-    mapping = field_map(fields or {})
     if file.is_dir() and is_hf_dataset(file):
-        return _sample_file(file, lambda: arrow_rows(file), mapping, from_csv=False)
+        return file, lambda: arrow_rows(file), False
     fmt = _FORMATS.get(file.suffix.lower())
     if fmt is None:
         accepted = ", ".join(_FORMATS)
@@ -260,7 +279,7 @@ def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> S
     if not file.is_file():
         raise InputError(f"sample path {str(path)!r} is not a file; pass a {fmt} file")
     read = _READERS[fmt]
-    return _sample_file(file, lambda: read(file), mapping, from_csv=fmt == "csv")
+    return file, lambda: read(file), fmt == "csv"
 
 
 def _sample_file(

@@ -30,12 +30,12 @@ from ragjury.job_spec import GenerationSpec, prompt_sources
 from ragjury.llm import LLM
 from ragjury.output import pair_record
 from ragjury.pipelines.base import Step, Steps, transient_failures
-from ragjury.prompts import Prompt
+from ragjury.prompts import GENERATION_PROMPTS, Prompt
 from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import fingerprint, llm_fingerprint
 
-PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
+PROMPT_NAMES = GENERATION_PROMPTS
 
 
 @dataclass

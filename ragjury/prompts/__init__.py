@@ -97,6 +97,10 @@ def builtin_names() -> tuple[str, ...]:
     )
 
 
+GENERATION_PROMPTS = ("generator", "groundedness", "relevance", "standalone")
+"""The templates dataset generation renders: the generator's and its critics'."""
+
+
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:
     """``--prompt NAME=PATH`` values as prompts, checked against the command's prompt names."""
     prompts = {}
@@ -110,4 +114,4 @@ def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt
     return prompts
 
 
-__all__ = ["Prompt", "builtin_names", "load_overrides"]
+__all__ = ["GENERATION_PROMPTS", "Prompt", "builtin_names", "load_overrides"]

@@ -32,6 +32,7 @@ from markupsafe import Markup
 from ragjury import __version__
 from ragjury.metrics import Scale, registry, scale_of
 from ragjury.report.compare import Comparison
+from ragjury.report.judge_card import judge_card
 from ragjury.report.load import Loaded, metric_stats
 from ragjury.schemas import CRITERIA
 
@@ -325,6 +326,7 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
         run=_run_rows(loaded.summary, failures),
         metrics=metrics,
         breakdowns=breakdowns(stats),
+        judge=judge_card(loaded.summary),
         has_contexts=any("contexts" in r for r in records),
     )
 

@@ -204,8 +204,9 @@ def test_a_postgresql_restart_in_the_middle_of_a_run_loses_and_repeats_nothing(
         until(lambda: states(db)["done"] == n, f"all {n} items done", timeout=120)
         for process in processes:
             process.signal(signal.SIGTERM)
-        assert [p.wait() for p in processes] == [0, 0]
+        codes = [p.wait() for p in processes]
         logs = "".join(p.stderr() for p in processes)
+        assert codes == [0, 0], logs[-3000:]
         assert "database_unreachable" in logs
         assert "database_reachable_again" in logs
 

@@ -138,7 +138,12 @@ def _lost(exc: BaseException) -> bool:
         # connections, out of memory or disk; 40001/40P01: a serialization failure or a
         # deadlock, whose transaction was rolled back whole
         return state.startswith(("08", "57P", "53")) or state in ("40001", "40P01")
-    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
+    if isinstance(exc, asyncpg.InternalClientError):
+        # the driver's own state broken, as a pooled connection can be after the server
+        # restarted ("cannot switch to state 15; another operation is in progress"): the
+        # operation never ran on the server; a fresh connection does it whole
+        return True
+    if isinstance(exc, asyncpg.InterfaceError):
         return "closed" in str(exc) or "connection" in str(exc).lower()
     return False
 

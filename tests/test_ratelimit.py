@@ -67,8 +67,10 @@ async def test_two_processes_on_one_database_share_the_endpoints_limit(
 
     assert fake.stats()["status_200"] == 80  # 20 at once, then 60 paced over 3 s, shared
     # each on its own, thinking it owns the limit, meets about 50; together, the first
-    # second's race to learn the limit costs a few
-    assert fake.stats().get("limit_429", 0) <= 16
+    # second's race to learn the limit costs a few: 0 to 13 in 20 runs here, before and after
+    # the SQL core alike, and 17 once on a loaded CI machine (the bound was 16). Half of 50
+    # still tells sharing from none.
+    assert fake.stats().get("limit_429", 0) <= 25
 
 
 async def test_an_endpoint_that_goes_down_is_probed_not_hammered_and_the_run_resumes(

@@ -54,6 +54,9 @@ Scripting rules:
   ``retry-after-ms`` and the ``x-ratelimit-*`` headers OpenAI sends; every chat answer carries
   those headers, its completion tokens charged when it is answered. ``max_in_flight`` answers
   429 (no headers) to a request beyond that many in flight: overload, as a busy vLLM does.
+  ``reset_means="next_request"`` makes ``x-ratelimit-reset-*`` the time until one more
+  request fits instead of the time until the budget is full: headers that mislead a client
+  reading them as OpenAI's (the limit and remaining figures stay true).
 * ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down.
 
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
@@ -85,6 +88,7 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "AGENT_HEADER",
+    "RESET_MEANINGS",
     "Behaviour",
     "FakeOpenAI",
     "RecordedRequest",
@@ -302,8 +306,13 @@ class Behaviour:
     tpm: int | None = None
     window: float = 60.0
     max_in_flight: int | None = None
+    reset_means: str = "full"
 
     def __post_init__(self) -> None:
+        if self.reset_means not in RESET_MEANINGS:
+            raise ValueError(
+                f"reset_means must be one of {', '.join(RESET_MEANINGS)}, got {self.reset_means!r}"
+            )
         if self.window <= 0 or min(self.rpm or 1, self.tpm or 1, self.max_in_flight or 1) < 1:
             raise ValueError(
                 f"rate limits must be >= 1 and the window > 0, got rpm={self.rpm}, "
@@ -322,12 +331,20 @@ class Behaviour:
             )
 
 
+RESET_MEANINGS = ("full", "next_request")
+"""What ``x-ratelimit-reset-*`` says: the time until the budget is ``full`` again (OpenAI's
+meaning, consistent with the limit and remaining figures), or the time until the
+``next_request`` fits (0 while there is room), as some gateways mean it: read as OpenAI's,
+it promises a refill far faster than the real one."""
+
+
 class _Bucket:
     """A provider's budget: ``limit`` units per ``window`` seconds, refilled continuously."""
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, reset_means: str = "full") -> None:
         self.limit, self.rate = float(limit), limit / window
         self.level, self.stamp = float(limit), time.monotonic()
+        self.reset_means = reset_means
 
     def refill(self, now: float) -> None:
         self.level = min(self.limit, self.level + (now - self.stamp) * self.rate)
@@ -337,7 +354,10 @@ class _Bucket:
         return max(min(amount, self.limit) - self.level, 0.0) / self.rate
 
     def headers(self, kind: str) -> dict[str, str]:
-        reset = max(self.limit - self.level, 0.0) / self.rate
+        if self.reset_means == "next_request":
+            reset = max(1.0 - self.level, 0.0) / self.rate
+        else:
+            reset = max(self.limit - self.level, 0.0) / self.rate
         return {
             f"x-ratelimit-limit-{kind}": str(int(self.limit)),
             f"x-ratelimit-remaining-{kind}": str(max(int(self.level), 0)),
@@ -701,9 +721,13 @@ class FakeOpenAI:
             self._rng = random.Random(behaviour.seed if behaviour is not None else None)
             self._buckets = {}
             if behaviour is not None and behaviour.rpm is not None:
-                self._buckets["requests"] = _Bucket(behaviour.rpm, behaviour.window)
+                self._buckets["requests"] = _Bucket(
+                    behaviour.rpm, behaviour.window, behaviour.reset_means
+                )
             if behaviour is not None and behaviour.tpm is not None:
-                self._buckets["tokens"] = _Bucket(behaviour.tpm, behaviour.window)
+                self._buckets["tokens"] = _Bucket(
+                    behaviour.tpm, behaviour.window, behaviour.reset_means
+                )
 
     def outage(self, seconds: float) -> None:
         """Answer every chat request 503 for the next ``seconds`` (counted in ``stats()`` as

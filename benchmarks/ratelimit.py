@@ -12,9 +12,10 @@ first successful request to the last answer, as the fake counts them). Runs:
 * OpenAI's minute bucket: ``--minute-rpm`` requests a minute, a burst of a whole minute;
 * a per-second bucket, as Azure OpenAI enforces its limits over 1-10 s windows: ``--rps``
   a second with a burst of one second;
-* headers that mislead: the same request budget over a 10 s window whose
-  ``x-ratelimit-reset-requests`` is the time to the next request rather than the time until
-  the budget is full (read as OpenAI's, it promises a refill far faster than the real one);
+* headers that mislead: ``--misleading-rps`` (20) a second with a burst of one second (less
+  than the first requests in flight), its ``x-ratelimit-reset-requests`` the time to the
+  next request rather than the time until the budget is full (read as OpenAI's, it promises
+  a refill far faster than the real one);
 * two ``ragjury serve`` processes on one database against one request budget;
 * 5% random 429s (Retry-After 1 s) and no budget: ratio to the concurrency limit, as in
   ``throughput.py`` (today's AIMD limiter read 0.17);
@@ -61,7 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--tps", type=float, default=20000.0, help="the token budget, per second")
     parser.add_argument(
-        "--minute-rpm", type=int, default=600, help="the minute bucket's requests a minute"
+        "--minute-rpm", type=int, default=900, help="the minute bucket's requests a minute"
+    )
+    parser.add_argument(
+        "--misleading-rps",
+        type=float,
+        default=20.0,
+        help="the budget whose reset header misleads, requests a second",
     )
     parser.add_argument(
         "--runs", default=",".join(RUNS), help=f"which runs, comma-separated: {', '.join(RUNS)}"
@@ -169,12 +176,14 @@ async def per_second_run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def misleading_run(args: argparse.Namespace) -> dict[str, Any]:
-    """``--rps`` a second over 10 s, its reset header the time to the next request."""
+    """``--misleading-rps`` a second over one second, its reset header the time to the next
+    request; fewer than the requests in flight at the start, so the budget runs out."""
+    rate = args.misleading_rps
     name = (
-        f"misleading headers: {args.rps:g} requests a second (burst {args.rps * 10:g}), "
+        f"misleading headers: {rate:g} requests a second (burst {rate:g}), "
         "reset = time to the next request"
     )
-    return await budget_run(args, "requests", args.rps, 10.0, name, reset_means="next_request")
+    return await budget_run(args, "requests", rate, 1.0, name, reset_means="next_request")
 
 
 async def two_daemons(args: argparse.Namespace) -> dict[str, Any]:
@@ -306,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tps",
                 "window",
                 "minute_rpm",
+                "misleading_rps",
                 "outage",
                 "runs",
             )

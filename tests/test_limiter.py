@@ -200,7 +200,8 @@ async def test_headers_pace_requests_to_what_remains_before_the_reset() -> None:
     clock = ManualClock()
     lim = limiter(100, clock)
     first = await lim.acquire()
-    # 11 used (10 or 11: remaining is rounded down), back in 10 s: taken as 1 a second
+    # 11 used (10 or 11: remaining is rounded down), back in 10 s (written to the second, so
+    # at most 10.5): at least 10 / 10.5 a second, and paced at 0.97 of that
     lim.release(first, "ok", headers=stated(50, limit=61, reset="10s"))
 
     for permit in await take(lim, 50):  # the 50 that remain go at once
@@ -208,8 +209,8 @@ async def test_headers_pace_requests_to_what_remains_before_the_reset() -> None:
     assert clock.sleeps == []
     await lim.acquire()  # the next waits for the refill, paced a little under 1/s
 
-    assert clock.sleeps == [pytest.approx(1 / 0.97)]
-    assert lim.budget("requests") == pytest.approx((0.97, 61))
+    assert clock.sleeps == [pytest.approx(10.5 / 10 / 0.97)]
+    assert lim.budget("requests") == pytest.approx((10 / 10.5 * 0.97, 61))
 
 
 async def test_what_remains_counts_the_requests_sent_since_the_answered_one() -> None:
@@ -223,7 +224,8 @@ async def test_what_remains_counts_the_requests_sent_since_the_answered_one() ->
 
     assert clock.sleeps == []
     await lim.acquire()
-    assert clock.sleeps == [pytest.approx(1 / 0.97)]
+    # 54 or 55 used in 54 s written to the second: at least 54 / 54.5 a second, at 0.97
+    assert clock.sleeps == [pytest.approx(54.5 / 54 / 0.97)]
     assert len(later) == 4
 
 
@@ -249,8 +251,9 @@ async def test_a_429_whose_headers_say_the_budget_is_spent_is_paced_not_cut() ->
 
     await lim.acquire()  # nothing remained, and 7 were sent after the refused one
 
-    # 60 (taken as 59) in 2 s, paced at 0.97 of it: 7 to wait for
-    assert clock.sleeps == [pytest.approx(7 / (29.5 * 0.97))]
+    # 59 or 60 used, full in 2 s written to the second (at most 2.5 s): at least 59 / 2.5 a
+    # second, paced at 0.97 of it: 7 to wait for
+    assert clock.sleeps == [pytest.approx(7 / (59 / 2.5 * 0.97))]
 
 
 async def serve_answers(

@@ -57,7 +57,8 @@ Scripting rules:
   ``reset_means="next_request"`` makes ``x-ratelimit-reset-*`` the time until one more
   request fits instead of the time until the budget is full: headers that mislead a client
   reading them as OpenAI's (the limit and remaining figures stay true).
-* ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down.
+* ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down
+  (``clock=`` measures the time on a test's own clock).
 
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
 parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
@@ -635,6 +636,7 @@ class FakeOpenAI:
         self._delay_total = 0.0
         self._buckets: dict[str, _Bucket] = {}
         self._down_until = 0.0
+        self._down_clock: Callable[[], float] = time.monotonic
         self._first_ok = self._last_ok = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -729,11 +731,14 @@ class FakeOpenAI:
                     behaviour.tpm, behaviour.window, behaviour.reset_means
                 )
 
-    def outage(self, seconds: float) -> None:
-        """Answer every chat request 503 for the next ``seconds`` (counted in ``stats()`` as
-        ``outage_requests``)."""
+    def outage(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """Answer every chat request 503 for the next ``seconds`` on ``clock`` (counted in
+        ``stats()`` as ``outage_requests``). A test's own clock (one that moves only when
+        the client sleeps on it) makes the outage last a fixed stretch of the client's time,
+        whatever the machine's speed."""
         with self._lock:
-            self._down_until = time.monotonic() + seconds
+            self._down_clock = clock
+            self._down_until = clock() + seconds
 
     def stats(self) -> dict[str, Any]:
         """What the server has answered since it started (or since ``reset``).
@@ -822,7 +827,7 @@ class FakeOpenAI:
             return None
         with self._lock:
             now = time.monotonic()
-            if now < self._down_until:
+            if self._down_clock() < self._down_until:
                 self._counted["outage_requests"] += 1
                 return error(503, "simulated outage: the endpoint is down")
             behaviour = self._behaviour

@@ -4,6 +4,8 @@ database as two processes share it, and an endpoint that goes down for a while."
 
 from __future__ import annotations
 
+import itertools
+import threading
 from pathlib import Path
 
 import anyio
@@ -12,10 +14,11 @@ import structlog
 
 from ragjury.errors import LLMTransportError
 from ragjury.llm import LLM
+from ragjury.llm.breaker import CircuitBreaker
 from ragjury.schemas import Critique
 from ragjury.store import SQLiteStore
 
-from conftest import make_settings
+from conftest import ManualClock, make_settings
 from fakeopenai import Behaviour, FakeOpenAI, RecordedRequest, Reply, chat_json, error
 
 pytestmark = pytest.mark.anyio
@@ -74,30 +77,40 @@ async def test_two_processes_on_one_database_share_the_endpoints_limit(
 async def test_an_endpoint_that_goes_down_is_probed_not_hammered_and_the_run_resumes(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    answered = 0
+    # The breaker's time is a clock that moves only when the breaker waits for its next
+    # probe, and the outage lasts one second of that clock: however fast or slow the machine,
+    # the probes fall at the same moments of the outage.
+    clock = ManualClock()
+    answered = itertools.count(1)
+    lock = threading.Lock()
 
     def answer(request: RecordedRequest) -> Reply:
-        nonlocal answered
-        answered += 1
-        if answered == 30:
-            fake.outage(1.0)  # down for a second, from the thirtieth answer on
+        with lock:
+            if next(answered) == 30:
+                fake.outage(1.0, clock=clock)  # down from the thirtieth answer on
         return chat_json({"rationale": "ok", "rating": 4}, delay=0.02)
 
     fake.route("critic", answer)
     settings = make_settings(fake, tmp_path, concurrency=16, backoff_base=0.05, backoff_max=1.0)
+    breaker = CircuitBreaker(base=0.05, cap=1.0, clock=clock, sleep=clock.sleep)
     with structlog.testing.capture_logs() as logs:
-        async with LLM(settings) as llm:
+        async with LLM(settings, breaker=breaker) as llm:
             await rate(llm, 80)
 
     assert llm.usage.stage("critic").failed_calls == 0  # nothing failed: it waited
-    assert llm.breaker.outages == 1
+    assert breaker.outages == 1
     events = [entry["event"] for entry in logs]
     assert events.count("endpoint_down") == 1
     assert events.count("endpoint_back") == 1
-    # during the outage: the requests that found it down before the breaker opened (up to
-    # one per slot, as the 16 in flight end together), then one probe at a time (0.05, 0.1,
-    # 0.2, 0.4, 0.8 s apart); not 50 waiting calls retrying on their own
-    assert fake.stats()["outage_requests"] <= 16 + 6
+    # one probe at a time, 0.05, 0.1, 0.2 and 0.4 s apart, all within the outage; the fifth,
+    # 0.8 s later (1.55 s after it opened), finds the endpoint back
+    assert breaker.probes == 5
+    assert sum(clock.sleeps) == pytest.approx(1.55)
+    assert breaker.down_seconds == pytest.approx(1.55)
+    # during the outage: the requests that found it down before the breaker opened (at most
+    # one per slot, as the 16 in flight end together), then the four probes that failed;
+    # not 50 waiting calls retrying on their own
+    assert fake.stats()["outage_requests"] <= 16 + 4
 
 
 async def test_waiting_out_429s_uses_no_retry_and_is_bounded_by_time(

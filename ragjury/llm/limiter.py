@@ -9,12 +9,28 @@ with :meth:`AdaptiveLimiter.release`, saying how it went (``"ok"``, ``"throttled
 :class:`~ragjury.llm.ratelimit.RateLedger`: this process's memory, or the store, so that
 every process on one database draws from the same two buckets. A bucket's rate and size are
 the smaller of ``--rpm`` / ``--tpm`` (per minute) and what the endpoint's ``x-ratelimit-*``
-headers say (limit L, remaining R, reset T: L units, refilled at (L - R) / T a second, paced
-at :data:`HEADROOM` of it). Each answer's remaining figure also lowers the bucket to what it
+headers say (limit L, remaining R, reset T: L units, refilled at (L - R) / T a second). Each
+answer bounds the refill rate (R is rounded down, T to its last digit); the bucket is paced
+at :data:`HEADROOM` of the highest rate every answer since the limit last changed allows
+(L / 60 until one does). Each answer's remaining figure also lowers the bucket to what it
 says is left, less what this process has reserved since that request was sent. A request
 reserves its units before it is sent and waits until the bucket is back at zero; a token
 reservation is an estimate, reconciled with the real usage at the next reservation. Without
-headers and without ``--rpm`` / ``--tpm`` nothing is paced.
+headers and without ``--rpm`` / ``--tpm`` nothing is paced. A reset of 0 while a fiftieth
+of the budget is used contradicts OpenAI's meaning (the time until it is full): no rate is
+read from that budget's reset.
+
+**Headers that mislead.** Some endpoints mean something else by the headers (a reset that
+is the time to the next request, say), and paced by them, requests meet 429 after 429.
+When :data:`DISTRUST_AFTER` of the last 100 answers to requests sent after the first
+headers were read are 429s, the limiter stops using the headers and paces requests from
+what the endpoint gives (:mod:`ragjury.llm._answer_pacing`: after each 429, the answers per
+second of the last few seconds, less a margin; growing slowly while it holds requests
+back; each request waits its turn in this process); ``--rpm`` / ``--tpm`` still cap. It logs
+``llm_rate_headers_distrusted`` once, with a sentence saying so. When
+:data:`TRUST_AGAIN_AFTER` 429s in a row have headers that agree with them (a budget spent,
+full again no sooner than twice the ``Retry-After``), it trusts the headers again
+(``llm_rate_headers_trusted``).
 
 **Concurrency (AIMD).** After ``limit`` successes in a row the limit grows by one, up to the
 cap (``--concurrency``). A 429 that is load halves it (never below 1), at most once per
@@ -148,7 +164,6 @@ class AdaptiveLimiter:
         self._headers_from: int | None = None  # permits issued when headers were first read
         self._surprises: deque[bool] = deque(maxlen=_RECENT)  # 429s of header-paced requests
         self._answers = AnswerRate(clock)
-        self._own = LocalLedger(clock)  # the answer pacer's bucket: this process's alone
         self._pacer: AnswerPacer | None = None
         self._agreeing = 0  # 429s in a row whose headers agree, while they are distrusted
         self._trust_needs = TRUST_AGAIN_AFTER
@@ -202,6 +217,8 @@ class AdaptiveLimiter:
         self._issued += 1
         seq = self._issued
         try:
+            if self._pacer is not None:  # the headers mislead: paced from the answers
+                self.rate_wait_seconds += await self._pacer.turn(self._sleep)
             wait, marks = 0.0, [0.0, 0.0]
             for index, kind in enumerate(KINDS):
                 amount = 1.0 if kind == "requests" else float(tokens)
@@ -224,32 +241,24 @@ class AdaptiveLimiter:
         return self._pacer is None
 
     async def _reserve(self, kind: Kind, amount: float) -> float:
-        """Take ``amount`` (already added to ``_reserved``) from the buckets; the wait."""
+        """Take ``amount`` (already added to ``_reserved``) from the bucket; the wait."""
         refund, self._refund[kind] = self._refund[kind], 0.0
-        pacer = self._pacer
-        wait = 0.0
-        if pacer is not None and kind == "requests":
-            wait = await self._own.take_rate(
-                "answers", amount - refund, per_second=pacer.rate, capacity=pacer.capacity
-            )
-            pacer.held_back() if wait > 0 else pacer.idle()
         budget = self.budget(kind)
         if budget is None:
-            return wait
+            return 0.0
         per_second, capacity = budget
         seen = self._seen.pop(kind, None)
         at_most = None
         if seen is not None:  # what the endpoint said was left, less what was reserved since
             at_most = seen.remaining - (self._reserved[kind] - amount - seen.mark)
             # (reservations made since its request, this one excepted: it is taken below)
-        stated = await self._ledger.take_rate(
+        return await self._ledger.take_rate(
             f"{self._key}:{kind}",
             amount - refund,
             per_second=per_second,
             capacity=capacity,
             at_most=at_most,
         )
-        return max(wait, stated)
 
     def release(
         self,

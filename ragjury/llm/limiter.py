@@ -23,14 +23,16 @@ read from that budget's reset.
 **Headers that mislead.** Some endpoints mean something else by the headers (a reset that
 is the time to the next request, say), and paced by them, requests meet 429 after 429.
 When :data:`DISTRUST_AFTER` of the last 100 answers to requests sent after the first
-headers were read are 429s, the limiter stops using the headers and paces requests from
-what the endpoint gives (:mod:`ragjury.llm._answer_pacing`: after each 429, the answers per
-second of the last few seconds, less a margin; growing slowly while it holds requests
-back; each request waits its turn in this process); ``--rpm`` / ``--tpm`` still cap. It logs
-``llm_rate_headers_distrusted`` once, with a sentence saying so. When
-:data:`TRUST_AGAIN_AFTER` 429s in a row have headers that agree with them (a budget spent,
-full again no sooner than twice the ``Retry-After``), it trusts the headers again
-(``llm_rate_headers_trusted``).
+headers were read are 429s whose headers say there was room, or that a spent budget is
+full again as soon as the next request may go (a reset under twice the ``Retry-After``;
+OpenAI's is the time until the whole budget is back), the limiter stops using the
+headers and paces requests from what the endpoint gives (:mod:`ragjury.llm._answer_pacing`:
+after each 429, the answers per second of the last few seconds, less a margin; growing
+slowly while it holds requests back; each request waits its turn in this process);
+``--rpm`` / ``--tpm`` still cap. It logs ``llm_rate_headers_distrusted`` once, with a
+sentence saying so. When :data:`TRUST_AGAIN_AFTER` 429s in a row have headers that agree
+with them (a budget spent, full again no sooner than twice the ``Retry-After``), it trusts
+the headers again (``llm_rate_headers_trusted``).
 
 **Concurrency (AIMD).** After ``limit`` successes in a row the limit grows by one, up to the
 cap (``--concurrency``). A 429 that is load halves it (never below 1), at most once per
@@ -277,9 +279,11 @@ class AdaptiveLimiter:
         if outcome == "ok":
             if tokens_used is not None:
                 self._refund["tokens"] += permit.tokens - tokens_used
-        else:  # not answered, or refused: the endpoint did not count it
+        elif outcome == "failed" or stated is None:  # the endpoint did not count it
             self._refund["requests"] += 1
             self._refund["tokens"] += permit.tokens
+        # (a 429 with headers gives nothing back: its remaining figure lowers the bucket, and
+        # a unit given back on top would let the next request meet the same 429)
         cut = False
         if stated is not None or self._pacer is not None:
             self._weigh_headers(permit, stated, outcome, retry_after)
@@ -355,15 +359,16 @@ class AdaptiveLimiter:
         outcome: Outcome,
         retry_after: float | None,
     ) -> None:
-        """Whether the headers keep their word: distrust them when 429s keep coming to
-        requests they paced; trust them again when 429s agree with them."""
+        """Whether the headers keep their word: distrust them when 429s that contradict them
+        keep coming to requests they paced; trust them again when 429s agree with them."""
         throttled = outcome == "throttled"
         pacer = self._pacer
         if pacer is None:
             if stated is None or permit.seq <= (self._headers_from or 0):
                 return  # sent before any header was read: the headers did not pace it
-            self._surprises.append(throttled)
-            if throttled and sum(self._surprises) >= DISTRUST_AFTER:
+            misled = throttled and not _agrees(stated, permit.tokens, retry_after)
+            self._surprises.append(misled)
+            if misled and sum(self._surprises) >= DISTRUST_AFTER:
                 self._distrust()
             return
         if not throttled:
@@ -495,15 +500,18 @@ class AdaptiveLimiter:
 def _agrees(stated: RateHeaders, tokens: int, retry_after: float | None) -> bool:
     """Whether a 429's headers agree with it as OpenAI means them: a budget is spent, and
     each spent one is full again no sooner than twice the wait for the next request (a
-    reset as near as that wait is the time to the next request, not to a full budget)."""
-    if retry_after is None or retry_after <= 0 or stated.room_for(tokens):
+    reset as near as that wait is the time to the next request, not to a full budget).
+    Without a ``Retry-After`` a spent budget is taken at its word."""
+    if stated.room_for(tokens):
         return False
+    if retry_after is None or retry_after <= 0:
+        return True
     spent = [
         window
         for window, needed in ((stated.requests, 1.0), (stated.tokens, float(tokens)))
         if window is not None and window.remaining < needed
     ]
-    return bool(spent) and all(window.reset >= 2.0 * retry_after for window in spent)
+    return all(window.reset >= 2.0 * retry_after for window in spent)
 
 
 def _per_minute(budget: tuple[float, float] | None) -> float | None:

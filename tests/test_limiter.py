@@ -10,10 +10,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 
 from ragjury.errors import ConfigurationError
 from ragjury.llm import LLM
-from ragjury.llm.limiter import AdaptiveLimiter, Permit
+from ragjury.llm.limiter import DISTRUST_AFTER, TRUST_AGAIN_AFTER, AdaptiveLimiter, Permit
 from ragjury.schemas import Critique
 
 from conftest import ManualClock, make_settings
@@ -296,3 +297,59 @@ async def test_429s_that_stop_when_concurrency_falls_are_load_and_keep_halving()
     assert lim.lowest_limit <= 6
     assert lim.limit <= 12  # around the endpoint's 6, as AIMD keeps it
     assert refused < 600 * 0.15
+
+
+async def mislead_and_agree(lim: AdaptiveLimiter, *, misled: int, agreed: int) -> None:
+    """``misled`` 429s whose headers say the budget is back by the next request (a reset
+    as near as the Retry-After), then ``agreed`` 429s whose headers say it is full only
+    in 3 s, as OpenAI's do; a success between each, as the endpoint lets some through."""
+    for _ in range(misled):
+        lim.release(await lim.acquire(), "ok", headers=stated(30))
+        lim.release(
+            await lim.acquire(), "throttled", retry_after=0.05, headers=stated(0, reset="50ms")
+        )
+    for _ in range(agreed):
+        lim.release(await lim.acquire(), "ok", headers=stated(30))
+        lim.release(
+            await lim.acquire(), "throttled", retry_after=0.05, headers=stated(0, reset="3s")
+        )
+
+
+async def test_429s_that_contradict_the_headers_make_the_limiter_pace_from_answers() -> None:
+    lim = limiter(8, ManualClock())
+    lim.release(await lim.acquire(), "ok", headers=stated(59, reset="1s"))  # headers read
+
+    await mislead_and_agree(lim, misled=DISTRUST_AFTER - 1, agreed=0)
+    assert lim.headers_trusted  # not yet: a few may be a race
+    await mislead_and_agree(lim, misled=1, agreed=0)
+
+    assert not lim.headers_trusted
+    assert lim.budget("requests") is None  # nothing learned from the headers is used
+    assert lim.snapshot()["paced_from_answers_rpm"] is not None
+
+
+async def test_the_limiter_trusts_headers_again_once_429s_agree_with_them() -> None:
+    lim = limiter(8, ManualClock())
+    lim.release(await lim.acquire(), "ok", headers=stated(59, reset="1s"))
+    with structlog.testing.capture_logs() as logs:
+        await mislead_and_agree(lim, misled=DISTRUST_AFTER, agreed=TRUST_AGAIN_AFTER - 1)
+        assert not lim.headers_trusted
+        await mislead_and_agree(lim, misled=0, agreed=1)
+        assert lim.headers_trusted
+        assert lim.budget("requests") is not None  # paced from the headers again
+
+        # misled again, and trusting again takes twice the agreement: no flapping, and
+        # neither change is logged a second time
+        await mislead_and_agree(lim, misled=DISTRUST_AFTER, agreed=TRUST_AGAIN_AFTER)
+        assert not lim.headers_trusted
+        await mislead_and_agree(lim, misled=0, agreed=TRUST_AGAIN_AFTER)
+        assert lim.headers_trusted
+
+    said = [(entry["event"], entry["log_level"]) for entry in logs if "note" in entry]
+    assert said == [
+        ("llm_rate_headers_distrusted", "warning"),
+        ("llm_rate_headers_trusted", "info"),
+        ("llm_rate_headers_distrusted", "debug"),
+        ("llm_rate_headers_trusted", "debug"),
+    ]
+    assert lim.distrusted == 2

@@ -15,6 +15,7 @@ import structlog
 from ragjury.errors import LLMTransportError
 from ragjury.llm import LLM
 from ragjury.llm.breaker import CircuitBreaker
+from ragjury.llm.limiter import DISTRUST_AFTER
 from ragjury.schemas import Critique
 from ragjury.store import SQLiteStore
 
@@ -132,3 +133,47 @@ async def test_waiting_out_429s_uses_no_retry_and_is_bounded_by_time(
     async with LLM(settings) as llm:
         with pytest.raises(LLMTransportError, match="max-throttle-wait"):
             await llm.structured(Critique, [{"role": "user", "content": "rate it"}], stage="critic")
+
+
+async def test_headers_that_mislead_are_distrusted_once_and_no_call_fails(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    # 20 a second, but the reset header is the time to the next request: read as OpenAI's
+    # (the time until the budget is full) it promises a refill far faster than the real one
+    fake.behave(Behaviour(rpm=20, window=1.0, latency=0.02, reset_means="next_request"))
+    fake.route("critic", RATED)
+    with structlog.testing.capture_logs() as logs:
+        async with LLM(make_settings(fake, tmp_path, concurrency=16)) as llm:
+            await rate(llm, 60)
+
+    assert llm.usage.stage("critic").failed_calls == 0
+    assert fake.stats()["status_200"] == 60
+    assert not llm.limiter.headers_trusted  # paced from the answers since
+    said = [entry for entry in logs if entry["event"] == "llm_rate_headers_distrusted"]
+    assert len(said) == 1
+    assert said[0]["log_level"] == "warning"
+    assert "paced from the answers it gives per second" in said[0]["note"]
+
+
+async def test_429s_whose_headers_agree_with_them_keep_the_headers_trusted(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    # two clients that do not share their buckets (another program on the same key): each
+    # meets many 429s, and each 429 says the budget is spent until long after the next
+    # request may go, as OpenAI's headers do; they are pacing errors, not misleading headers
+    fake.behave(Behaviour(rpm=20, window=1.0, latency=0.02))
+    fake.route("critic", RATED)
+    settings = make_settings(fake, tmp_path, concurrency=8)
+    with structlog.testing.capture_logs() as logs:
+        async with (
+            LLM(settings) as first,
+            LLM(settings) as second,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(rate, first, 40)
+            tg.start_soon(rate, second, 40)
+
+    assert fake.stats()["limit_429"] >= 2 * DISTRUST_AFTER
+    assert first.limiter.headers_trusted
+    assert second.limiter.headers_trusted
+    assert "llm_rate_headers_distrusted" not in [entry["event"] for entry in logs]

@@ -35,6 +35,7 @@ FLOOR = 1.0 / 60.0
 """The slowest pace, requests a second: one a minute."""
 RECHECK = 0.25
 """A request waiting for its turn looks again this often (seconds), as the rate may change."""
+_EPSILON = 1e-6
 _FEW = 5  # fewer answers than this in the span say nothing of the endpoint's rate
 
 
@@ -99,8 +100,8 @@ class AnswerPacer:
             now = self._clock()
             self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
             self._stamp = now
-            if self._level >= 1.0:
-                self._level -= 1.0
+            if self._level >= 1.0 - _EPSILON:  # (a wait shorter than the clock's grain
+                self._level -= 1.0  # would never move it)
                 if not waited:
                     self.idle()
                 return waited

@@ -378,6 +378,7 @@ class AdaptiveLimiter:
             self._agreeing += 1
             if self._agreeing >= self._trust_needs:
                 self._trust_again()
+                self._observe(permit, stated)  # learn from the headers that agreed
         else:
             self._agreeing = 0
 

@@ -38,6 +38,7 @@ class FakeEndpoint:
         rpm: int | None = None,
         tpm: int | None = None,
         window: float = 60.0,
+        reset_means: str = "full",
     ) -> None:
         self._argv = [
             sys.executable,
@@ -51,6 +52,7 @@ class FakeEndpoint:
             *([f"--rpm={rpm}"] if rpm is not None else []),
             *([f"--tpm={tpm}"] if tpm is not None else []),
             f"--window={window}",
+            f"--reset-means={reset_means}",
         ]
         self._process: subprocess.Popen[str] | None = None
         self.base_url = ""

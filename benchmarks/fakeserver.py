@@ -16,7 +16,8 @@ It prints its base URL on the first line of stdout, then reads commands from std
 line: ``stats`` (one JSON line of counters and the server's CPU seconds), ``reset`` (zeroes
 the counters), ``outage SECONDS`` (answers 503 for that long); end of input stops it. With
 ``--rpm`` / ``--tpm`` it enforces a provider's rate limits (token buckets, a 429 with
-``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer).
+``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer;
+``--reset-means next_request`` makes their reset the time to the next request: misleading).
 Running in its own process keeps its CPU and its GIL apart from the client's.
 """
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from conftest import CRITIC_AGENTS, critic_reply, generator_reply
 from evalfakes import script_judges
-from fakeopenai import Behaviour, FakeOpenAI, chat_json
+from fakeopenai import RESET_MEANINGS, Behaviour, FakeOpenAI, chat_json
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tpm", type=int, default=None, help="tokens per --window, enforced")
     parser.add_argument(
         "--window", type=float, default=60.0, help="seconds the --rpm / --tpm budgets are per"
+    )
+    parser.add_argument(
+        "--reset-means",
+        choices=RESET_MEANINGS,
+        default="full",
+        help="what x-ratelimit-reset-* states: the time until the budget is full (OpenAI's "
+        "meaning) or until the next request fits (headers that mislead)",
     )
     return parser.parse_args(argv)
 
@@ -71,6 +79,7 @@ def scripted_server(args: argparse.Namespace) -> FakeOpenAI:
             rpm=args.rpm,
             tpm=args.tpm,
             window=args.window,
+            reset_means=args.reset_means,
         )
     )
     script(fake)

@@ -7,13 +7,22 @@ perfect client gets N units through in (N - C) / r seconds at best (the bucket s
 so the ratio to the limit is that over the time the endpoint spent answering (from the
 first successful request to the last answer, as the fake counts them). Runs:
 
-* requests per minute below what ``--concurrency`` would send;
-* tokens per minute below it;
+* requests per ``--window`` (3 s) below what ``--concurrency`` would send;
+* tokens per ``--window`` below it;
+* OpenAI's minute bucket: ``--minute-rpm`` requests a minute, a burst of a whole minute;
+* a per-second bucket, as Azure OpenAI enforces its limits over 1-10 s windows: ``--rps``
+  a second with a burst of one second;
+* headers that mislead: ``--misleading-rps`` (20) a second with a burst of one second (less
+  than the first requests in flight), its ``x-ratelimit-reset-requests`` the time to the
+  next request rather than the time until the budget is full (read as OpenAI's, it promises
+  a refill far faster than the real one);
 * two ``ragjury serve`` processes on one database against one request budget;
 * 5% random 429s (Retry-After 1 s) and no budget: ratio to the concurrency limit, as in
   ``throughput.py`` (today's AIMD limiter read 0.17);
 * an outage of ``--outage`` seconds mid-run, at two concurrencies: the requests that reached
   the endpoint while it was down.
+
+``--runs minute,per-second`` runs only those (the names are in ``RUNS``).
 
     python benchmarks/ratelimit.py            # about four minutes
 """
@@ -21,11 +30,13 @@ first successful request to the last answer, as the fake counts them). Runs:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--tps", type=float, default=20000.0, help="the token budget, per second")
     parser.add_argument(
+        "--minute-rpm", type=int, default=900, help="the minute bucket's requests a minute"
+    )
+    parser.add_argument(
+        "--misleading-rps",
+        type=float,
+        default=20.0,
+        help="the budget whose reset header misleads, requests a second",
+    )
+    parser.add_argument(
+        "--runs", default=",".join(RUNS), help=f"which runs, comma-separated: {', '.join(RUNS)}"
+    )
+    parser.add_argument(
         "--window", type=float, default=3.0, help="seconds the fake's budgets are per (burst)"
     )
     parser.add_argument("--outage", type=float, default=20.0, help="seconds the endpoint is down")
@@ -61,6 +84,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.calls = min(args.calls, 500)
         args.outage = min(args.outage, 5.0)
+        args.minute_rpm = min(args.minute_rpm, 300)
+    args.runs = [name.strip() for name in args.runs.split(",") if name.strip()]
+    unknown = sorted(set(args.runs) - set(RUNS))
+    if unknown:
+        parser.error(f"unknown run(s) {', '.join(unknown)}; choose from {', '.join(RUNS)}")
     return args
 
 
@@ -95,28 +123,67 @@ def row(name: str, outcome: dict[str, Any], served: dict[str, Any], ratio: float
     }
 
 
-async def budget_run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
-    """`evaluate` in this process against a request or token budget."""
-    window = args.window
-    limits = (
-        {"rpm": round(args.rps * window)}
-        if kind == "requests"
-        else {"tpm": round(args.tps * window)}
-    )
+async def budget_run(
+    args: argparse.Namespace,
+    kind: str,
+    per_second: float,
+    window: float,
+    name: str,
+    *,
+    reset_means: str = "full",
+) -> dict[str, Any]:
+    """`evaluate` in this process against a request or token budget of ``per_second`` units a
+    second that holds ``window`` seconds of them."""
+    budget = round(per_second * window)
+    limits = {"rpm": budget} if kind == "requests" else {"tpm": budget}
     items = samples(args.calls)
     with (
-        FakeEndpoint(latency_ms=args.latency_ms, window=window, **limits) as fake,
+        FakeEndpoint(
+            latency_ms=args.latency_ms, window=window, reset_means=reset_means, **limits
+        ) as fake,
         tempfile.TemporaryDirectory() as tmp,
     ):
         before = fake.stats()
         outcome = await evaluate(args, fake.base_url, Path(tmp), items)
         served = delta(fake.stats(), before)
-    rate = args.rps if kind == "requests" else args.tps
-    name = (
-        f"{kind}: {rate:g}/s (burst {rate * window:g}), concurrency {args.concurrency} "
-        f"could send {args.concurrency / (args.latency_ms / 1000):g} req/s"
+    return row(name, outcome, served, budget_ratio(served, kind, per_second, window))
+
+
+def could_send(args: argparse.Namespace) -> str:
+    return (
+        f"concurrency {args.concurrency} could send "
+        f"{args.concurrency / (args.latency_ms / 1000):g} req/s"
     )
-    return row(name, outcome, served, budget_ratio(served, kind, rate, window))
+
+
+async def window_run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    """A request or token budget over ``--window`` seconds (3: a burst of 3 s)."""
+    rate = args.rps if kind == "requests" else args.tps
+    name = f"{kind}: {rate:g}/s (burst {rate * args.window:g}), {could_send(args)}"
+    return await budget_run(args, kind, rate, args.window, name)
+
+
+async def minute_run(args: argparse.Namespace) -> dict[str, Any]:
+    """OpenAI's minute bucket: ``--minute-rpm`` a minute, all of it at once at first."""
+    name = f"minute bucket: {args.minute_rpm} requests a minute (burst {args.minute_rpm})"
+    return await budget_run(args, "requests", args.minute_rpm / 60.0, 60.0, name)
+
+
+async def per_second_run(args: argparse.Namespace) -> dict[str, Any]:
+    """A per-second bucket (Azure-like): ``--rps`` a second, a burst of one second."""
+    name = f"per-second bucket: {args.rps:g} requests a second (burst {args.rps:g})"
+    return await budget_run(args, "requests", args.rps, 1.0, name)
+
+
+async def misleading_run(args: argparse.Namespace) -> dict[str, Any]:
+    """``--misleading-rps`` a second over one second, its reset header the time to the next
+    request; fewer than the requests in flight at the start, so the budget runs out."""
+    rate = args.misleading_rps
+    name = (
+        f"misleading headers: {rate:g} requests a second (burst {rate:g}), "
+        "reset = time to the next request"
+    )
+    return await budget_run(args, "requests", rate, 1.0, name, reset_means="next_request")
 
 
 async def two_daemons(args: argparse.Namespace) -> dict[str, Any]:
@@ -203,15 +270,34 @@ async def outage_run(args: argparse.Namespace, concurrency: int) -> dict[str, An
     return row(name, result, served, 0.0)
 
 
+async def outage_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [await outage_run(args, 8), await outage_run(args, args.concurrency)]
+
+
+Run = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
+
+
+async def one(run: Run, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [await run(args)]
+
+
+RUNS: dict[str, Callable[[argparse.Namespace], Awaitable[list[dict[str, Any]]]]] = {
+    "requests": functools.partial(one, functools.partial(window_run, kind="requests")),
+    "tokens": functools.partial(one, functools.partial(window_run, kind="tokens")),
+    "minute": functools.partial(one, minute_run),
+    "per-second": functools.partial(one, per_second_run),
+    "misleading": functools.partial(one, misleading_run),
+    "two-serve": functools.partial(one, two_daemons),
+    "noise": functools.partial(one, noise_run),
+    "outage": outage_runs,
+}
+
+
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [
-        await budget_run(args, "requests"),
-        await budget_run(args, "tokens"),
-        await two_daemons(args),
-        await noise_run(args),
-        await outage_run(args, 8),
-        await outage_run(args, args.concurrency),
-    ]
+    rows: list[dict[str, Any]] = []
+    for name in args.runs:
+        rows += await RUNS[name](args)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,9 +307,26 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "settings": {
             k: getattr(args, k)
-            for k in ("concurrency", "latency_ms", "calls", "rps", "tps", "window", "outage")
+            for k in (
+                "concurrency",
+                "latency_ms",
+                "calls",
+                "rps",
+                "tps",
+                "window",
+                "minute_rpm",
+                "misleading_rps",
+                "outage",
+                "runs",
+            )
         },
-        "targets": {"budget_ratio": 0.9, "share_429": 0.02, "noise_ratio": 0.7},
+        "targets": {
+            "budget_ratio": 0.9,
+            "share_429": 0.02,
+            "misleading_share_429": 0.1,
+            "misleading_failed": 0,
+            "noise_ratio": 0.7,
+        },
         "runs": runs,
     }
     path = write_result("ratelimit", result, args.out)

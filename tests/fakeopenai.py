@@ -54,7 +54,11 @@ Scripting rules:
   ``retry-after-ms`` and the ``x-ratelimit-*`` headers OpenAI sends; every chat answer carries
   those headers, its completion tokens charged when it is answered. ``max_in_flight`` answers
   429 (no headers) to a request beyond that many in flight: overload, as a busy vLLM does.
-* ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down.
+  ``reset_means="next_request"`` makes ``x-ratelimit-reset-*`` the time until one more
+  request fits instead of the time until the budget is full: headers that mislead a client
+  reading them as OpenAI's (the limit and remaining figures stay true).
+* ``outage(seconds)`` answers every chat request 503 for that long: an endpoint that is down
+  (``clock=`` measures the time on a test's own clock).
 
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
 parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
@@ -85,6 +89,7 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "AGENT_HEADER",
+    "RESET_MEANINGS",
     "Behaviour",
     "FakeOpenAI",
     "RecordedRequest",
@@ -302,8 +307,13 @@ class Behaviour:
     tpm: int | None = None
     window: float = 60.0
     max_in_flight: int | None = None
+    reset_means: str = "full"
 
     def __post_init__(self) -> None:
+        if self.reset_means not in RESET_MEANINGS:
+            raise ValueError(
+                f"reset_means must be one of {', '.join(RESET_MEANINGS)}, got {self.reset_means!r}"
+            )
         if self.window <= 0 or min(self.rpm or 1, self.tpm or 1, self.max_in_flight or 1) < 1:
             raise ValueError(
                 f"rate limits must be >= 1 and the window > 0, got rpm={self.rpm}, "
@@ -322,12 +332,20 @@ class Behaviour:
             )
 
 
+RESET_MEANINGS = ("full", "next_request")
+"""What ``x-ratelimit-reset-*`` says: the time until the budget is ``full`` again (OpenAI's
+meaning, consistent with the limit and remaining figures), or the time until the
+``next_request`` fits (0 while there is room), as some gateways mean it: read as OpenAI's,
+it promises a refill far faster than the real one."""
+
+
 class _Bucket:
     """A provider's budget: ``limit`` units per ``window`` seconds, refilled continuously."""
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, reset_means: str = "full") -> None:
         self.limit, self.rate = float(limit), limit / window
         self.level, self.stamp = float(limit), time.monotonic()
+        self.reset_means = reset_means
 
     def refill(self, now: float) -> None:
         self.level = min(self.limit, self.level + (now - self.stamp) * self.rate)
@@ -337,7 +355,10 @@ class _Bucket:
         return max(min(amount, self.limit) - self.level, 0.0) / self.rate
 
     def headers(self, kind: str) -> dict[str, str]:
-        reset = max(self.limit - self.level, 0.0) / self.rate
+        if self.reset_means == "next_request":
+            reset = max(1.0 - self.level, 0.0) / self.rate
+        else:
+            reset = max(self.limit - self.level, 0.0) / self.rate
         return {
             f"x-ratelimit-limit-{kind}": str(int(self.limit)),
             f"x-ratelimit-remaining-{kind}": str(max(int(self.level), 0)),
@@ -615,6 +636,7 @@ class FakeOpenAI:
         self._delay_total = 0.0
         self._buckets: dict[str, _Bucket] = {}
         self._down_until = 0.0
+        self._down_clock: Callable[[], float] = time.monotonic
         self._first_ok = self._last_ok = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -701,15 +723,22 @@ class FakeOpenAI:
             self._rng = random.Random(behaviour.seed if behaviour is not None else None)
             self._buckets = {}
             if behaviour is not None and behaviour.rpm is not None:
-                self._buckets["requests"] = _Bucket(behaviour.rpm, behaviour.window)
+                self._buckets["requests"] = _Bucket(
+                    behaviour.rpm, behaviour.window, behaviour.reset_means
+                )
             if behaviour is not None and behaviour.tpm is not None:
-                self._buckets["tokens"] = _Bucket(behaviour.tpm, behaviour.window)
+                self._buckets["tokens"] = _Bucket(
+                    behaviour.tpm, behaviour.window, behaviour.reset_means
+                )
 
-    def outage(self, seconds: float) -> None:
-        """Answer every chat request 503 for the next ``seconds`` (counted in ``stats()`` as
-        ``outage_requests``)."""
+    def outage(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """Answer every chat request 503 for the next ``seconds`` on ``clock`` (counted in
+        ``stats()`` as ``outage_requests``). A test's own clock (one that moves only when
+        the client sleeps on it) makes the outage last a fixed stretch of the client's time,
+        whatever the machine's speed."""
         with self._lock:
-            self._down_until = time.monotonic() + seconds
+            self._down_clock = clock
+            self._down_until = clock() + seconds
 
     def stats(self) -> dict[str, Any]:
         """What the server has answered since it started (or since ``reset``).
@@ -798,7 +827,7 @@ class FakeOpenAI:
             return None
         with self._lock:
             now = time.monotonic()
-            if now < self._down_until:
+            if self._down_clock() < self._down_until:
                 self._counted["outage_requests"] += 1
                 return error(503, "simulated outage: the endpoint is down")
             behaviour = self._behaviour

@@ -23,9 +23,9 @@ class Clock:
 
 def opened(clock: Clock, trip_after: int = 3) -> CircuitBreaker:
     breaker = CircuitBreaker(trip_after=trip_after, base=0.5, cap=30.0, clock=clock)
-    breaker.record("answered", probe=False, sent_at=clock.now)
+    breaker.record("answered", probe=False, sent=breaker.sent())
     for _ in range(trip_after):
-        breaker.record("down", probe=False, sent_at=clock.now)
+        breaker.record("down", probe=False, sent=breaker.sent())
     return breaker
 
 
@@ -41,7 +41,7 @@ async def test_it_opens_after_failures_in_a_row_only_once_the_endpoint_has_answe
     clock = Clock()
     never_reached = CircuitBreaker(trip_after=3, clock=clock)
     for _ in range(10):
-        never_reached.record("down", probe=False, sent_at=clock.now)
+        never_reached.record("down", probe=False, sent=never_reached.sent())
     assert not never_reached.is_open  # a configuration error, reported as such elsewhere
 
     breaker = opened(clock)
@@ -52,11 +52,12 @@ async def test_it_opens_after_failures_in_a_row_only_once_the_endpoint_has_answe
 async def test_an_answer_to_a_request_sent_before_the_row_does_not_break_it() -> None:
     clock = Clock()
     breaker = CircuitBreaker(trip_after=3, clock=clock)
-    breaker.record("answered", probe=False, sent_at=90.0)
-    breaker.record("down", probe=False, sent_at=100.0)
-    breaker.record("down", probe=False, sent_at=100.0)
-    breaker.record("answered", probe=False, sent_at=95.0)  # in flight before the failures
-    breaker.record("down", probe=False, sent_at=100.0)
+    early, late = breaker.sent(), breaker.sent()  # sent before the failures, answered late
+    breaker.record("answered", probe=False, sent=early)
+    breaker.record("down", probe=False, sent=breaker.sent())
+    breaker.record("down", probe=False, sent=breaker.sent())
+    breaker.record("answered", probe=False, sent=late)  # in flight before the failures
+    breaker.record("down", probe=False, sent=breaker.sent())
     assert breaker.is_open
 
 
@@ -73,7 +74,7 @@ async def test_probes_go_one_at_a_time_with_a_growing_wait_capped_at_probe_every
         assert answer is True  # the probe
         assert await probes_now(breaker) is None  # one probe out: the others wait
         waits.append(round(clock.now - opened_at, 2))
-        breaker.record("down", probe=True, sent_at=clock.now)
+        breaker.record("down", probe=True, sent=breaker.sent())
     # first after base (0.5 s), then doubling from each failed probe, at most PROBE_EVERY
     assert waits[0] == 0.5
     assert waits[1:] == [1.0, 2.0, 4.0, PROBE_EVERY, PROBE_EVERY]
@@ -83,12 +84,12 @@ async def test_probes_go_one_at_a_time_with_a_growing_wait_capped_at_probe_every
 async def test_only_an_answered_probe_closes_it_and_the_outage_is_timed_on_the_clock() -> None:
     clock = Clock()
     breaker = opened(clock)
-    breaker.record("answered", probe=False, sent_at=clock.now)  # sent before: says nothing
+    breaker.record("answered", probe=False, sent=breaker.sent())  # not the probe: says nothing
     assert breaker.is_open
     clock.now += 0.5
     assert await probes_now(breaker) is True
     clock.now += 2.0
-    breaker.record("answered", probe=True, sent_at=clock.now - 2.0)
+    breaker.record("answered", probe=True, sent=breaker.sent())
     assert not breaker.is_open
     assert breaker.down_seconds == pytest.approx(2.5)
     assert await probes_now(breaker) is False  # closed: requests go

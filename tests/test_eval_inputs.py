@@ -171,7 +171,8 @@ def test_a_csv_quote_left_open_costs_its_row_named_by_line_not_the_rows_after(
     assert loaded.samples == []
     [bad] = loaded.invalid
     assert bad.line == 2
-    assert "quoted cell opened on line 2 runs to line 3" in bad.reason
+    assert "quote opened on line 2" in bad.reason
+    assert "lines 2-3 run together" in bad.reason
     # a quoted cell over several lines that closes is a value, not an error
     assert [s.question for s in load_samples(good).samples] == ["Two\nlines?"]
 

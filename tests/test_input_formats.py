@@ -193,3 +193,102 @@ def test_field_with_documents_is_refused(
 
     assert code == 2
     assert "--field maps the fields of --samples records" in capsys.readouterr().err
+
+
+# A CSV written by hand: the second row opens a quote it never closes, so the reader runs
+# on into the third row until the quote that third row opens.
+OPEN_QUOTE_CSV = """id,question,answer,must_contain
+paris,Where is Paris?,Paris is in France.,France
+rome,"Where is Rome?,Rome is in Italy.,Italy
+oslo,Where is Oslo?,"Oslo is in Norway.",Norway
+lima,Where is Lima?,Lima is in Peru.,Peru
+"""
+
+
+def test_a_quote_left_open_in_csv_names_the_lines_it_joined_and_the_other_rows_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "hand.csv"
+    path.write_text(OPEN_QUOTE_CSV, encoding="utf-8")
+
+    loaded = load_samples(path)
+
+    assert [sample.id for sample in loaded.samples] == ["paris", "lima"]
+    [bad] = loaded.invalid
+    assert bad.line == 3
+    assert "a quote opened on line 3 is not closed where its cell ends" in bad.reason
+    assert "lines 3-4 run together as one row" in bad.reason
+    assert "close the quote on line 3" in bad.reason
+
+
+def test_a_quote_left_open_that_closes_where_a_cell_ends_is_still_found(tmp_path: Path) -> None:
+    # the stray quote closes exactly at a comma: valid CSV, but every line of the joined row
+    # holds a whole row's cells, which one cell spread over lines does not
+    path = tmp_path / "hand.csv"
+    path.write_text(
+        'question,answer\nWhere is Paris?,In France.\n"Where is Rome?,In Italy.\n'
+        'Where is Oslo?",In Norway.\nWhere is Lima?,In Peru.\n',
+        encoding="utf-8",
+    )
+
+    loaded = load_samples(path)
+
+    assert [sample.question for sample in loaded.samples] == ["Where is Paris?", "Where is Lima?"]
+    assert [(bad.line, "lines 3-4 run together" in bad.reason) for bad in loaded.invalid] == [
+        (3, True)
+    ]
+
+
+def test_a_quote_left_open_to_the_end_of_a_csv_costs_only_the_rows_it_holds(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "hand.csv"
+    path.write_text(
+        'question,answer\nWhere is Paris?,In France.\n"Where is Rome?,In Italy.\n'
+        "Where is Oslo?,In Norway.\n",
+        encoding="utf-8",
+    )
+
+    loaded = load_samples(path)
+
+    assert [sample.question for sample in loaded.samples] == ["Where is Paris?"]
+    [bad] = loaded.invalid
+    assert (bad.line, "lines 3-4 run together" in bad.reason) == (3, True)
+    assert "unexpected end of data" in bad.reason
+
+
+def test_cells_spread_over_lines_by_pandas_are_not_taken_for_a_quote_left_open(
+    tmp_path: Path,
+) -> None:
+    frame = pd.DataFrame(
+        [
+            {"question": "Q1?", "answer": "First line, with a comma\nsecond, and third"},
+            {"question": "Q2?", "answer": 'He said "yes",\nthen left'},
+            {"question": "Q3, in two parts?\nthe second", "answer": "one\ntwo"},
+        ]
+    )
+    frame.to_csv(tmp_path / "pandas.csv", index=False)
+
+    loaded = load_samples(tmp_path / "pandas.csv")
+
+    assert loaded.invalid == []
+    assert [sample.answer for sample in loaded.samples] == list(frame["answer"])
+
+
+def test_evaluate_judges_the_other_rows_of_a_csv_with_a_quote_left_open_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "hand.csv"
+    path.write_text(OPEN_QUOTE_CSV, encoding="utf-8")
+
+    code = main(
+        [
+            *("evaluate", str(path), "--out", str(tmp_path / "r.jsonl")),
+            *("--db", str(tmp_path / "q.db"), "--metrics", "keywords"),
+        ]
+    )
+
+    assert code == 1
+    judged = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [record["id"] for record in judged] == ["paris", "lima"]
+    assert "line 3" in capsys.readouterr().err

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 
 from ragjury.errors import ConfigurationError
 from ragjury.llm import LLM
-from ragjury.llm.limiter import AdaptiveLimiter, Permit
+from ragjury.llm.limiter import DISTRUST_AFTER, TRUST_AGAIN_AFTER, AdaptiveLimiter, Permit
 from ragjury.schemas import Critique
 
 from conftest import ManualClock, make_settings
@@ -200,7 +201,8 @@ async def test_headers_pace_requests_to_what_remains_before_the_reset() -> None:
     clock = ManualClock()
     lim = limiter(100, clock)
     first = await lim.acquire()
-    # 11 used (10 or 11: remaining is rounded down), back in 10 s: taken as 1 a second
+    # 11 used (10 or 11: remaining is rounded down), back in 10 s (written to the second, so
+    # at most 10.5): at least 10 / 10.5 a second, and paced at 0.97 of that
     lim.release(first, "ok", headers=stated(50, limit=61, reset="10s"))
 
     for permit in await take(lim, 50):  # the 50 that remain go at once
@@ -208,8 +210,8 @@ async def test_headers_pace_requests_to_what_remains_before_the_reset() -> None:
     assert clock.sleeps == []
     await lim.acquire()  # the next waits for the refill, paced a little under 1/s
 
-    assert clock.sleeps == [pytest.approx(1 / 0.97)]
-    assert lim.budget("requests") == pytest.approx((0.97, 61))
+    assert clock.sleeps == [pytest.approx(10.5 / 10 / 0.97)]
+    assert lim.budget("requests") == pytest.approx((10 / 10.5 * 0.97, 61))
 
 
 async def test_what_remains_counts_the_requests_sent_since_the_answered_one() -> None:
@@ -223,7 +225,8 @@ async def test_what_remains_counts_the_requests_sent_since_the_answered_one() ->
 
     assert clock.sleeps == []
     await lim.acquire()
-    assert clock.sleeps == [pytest.approx(1 / 0.97)]
+    # 54 or 55 used in 54 s written to the second: at least 54 / 54.5 a second, at 0.97
+    assert clock.sleeps == [pytest.approx(54.5 / 54 / 0.97)]
     assert len(later) == 4
 
 
@@ -249,8 +252,10 @@ async def test_a_429_whose_headers_say_the_budget_is_spent_is_paced_not_cut() ->
 
     await lim.acquire()  # nothing remained, and 7 were sent after the refused one
 
-    # 60 (taken as 59) in 2 s, paced at 0.97 of it: 7 to wait for
-    assert clock.sleeps == [pytest.approx(7 / (29.5 * 0.97))]
+    # 59 or 60 used, full in 2 s written to the second (at most 2.5 s): at least 59 / 2.5 a
+    # second, paced at 0.97 of it; 8 to wait for: the 7 and this one (the refused one is not
+    # given back: what remained says the budget, and it will be asked for again)
+    assert clock.sleeps == [pytest.approx(8 / (59 / 2.5 * 0.97))]
 
 
 async def serve_answers(
@@ -292,3 +297,59 @@ async def test_429s_that_stop_when_concurrency_falls_are_load_and_keep_halving()
     assert lim.lowest_limit <= 6
     assert lim.limit <= 12  # around the endpoint's 6, as AIMD keeps it
     assert refused < 600 * 0.15
+
+
+async def mislead_and_agree(lim: AdaptiveLimiter, *, misled: int, agreed: int) -> None:
+    """``misled`` 429s whose headers say the budget is back by the next request (a reset
+    as near as the Retry-After), then ``agreed`` 429s whose headers say it is full only
+    in 3 s, as OpenAI's do; a success between each, as the endpoint lets some through."""
+    for _ in range(misled):
+        lim.release(await lim.acquire(), "ok", headers=stated(30))
+        lim.release(
+            await lim.acquire(), "throttled", retry_after=0.05, headers=stated(0, reset="50ms")
+        )
+    for _ in range(agreed):
+        lim.release(await lim.acquire(), "ok", headers=stated(30))
+        lim.release(
+            await lim.acquire(), "throttled", retry_after=0.05, headers=stated(0, reset="3s")
+        )
+
+
+async def test_429s_that_contradict_the_headers_make_the_limiter_pace_from_answers() -> None:
+    lim = limiter(8, ManualClock())
+    lim.release(await lim.acquire(), "ok", headers=stated(59, reset="1s"))  # headers read
+
+    await mislead_and_agree(lim, misled=DISTRUST_AFTER - 1, agreed=0)
+    assert lim.headers_trusted  # not yet: a few may be a race
+    await mislead_and_agree(lim, misled=1, agreed=0)
+
+    assert not lim.headers_trusted
+    assert lim.budget("requests") is None  # nothing learned from the headers is used
+    assert lim.snapshot()["paced_from_answers_rpm"] is not None
+
+
+async def test_the_limiter_trusts_headers_again_once_429s_agree_with_them() -> None:
+    lim = limiter(8, ManualClock())
+    lim.release(await lim.acquire(), "ok", headers=stated(59, reset="1s"))
+    with structlog.testing.capture_logs() as logs:
+        await mislead_and_agree(lim, misled=DISTRUST_AFTER, agreed=TRUST_AGAIN_AFTER - 1)
+        assert not lim.headers_trusted
+        await mislead_and_agree(lim, misled=0, agreed=1)
+        assert lim.headers_trusted
+        assert lim.budget("requests") is not None  # paced from the headers again
+
+        # misled again, and trusting again takes twice the agreement: no flapping, and
+        # neither change is logged a second time
+        await mislead_and_agree(lim, misled=DISTRUST_AFTER, agreed=TRUST_AGAIN_AFTER)
+        assert not lim.headers_trusted
+        await mislead_and_agree(lim, misled=0, agreed=TRUST_AGAIN_AFTER)
+        assert lim.headers_trusted
+
+    said = [(entry["event"], entry["log_level"]) for entry in logs if "note" in entry]
+    assert said == [
+        ("llm_rate_headers_distrusted", "warning"),
+        ("llm_rate_headers_trusted", "info"),
+        ("llm_rate_headers_distrusted", "debug"),
+        ("llm_rate_headers_trusted", "debug"),
+    ]
+    assert lim.distrusted == 2

@@ -190,45 +190,78 @@ def _records_in(data: Any, path: str) -> list[Any]:
 
 
 def csv_rows(file: Path) -> Iterator[tuple[int, Any]]:
-    """Each data row as a dict (empty cells are None), with the line the row starts on."""
+    """Each data row as a dict (empty cells are None), with the line the row starts on.
+
+    A quote that is never closed makes the rows after it one row: read strictly, one whose
+    closing quote is followed by more text, or that runs to the end of the file, is a CSV
+    error there; one whose quote happens to close where a cell ends is found because every
+    line it spans holds exactly as many cells as the header (quotes aside). Such a row is
+    :class:`Unreadable`, named by the lines it spans, and the rows after it are read on.
+    """
     with _text(file, newline="") as text:
-        reader = csv.reader(text)
+        spanned: list[str] = []  # the physical lines of the row being read
+
+        def lines() -> Iterator[str]:
+            for line in text:
+                spanned.append(line)
+                yield line
+
+        reader = csv.reader(lines(), strict=True)
         header: list[str] | None = None
         start = 1
-        try:
-            for row in reader:
-                line, start = start, reader.line_num + 1
-                if not any(cell.strip() for cell in row):
-                    continue
+        while True:
+            line = start
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                start = reader.line_num + 1
                 if header is None:
-                    header = [name.strip() for name in row]
-                    continue
-                if len(row) > len(header):
-                    yield (
-                        line,
-                        Unreadable(
-                            f"row has {len(row)} cells but the header has {len(header)} "
-                            "columns; quote cells that contain commas"
-                        ),
-                    )
-                    continue
-                if len(row) < len(header) and start - 1 > line and "\n" in row[-1]:
-                    # a quote opened and never closed took the next lines into one cell
-                    yield (
-                        line,
-                        Unreadable(
-                            f"a quoted cell opened on line {line} runs to line {start - 1} and "
-                            f"the row has {len(row)} of {len(header)} cells: close the quote "
-                            'on its line (a quote inside a cell is written "")'
-                        ),
-                    )
-                    continue
-                yield line, {name: cell or None for name, cell in zip(header, row, strict=False)}
-        except csv.Error as exc:
-            raise InputError(
-                f"{str(file)!r} is not valid CSV at line {reader.line_num}: {exc}; fix the "
-                "quoting there"
-            ) from exc
+                    raise InputError(
+                        f"{str(file)!r} is not valid CSV in its header (line {line}): {exc}; "
+                        "fix the quoting there"
+                    ) from exc
+                yield line, Unreadable(_unclosed_quote(line, reader.line_num, str(exc)))
+                continue
+            finally:
+                lines_read, spanned[:] = list(spanned), []
+            start = reader.line_num + 1
+            if not any(cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [name.strip() for name in row]
+                continue
+            if len(lines_read) > 1 and all(
+                len(physical.rstrip("\r\n").split(",")) == len(header) for physical in lines_read
+            ):
+                yield line, Unreadable(_unclosed_quote(line, reader.line_num, None))
+                continue
+            if len(row) > len(header):
+                yield (
+                    line,
+                    Unreadable(
+                        f"row has {len(row)} cells but the header has {len(header)} "
+                        "columns; quote cells that contain commas"
+                    ),
+                )
+                continue
+            yield line, {name: cell or None for name, cell in zip(header, row, strict=False)}
+
+
+def _unclosed_quote(first: int, last: int, error: str | None) -> str:
+    """Why a row that a quote left open is not read (``error``: the CSV reader's words)."""
+    said = f" (the CSV reader says: {error})" if error else ""
+    if last == first:
+        return (
+            f"the quoting on line {first} is not valid CSV{said}; a quoted cell ends with a "
+            'quote just before the comma or the line\'s end, and a quote inside it is doubled ("")'
+        )
+    return (
+        f"a quote opened on line {first} is not closed where its cell ends, so lines "
+        f"{first}-{last} run together as one row{said}; close the quote on line {first}, or "
+        'double a quote that is part of the text ("")'
+    )
 
 
 def type_name(value: Any) -> str:

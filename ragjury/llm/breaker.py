@@ -4,9 +4,10 @@ request, new requests wait instead of each spending its own retries.
 * **closed** (the normal state): requests go. ``trip_after`` failures in a row that say the
   endpoint is down (connection refused, timeout, 5xx) open it, but only once the endpoint
   has answered at least once: an endpoint never reached is a configuration error, which the
-  client reports as such. "In a row" is in the order the requests were sent: an answer to a
-  request sent before the first of the failures (it was in flight when the endpoint went
-  down) does not break the row.
+  client reports as such. "In a row" is in the order the requests were sent (each takes a
+  number from :meth:`CircuitBreaker.sent` as it goes): an answer to a request sent before
+  the first of the failures (it was in flight when the endpoint went down) does not break
+  the row.
 * **open**: every request waits in :meth:`CircuitBreaker.admit`. After a backoff (``base``,
   doubling up to ``cap``, at most :data:`PROBE_EVERY` seconds, so that an endpoint that
   comes back is found soon) the request that has waited longest goes alone as a probe.
@@ -17,6 +18,9 @@ request, new requests wait instead of each spending its own retries.
 Waiting here costs a request none of its transport retries; only a probe that fails is one
 of its probing request's attempts, and probes go to the waiting requests in turn. The
 breaker logs ``endpoint_down`` once when it opens and ``endpoint_back`` when it closes.
+
+Time is the injected ``clock`` and ``sleep`` (the waiting request first in line is the only
+one with a timer), so a test can drive the backoff by hand.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
@@ -32,6 +37,8 @@ import structlog
 from ragjury.llm.ratelimit import Clock
 
 log = structlog.get_logger("ragjury.llm")
+
+Sleep = Callable[[float], Awaitable[None]]
 
 PROBE_EVERY = 5.0
 """The longest wait between two probes, seconds."""
@@ -51,12 +58,14 @@ class CircuitBreaker:
         base: float = 0.5,
         cap: float = 30.0,
         clock: Clock = time.monotonic,
+        sleep: Sleep = anyio.sleep,
         name: str = "the endpoint",
     ) -> None:
         self.trip_after, self.base, self.cap = trip_after, base, cap
-        self._clock, self._name = clock, name
+        self._clock, self._sleep, self._name = clock, sleep, name
+        self._sent = 0  # requests sent so far; a request's number is its place in the order
         self._failures = 0
-        self._row_began = 0.0  # when the first request of the current row of failures was sent
+        self._row_began = 0  # the number of the first request of the current row of failures
         self._answered = False
         self._open = False
         self._probe_out = False
@@ -73,6 +82,11 @@ class CircuitBreaker:
     def is_open(self) -> bool:
         return self._open
 
+    def sent(self) -> int:
+        """A request is being sent now: its place in the send order, for :meth:`record`."""
+        self._sent += 1
+        return self._sent
+
     async def admit(self) -> bool:
         """Wait while the endpoint is down; True when this request goes as the probe."""
         if not self._open:
@@ -87,22 +101,36 @@ class CircuitBreaker:
                     self.probes += 1
                     return True
                 changed = self._changed
-                delay = self._next_probe - now if not self._probe_out else math.inf
-                with anyio.move_on_after(max(delay, 0.0)):
-                    await changed.wait()
+                first = not self._probe_out and self._waiting[0] is me
+                await self._wait(changed, self._next_probe - now if first else math.inf)
             return False
         finally:
             self._waiting.remove(me)
             self._wake()  # the next in line may be the probe now
 
-    def record(self, health: Health, *, probe: bool, sent_at: float) -> None:
-        """What one request (``probe``: the probe), sent at ``sent_at`` on the breaker's
-        clock, found."""
+    async def _wait(self, changed: anyio.Event, delay: float) -> None:
+        """Until ``changed`` is set or ``delay`` seconds have passed on the breaker's clock."""
+        if delay == math.inf:
+            await changed.wait()
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def timer() -> None:
+                await self._sleep(max(delay, 0.0))
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(timer)
+            await changed.wait()
+            tg.cancel_scope.cancel()
+
+    def record(self, health: Health, *, probe: bool, sent: int) -> None:
+        """What one request (``probe``: the probe), ``sent``-th in the send order (see
+        :meth:`sent`), found."""
         if probe:
             self._probe_out = False
         if health == "answered":
             self._answered = True
-            if self._failures and sent_at < self._row_began and not probe:
+            if self._failures and sent < self._row_began and not probe:
                 pass  # in flight before the failures began: it does not break the row
             else:
                 self._failures = 0
@@ -110,8 +138,8 @@ class CircuitBreaker:
                 self._close()
         elif health == "down":
             if self._failures == 0:
-                self._row_began = sent_at
-            self._row_began = min(self._row_began, sent_at)
+                self._row_began = sent
+            self._row_began = min(self._row_began, sent)
             self._failures += 1
             if probe:
                 self._probes_failed += 1

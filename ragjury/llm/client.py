@@ -107,9 +107,12 @@ class LLM:
         require_endpoint: bool = True,
         backend: ChatBackend | None = None,
         ledger: RateLedger | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """``ledger``: where the endpoint's rate buckets are kept (the store, so that every
-        process on one database shares them); None: in this process."""
+        process on one database shares them); None: in this process. ``breaker``: the
+        endpoint's circuit breaker (a test gives one on a clock of its own); None: one on
+        ``clock`` and ``sleep`` with the settings' backoff."""
         self._backend: ChatBackend = backend or open_backend(settings, required=require_endpoint)
         if self._backend.model_name != settings.model:
             settings = settings.model_copy(update={"model": self._backend.model_name})
@@ -138,8 +141,12 @@ class LLM:
             ledger=ledger,
             key=f"{endpoint} {self._backend.model_name}",
         )
-        self.breaker = CircuitBreaker(
-            base=settings.backoff_base, cap=settings.backoff_max, name=endpoint
+        self.breaker = breaker or CircuitBreaker(
+            base=settings.backoff_base,
+            cap=settings.backoff_max,
+            clock=clock,
+            sleep=sleep,
+            name=endpoint,
         )
         self._completions: dict[str, float] = {}
         """Completion tokens per stage, a running average: what a tpm reservation assumes."""
@@ -349,7 +356,7 @@ class LLM:
                 try:
                     permit = await self.limiter.acquire(estimate)
                 except BaseException:
-                    self.breaker.record(health, probe=probe, sent_at=time.monotonic())
+                    self.breaker.record(health, probe=probe, sent=self.breaker.sent())
                     raise
                 if probe or not self.breaker.is_open:
                     break
@@ -361,6 +368,7 @@ class LLM:
             box = HeaderBox()
             box_token = answer_box.set(box)
             started = time.monotonic()
+            sent = self.breaker.sent()
             stats.requests += 1
             usage.requests += 1
             log.debug(
@@ -391,7 +399,7 @@ class LLM:
                 elapsed = time.monotonic() - started
                 stats.latency_seconds += elapsed
                 usage.latency_seconds += elapsed
-                self.breaker.record(health, probe=probe, sent_at=started)
+                self.breaker.record(health, probe=probe, sent=sent)
                 cut = self.limiter.release(
                     permit, outcome, retry_after=pause, tokens_used=used, headers=box.headers
                 )

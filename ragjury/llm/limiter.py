@@ -9,12 +9,30 @@ with :meth:`AdaptiveLimiter.release`, saying how it went (``"ok"``, ``"throttled
 :class:`~ragjury.llm.ratelimit.RateLedger`: this process's memory, or the store, so that
 every process on one database draws from the same two buckets. A bucket's rate and size are
 the smaller of ``--rpm`` / ``--tpm`` (per minute) and what the endpoint's ``x-ratelimit-*``
-headers say (limit L, remaining R, reset T: L units, refilled at (L - R) / T a second, paced
-at :data:`HEADROOM` of it). Each answer's remaining figure also lowers the bucket to what it
+headers say (limit L, remaining R, reset T: L units, refilled at (L - R) / T a second). Each
+answer bounds the refill rate (R is rounded down, T to its last digit); the bucket is paced
+at :data:`HEADROOM` of the highest rate every answer since the limit last changed allows
+(L / 60 until one does). Each answer's remaining figure also lowers the bucket to what it
 says is left, less what this process has reserved since that request was sent. A request
 reserves its units before it is sent and waits until the bucket is back at zero; a token
 reservation is an estimate, reconciled with the real usage at the next reservation. Without
-headers and without ``--rpm`` / ``--tpm`` nothing is paced.
+headers and without ``--rpm`` / ``--tpm`` nothing is paced. A reset of 0 while a fiftieth
+of the budget is used contradicts OpenAI's meaning (the time until it is full): no rate is
+read from that budget's reset.
+
+**Headers that mislead.** Some endpoints mean something else by the headers (a reset that
+is the time to the next request, say), and paced by them, requests meet 429 after 429.
+When :data:`DISTRUST_AFTER` of the last 100 answers to requests sent after the first
+headers were read are 429s whose headers say there was room, or that a spent budget is
+full again as soon as the next request may go (a reset under twice the ``Retry-After``;
+OpenAI's is the time until the whole budget is back), the limiter stops using the
+headers and paces requests from what the endpoint gives (:mod:`ragjury.llm._answer_pacing`:
+after each 429, the answers per second of the last few seconds, less a margin; growing
+slowly while it holds requests back; each request waits its turn in this process);
+``--rpm`` / ``--tpm`` still cap. It logs ``llm_rate_headers_distrusted`` once, with a
+sentence saying so. When :data:`TRUST_AGAIN_AFTER` 429s in a row have headers that agree
+with them (a budget spent, full again no sooner than twice the ``Retry-After``), it trusts
+the headers again (``llm_rate_headers_trusted``).
 
 **Concurrency (AIMD).** After ``limit`` successes in a row the limit grows by one, up to the
 cap (``--concurrency``). A 429 that is load halves it (never below 1), at most once per
@@ -52,6 +70,7 @@ import httpx2
 import structlog
 
 from ragjury.errors import ConfigurationError
+from ragjury.llm._answer_pacing import AnswerPacer, AnswerRate
 from ragjury.llm.ratelimit import Clock, LocalLedger, RateHeaders, RateLedger, Window
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -68,6 +87,11 @@ _TRIAL_MIN = 100
 _CLEARLY_LOAD_AFTER = 20  # answers in a trial before its share alone can end it as load
 CLEARLY_LOAD = 0.2
 """A trial whose share of 429s passes this (after 20 answers) ends at once as load."""
+DISTRUST_AFTER = 5
+"""429s among the last 100 answers with headers that make the limiter stop trusting them."""
+TRUST_AGAIN_AFTER = 3
+"""429s in a row whose headers agree with them that make it trust the headers again (twice
+as many each further time, so that it does not flap)."""
 
 log = structlog.get_logger("ragjury.llm")
 
@@ -137,6 +161,16 @@ class AdaptiveLimiter:
         self._successes = 0
         self._changed = anyio.Event()
         self._learned: dict[Kind, tuple[float, float]] = {}  # per second, capacity
+        self._bounds: dict[Kind, tuple[float, float, float]] = {}  # limit; refill rate low, high
+        self._unreliable: set[Kind] = set()  # budgets whose reset contradicts OpenAI's meaning
+        self._headers_from: int | None = None  # permits issued when headers were first read
+        self._surprises: deque[bool] = deque(maxlen=_RECENT)  # 429s of header-paced requests
+        self._answers = AnswerRate(clock)
+        self._pacer: AnswerPacer | None = None
+        self._agreeing = 0  # 429s in a row whose headers agree, while they are distrusted
+        self._trust_needs = TRUST_AGAIN_AFTER
+        self.distrusted = 0
+        """Times the headers were found misleading (see the module docstring)."""
         self._seen: dict[Kind, _Seen] = {}
         self._reserved = {"requests": 0.0, "tokens": 0.0}
         self._refund = {"requests": 0.0, "tokens": 0.0}
@@ -185,6 +219,8 @@ class AdaptiveLimiter:
         self._issued += 1
         seq = self._issued
         try:
+            if self._pacer is not None:  # the headers mislead: paced from the answers
+                self.rate_wait_seconds += await self._pacer.turn(self._sleep)
             wait, marks = 0.0, [0.0, 0.0]
             for index, kind in enumerate(KINDS):
                 amount = 1.0 if kind == "requests" else float(tokens)
@@ -200,14 +236,19 @@ class AdaptiveLimiter:
             raise
         return Permit(seq=seq, tokens=tokens, marks=(marks[0], marks[1]))
 
+    @property
+    def headers_trusted(self) -> bool:
+        """Whether requests are paced from the endpoint's headers (when it sends them), or
+        from the answers it gives, because its headers were found misleading."""
+        return self._pacer is None
+
     async def _reserve(self, kind: Kind, amount: float) -> float:
         """Take ``amount`` (already added to ``_reserved``) from the bucket; the wait."""
+        refund, self._refund[kind] = self._refund[kind], 0.0
         budget = self.budget(kind)
         if budget is None:
-            self._refund[kind] = 0.0
             return 0.0
         per_second, capacity = budget
-        refund, self._refund[kind] = self._refund[kind], 0.0
         seen = self._seen.pop(kind, None)
         at_most = None
         if seen is not None:  # what the endpoint said was left, less what was reserved since
@@ -238,11 +279,16 @@ class AdaptiveLimiter:
         if outcome == "ok":
             if tokens_used is not None:
                 self._refund["tokens"] += permit.tokens - tokens_used
-        else:  # not answered, or refused: the endpoint did not count it
+        elif outcome == "failed" or stated is None:  # the endpoint did not count it
             self._refund["requests"] += 1
             self._refund["tokens"] += permit.tokens
+        # (a 429 with headers gives nothing back: its remaining figure lowers the bucket, and
+        # a unit given back on top would let the next request meet the same 429)
         cut = False
+        if stated is not None or self._pacer is not None:
+            self._weigh_headers(permit, stated, outcome, retry_after)
         if outcome == "ok":
+            self._answers.add()
             self._count(permit, throttled=False)
             if self._limit < self.cap and self._trial is None:  # a trial holds the limit
                 self._successes += 1
@@ -265,20 +311,111 @@ class AdaptiveLimiter:
         return cut
 
     def _observe(self, permit: Permit, stated: RateHeaders) -> None:
+        if self._headers_from is None:
+            self._headers_from = self._issued
+        if self._pacer is not None:
+            return  # distrusted: neither their rates nor their remaining figures are used
         for index, kind in enumerate(KINDS):
             window: Window | None = getattr(stated, kind)
             if window is None:
                 continue
-            rate = window.per_second
-            known = self._learned.get(kind)
-            if rate is None:
-                rate = known[0] / HEADROOM if known else window.limit / 60.0
-            elif known is not None:
-                rate = 0.8 * known[0] / HEADROOM + 0.2 * rate  # smooth the rounding of reset
-            self._learned[kind] = (rate * HEADROOM, window.limit)
+            self._learn(kind, window)
             seen = self._seen.get(kind)
             if seen is None or permit.seq >= seen.seq:
                 self._seen[kind] = _Seen(permit.seq, window.remaining, permit.marks[index])
+
+    def _learn(self, kind: Kind, window: Window) -> None:
+        """The refill rate of one budget: the narrowest range every answer since its limit
+        last changed allows, paced at its low end (once any answer bounds it)."""
+        if window.contradicts_reset:
+            self._unreliable.add(kind)  # no rate can be read from its reset
+        if kind in self._unreliable:
+            self._learned.pop(kind, None)
+            return
+        known = self._bounds.get(kind)
+        if known is not None and known[0] != window.limit:
+            known = None  # a new limit: what the old one allowed says nothing
+        bounds = window.bounds()
+        if bounds is not None:
+            low, high = bounds
+            if known is not None and max(known[1], low) <= min(known[2], high):
+                low, high = max(known[1], low), min(known[2], high)
+            # else the ranges do not meet (the rate changed): start again from this answer
+            known = (window.limit, low, high)
+        if known is not None:
+            self._bounds[kind] = known
+        if known is not None and known[1] > 0:
+            rate = known[1]
+        elif kind in self._learned:
+            rate = self._learned[kind][0] / HEADROOM
+        else:
+            rate = window.limit / 60.0  # nothing says the refill yet: OpenAI's minute budgets
+        self._learned[kind] = (rate * HEADROOM, window.limit)
+
+    def _weigh_headers(
+        self,
+        permit: Permit,
+        stated: RateHeaders | None,
+        outcome: Outcome,
+        retry_after: float | None,
+    ) -> None:
+        """Whether the headers keep their word: distrust them when 429s that contradict them
+        keep coming to requests they paced; trust them again when 429s agree with them."""
+        throttled = outcome == "throttled"
+        pacer = self._pacer
+        if pacer is None:
+            if stated is None or permit.seq <= (self._headers_from or 0):
+                return  # sent before any header was read: the headers did not pace it
+            misled = throttled and not _agrees(stated, permit.tokens, retry_after)
+            self._surprises.append(misled)
+            if misled and sum(self._surprises) >= DISTRUST_AFTER:
+                self._distrust()
+            return
+        if not throttled:
+            return
+        pacer.throttled(permit.seq, self._issued)
+        if stated is not None and _agrees(stated, permit.tokens, retry_after):
+            self._agreeing += 1
+            if self._agreeing >= self._trust_needs:
+                self._trust_again()
+                self._observe(permit, stated)  # learn from the headers that agreed
+        else:
+            self._agreeing = 0
+
+    def _distrust(self) -> None:
+        pacer = AnswerPacer(self._clock, self._answers, issued=self._issued)
+        self._pacer = pacer
+        self._learned.clear()
+        self._bounds.clear()
+        self._seen.clear()
+        self._agreeing = 0
+        self.distrusted += 1
+        say = log.warning if self.distrusted == 1 else log.debug
+        say(
+            "llm_rate_headers_distrusted",
+            endpoint=self._key,
+            throttled=sum(self._surprises),
+            of_answers=len(self._surprises),
+            paced_rpm=round(pacer.rate * 60.0, 1),
+            note="the endpoint kept answering 429 while its x-ratelimit-* headers said there "
+            "was room or that the budget would be back soon; requests are now paced from the "
+            "answers it gives per second instead",
+        )
+        self._surprises.clear()
+
+    def _trust_again(self) -> None:
+        self._pacer = None
+        self._unreliable.clear()
+        self._agreeing = 0
+        self._trust_needs *= 2
+        self._headers_from = self._issued
+        say = log.info if self._trust_needs == 2 * TRUST_AGAIN_AFTER else log.debug
+        say(
+            "llm_rate_headers_trusted",
+            endpoint=self._key,
+            note="the endpoint's 429s agree with its x-ratelimit-* headers again; requests "
+            "are paced from the headers",
+        )
 
     def _share(self) -> float:
         """The share of 429s in the last answers; until there are :data:`_TRIAL_MIN` of
@@ -346,6 +483,11 @@ class AdaptiveLimiter:
             "rate_wait_seconds": round(self.rate_wait_seconds, 3),
             "rpm": self.rpm,
             "tpm": self.tpm,
+            "rate_headers_trusted": self.headers_trusted,
+            "rate_headers_distrusted": self.distrusted,
+            "paced_from_answers_rpm": (
+                None if self._pacer is None else round(self._pacer.rate * 60.0, 1)
+            ),
             "paced_rpm": _per_minute(self.budget("requests")),
             "paced_tpm": _per_minute(self.budget("tokens")),
             "shared": self.shared,
@@ -354,6 +496,23 @@ class AdaptiveLimiter:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+
+def _agrees(stated: RateHeaders, tokens: int, retry_after: float | None) -> bool:
+    """Whether a 429's headers agree with it as OpenAI means them: a budget is spent, and
+    each spent one is full again no sooner than twice the wait for the next request (a
+    reset as near as that wait is the time to the next request, not to a full budget).
+    Without a ``Retry-After`` a spent budget is taken at its word."""
+    if stated.room_for(tokens):
+        return False
+    if retry_after is None or retry_after <= 0:
+        return True
+    spent = [
+        window
+        for window, needed in ((stated.requests, 1.0), (stated.tokens, float(tokens)))
+        if window is not None and window.remaining < needed
+    ]
+    return all(window.reset >= 2.0 * retry_after for window in spent)
 
 
 def _per_minute(budget: tuple[float, float] | None) -> float | None:

@@ -4,8 +4,9 @@ OpenAI, Azure OpenAI, LiteLLM proxies and most gateways in front of vLLM send, o
 answer, ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests`` and
 ``x-ratelimit-reset-requests`` (the time until the budget is full again, e.g. ``1s``,
 ``6m0s``, ``20ms``), and the same for ``-tokens``. :class:`RateHeaders` reads them; from
-two of them (limit L, remaining R, reset T) the refill rate is (L - R) / T (counted as
-(L - R - 1) / T, since R is rounded down).
+two of them (limit L, remaining R, reset T) the refill rate is (L - R) / T. Each answer
+bounds it (:meth:`Window.bounds`): R is rounded down, so up to one more unit may be used,
+and T is rounded to its last written digit.
 
 The buckets themselves live in a :class:`RateLedger`: :class:`LocalLedger` in memory for one
 process, or the store (:meth:`ragjury.store.base.CallLog.take_rate`) for every process on one
@@ -15,6 +16,7 @@ below zero, and the answer is how long to wait before sending.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -40,27 +42,52 @@ def parse_duration(text: str) -> float | None:
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
-    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    return sum(float(number) * scale[unit] for number, unit in parts)
+    return sum(float(number) * _SCALE[unit] for number, unit in parts)
+
+
+_SCALE = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration_slack(text: str) -> float:
+    """How far the duration ``text`` may be from the true one: half its last digit
+    (``20ms``: 0.0005 s, ``1.5s``: 0.05 s, ``6m0s`` or ``2``: 0.5 s)."""
+    text = text.strip()
+    parts = _DURATION.findall(text)
+    number, unit = parts[-1] if parts else (text, "s")
+    decimals = len(number.partition(".")[2])
+    return 0.5 * _SCALE[unit] * 10.0**-decimals
 
 
 @dataclass(frozen=True)
 class Window:
-    """One budget as an answer stated it: ``limit``, ``remaining``, seconds to ``reset``."""
+    """One budget as an answer stated it: ``limit``, ``remaining``, seconds to ``reset``
+    (written to within ``slack`` seconds)."""
 
     limit: float
     remaining: float
     reset: float
+    slack: float = 0.0
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The refill rates, per second, that the figures allow, read as OpenAI means them
+        (the budget is full again in ``reset``): (used - 1) / (reset + slack) to used /
+        (reset - slack), used being limit - remaining (remaining is rounded down, so up to
+        one more may be used). None when the budget is full or the reset is 0."""
+        used = self.limit - self.remaining
+        if self.reset <= 0 or used <= 0:
+            return None
+        low = max(used - 1.0, 0.0) / (self.reset + self.slack)
+        high = used / (self.reset - self.slack) if self.reset > self.slack else math.inf
+        return low, high
 
     @property
-    def per_second(self) -> float | None:
-        """The refill rate the figures imply, (limit - remaining) / reset, the remaining
-        figure taken as up to one more than stated (endpoints round it down); None when the
-        budget is full or nearly."""
-        used = self.limit - self.remaining - 1
-        if self.reset <= 0 or used < 1:
-            return None
-        return used / self.reset
+    def contradicts_reset(self) -> bool:
+        """Whether the figures contradict OpenAI's meaning of the reset, the time until the
+        budget is full: a reset of 0 while at least two units and a fiftieth of the budget
+        are used (refilling a fiftieth takes at least 20 ms on a one-second window, so an
+        endpoint that means OpenAI's reset does not write 0 then)."""
+        used = self.limit - self.remaining
+        return self.reset <= 0 and used >= max(2.0, 0.02 * self.limit)
 
 
 @dataclass(frozen=True)
@@ -90,9 +117,10 @@ def _window(headers: Mapping[str, str] | httpx2.Headers, kind: str) -> Window | 
     remaining = headers.get(f"x-ratelimit-remaining-{kind}")
     if limit is None or remaining is None:
         return None
-    reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}") or "0")
+    written = headers.get(f"x-ratelimit-reset-{kind}") or "0"
+    reset = parse_duration(written)
     try:
-        return Window(float(limit), float(remaining), reset or 0.0)
+        return Window(float(limit), float(remaining), reset or 0.0, duration_slack(written))
     except ValueError:
         return None
 

@@ -13,11 +13,23 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import structlog
 
 from ragjury.config import GenerationOptions, Settings
 
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 from pgserver import PostgresServer, start_or_skip
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a command run in-process configures the
+    logging for its own level (``--quiet`` filters below warnings), and a later test that
+    captures logs must not inherit that filter."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
 
 CRITIC_AGENTS = ("groundedness_critic", "relevance_critic", "standalone_critic")
 _WANTED = re.compile(r"Write exactly (\d+) question")

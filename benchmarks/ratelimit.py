@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 from throughput import EVALUATE_CALLS_PER_SAMPLE, EVALUATE_METRICS, evaluate
 
-from ragjury.jobs import submit_samples
+from ragjury.runner import submit_samples
 from ragjury.store import open_store
 
 import corpus

@@ -23,9 +23,9 @@ from typing import Any
 
 import anyio
 
-from ragjury.jobs import evaluate_in_memory
 from ragjury.llm import LLM
 from ragjury.prompts import Prompt
+from ragjury.runner import evaluate_in_memory
 from ragjury.schemas import (
     AnswerRelevanceGrade,
     ContextVerdicts,

@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 
 from ragjury.config import EvaluationOptions
-from ragjury.jobs import evaluate_in_memory
 from ragjury.llm import LLM
 from ragjury.prompts import Prompt
+from ragjury.runner import evaluate_in_memory
 from ragjury.schemas import Sample, Statements, Verdicts
 
 import corpus

@@ -25,8 +25,8 @@ import openai
 import openai.resources.chat  # imported lazily on first use: not part of a run
 
 from ragjury.commands._run import recorded_run
-from ragjury.jobs import run_job, scored_samples, submit_documents, submit_samples
 from ragjury.pipelines.generation import generation_counts
+from ragjury.runner import run_job, scored_samples, submit_documents, submit_samples
 from ragjury.schemas import MetricName
 
 import corpus

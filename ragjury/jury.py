@@ -34,15 +34,14 @@ from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
 from ragjury.errors import InputError, RagjuryError
 from ragjury.ingest import DocumentReader
-from ragjury.jobs import evaluate_in_memory, submit_documents, submit_samples
 from ragjury.llm import LLM
 from ragjury.logs import configure_if_unset
 from ragjury.metrics import Metric
 from ragjury.pipelines.evaluation import MetricPlan, plan_metrics
 from ragjury.prompts import Prompt
 from ragjury.results import EvaluationResult, is_result_event
+from ragjury.runner import Runner, evaluate_in_memory, submit_documents, submit_samples
 from ragjury.schemas import Sample
-from ragjury.service import Service
 from ragjury.store import Store, open_store
 
 
@@ -231,7 +230,7 @@ class Jury:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work the queue until cancelled (``await task_group.start(jury.serve)``)."""
-        service = Service(
+        runner = Runner(
             self.settings,
             await self.store(),
             self.llm,
@@ -240,7 +239,7 @@ class Jury:
         )
         self._serving += 1
         try:
-            await service.run(task_status=task_status)
+            await runner.run(task_status=task_status)
         finally:
             self._serving -= 1
 
@@ -248,7 +247,7 @@ class Jury:
         self, jobs: list[str] | None, send: MemoryObjectSendStream[Any]
     ) -> None:
         try:
-            service = Service(
+            runner = Runner(
                 self.settings,
                 await self.store(),
                 self.llm,
@@ -256,7 +255,7 @@ class Jury:
                 on_event=self._broadcast,
                 on_output=self._broadcast_internal,
             )
-            await service.run(until_done=True)
+            await runner.run(until_done=True)
         finally:
             send.close()
 

@@ -25,10 +25,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ragjury.agents.custom_judge import load_judges
 from ragjury.config import Settings
-from ragjury.jobs import scored_samples
 from ragjury.jury import Jury
 from ragjury.metrics import Metric, Registry, registry
 from ragjury.results import EvaluationResult
+from ragjury.runner import scored_samples
 from ragjury.schemas import MetricResult, Sample
 
 _SHOWN_CHARS = 300

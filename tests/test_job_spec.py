@@ -10,7 +10,7 @@ import pytest
 
 from ragjury.config import Settings
 from ragjury.job_spec import EvaluationSpec, GenerationSpec, spec_of
-from ragjury.jobs import submit_documents, submit_samples
+from ragjury.runner import submit_documents, submit_samples
 from ragjury.schemas import Document, Sample
 from ragjury.store import SQLiteStore
 from ragjury.store.cache import llm_fingerprint

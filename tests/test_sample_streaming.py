@@ -15,8 +15,8 @@ from ragjury.config import Settings
 from ragjury.errors import InputError
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import InvalidRecord, load_samples
-from ragjury.jobs import submit_samples
 from ragjury.metrics import registry
+from ragjury.runner import submit_samples
 from ragjury.store import SQLiteStore
 
 MIB = 1024 * 1024

@@ -24,7 +24,7 @@ from ragjury.llm import LLM
 from ragjury.output import write_text_atomically
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.report.gates import GateResult, reason_line
-from ragjury.service import intake_capacity
+from ragjury.runner import intake_capacity
 from ragjury.store import Store, open_store, redacted
 from ragjury.store.base import Job
 

@@ -14,9 +14,7 @@ from rich.console import Console
 from ragjury.commands._run import RecordedRun
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
-from ragjury.jobs import JobRun, run_job
-from ragjury.runtime import EventListener
-from ragjury.service import ServiceCounts
+from ragjury.runner import EventListener, JobRun, RunCounts, run_job
 from ragjury.store.base import Job
 
 T = TypeVar("T")
@@ -93,5 +91,5 @@ async def run_job_until_signalled(
         )
         tg.cancel_scope.cancel()
     if outcome is None:  # stopped at once by a second signal
-        return JobRun(job, ServiceCounts(), await run.store.unfinished([job.id]))
+        return JobRun(job, RunCounts(), await run.store.unfinished([job.id]))
     return outcome.unwrap()

@@ -42,13 +42,13 @@ from ragjury.errors import ConfigurationError, InputError
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import parse_fields
 from ragjury.evaluation.summary import summarise
-from ragjury.jobs import JobRun, scored_samples, submit_samples
 from ragjury.llm.resolve import choose_llm
 from ragjury.metrics import Metric
 from ragjury.pipelines.evaluation import MetricPlan, plan_metrics
 from ragjury.prompts import Prompt, load_overrides
 from ragjury.report.ci import run_details
 from ragjury.report.load import declarations
+from ragjury.runner import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
 from ragjury.store.base import Job
 

@@ -34,7 +34,6 @@ from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
-from ragjury.jobs import JobRun, submit_samples
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
@@ -42,6 +41,7 @@ from ragjury.prompts import load_overrides
 from ragjury.report.ci import run_details, write_ci_files
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
+from ragjury.runner import JobRun, submit_samples
 from ragjury.schemas import SampleScored
 from ragjury.store.base import Job
 

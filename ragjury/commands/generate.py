@@ -28,7 +28,6 @@ from ragjury.commands._signals import run_job_until_signalled
 from ragjury.config import Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import DocumentReader
-from ragjury.jobs import JobRun, submit_documents
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
@@ -39,6 +38,7 @@ from ragjury.output import (
 )
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
+from ragjury.runner import JobRun, submit_documents
 from ragjury.schemas import DocumentJudged
 from ragjury.store.base import Job
 

@@ -21,14 +21,12 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
-from ragjury.jobs import submit_documents, submit_samples
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
-from ragjury.runtime import select_roles
-from ragjury.service import INTAKE, Service, ServiceCounts
+from ragjury.runner import INTAKE, RunCounts, Runner, select_roles, submit_documents, submit_samples
 from ragjury.store import Store, open_store, parse_location
 from ragjury.store.base import Job
 
@@ -124,22 +122,22 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     console = _console()
     stop = anyio.Event()
     async with recorded_run(settings, "serve") as run:
-        service = Service(settings, run.store, run.llm, roles=roles, intake=intake)
+        runner = Runner(settings, run.store, run.llm, roles=roles, intake=intake)
         console.print(
             f"ragjury serve: working the queue in {run.store.location} with {settings.model} "
-            f"(concurrency {settings.concurrency}, worker {service.owner}; agents: "
-            f"{'all' if agents is None else ', '.join(service.agents)}); SIGINT/SIGTERM to stop",
+            f"(concurrency {settings.concurrency}, worker {runner.owner}; agents: "
+            f"{'all' if agents is None else ', '.join(runner.agents)}); SIGINT/SIGTERM to stop",
             markup=False,
         )
-        outcome: Outcome[ServiceCounts] = Outcome(value=service.counts)
+        outcome: Outcome[RunCounts] = Outcome(value=runner.counts)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
-            outcome = await capture(service.run(stop=stop))
+            outcome = await capture(runner.run(stop=stop))
             tg.cancel_scope.cancel()
-        counts = service.counts
+        counts = runner.counts
         summary: dict[str, Any] = {
-            "daemon": service.owner,
-            "agents": service.agents,
+            "daemon": runner.owner,
+            "agents": runner.agents,
             "items_started": counts.started,
             "items_done": counts.done,
             "items_failed": counts.failed,
@@ -147,7 +145,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             "llm_calls": run.llm.usage.requests,
             "prompt_tokens": run.llm.usage.prompt_tokens,
             "completion_tokens": run.llm.usage.completion_tokens,
-            "cached_steps_used": service.cache.hits,
+            "cached_steps_used": runner.cache.hits,
             "wall_seconds": round(run.seconds, 3),
         }
         await run.finish(summary, None)
@@ -157,7 +155,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
         f"{counts.released} put back in the queue; {summary['llm_calls']} LLM calls",
         markup=False,
     )
-    if service.budget_stopped:
+    if runner.budget_stopped:
         console.print(
             f"ragjury serve: budget reached: {run.llm.budget.reason}; took no new item after "
             "that and finished those in flight. The rest stays queued.",

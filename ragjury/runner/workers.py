@@ -1,4 +1,4 @@
-"""The runtime: workers for agent roles, over any bus, for any job.
+"""The runner's workers: one per agent role and slot, over any bus, for any job.
 
 Each role is a consumer group. A worker takes a delivery, finds the job's pipeline (built
 from the job's stored options the first time this process meets the job), asks the role's
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -39,16 +39,12 @@ from ragjury.evaluation.targets import Target
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
-from ragjury.schemas import Envelope, ItemFailed
+from ragjury.runner.progress import Progress
+from ragjury.schemas import Envelope
 from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
 
-log = structlog.get_logger("ragjury.runtime")
-
-EventListener = Callable[[str, BaseModel], Awaitable[None]]
-"""Called with (job id, event). ``on_event``: each public event of an item once its results
-are stored (``PairJudged``/``DocumentJudged``, ``SampleScored``, ``ItemFailed``);
-``on_output``: every event this process's workers produce, as they produce it."""
+log = structlog.get_logger("ragjury.runner")
 
 _PIPELINES_KEPT = 64
 
@@ -56,7 +52,7 @@ _PIPELINES_KEPT = 64
 def workers_for(role: str, settings: Settings) -> int:
     """Workers of one role in this process: ``--workers ROLE=N``, else ``--concurrency`` for
     an LLM agent and 1 for the others (they run where their input is made, see
-    :meth:`Runtime.dispatch`; their workers only take messages an older ragjury left)."""
+    :meth:`Workers.dispatch`; their workers only take messages an older ragjury left)."""
     return settings.workers.get(role) or (settings.concurrency if role in llm_roles() else 1)
 
 
@@ -74,8 +70,9 @@ def select_roles(agents: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(role for role in roles if role in agents)
 
 
-class Runtime:
-    """Runs workers for ``roles`` over ``bus`` until cancelled."""
+class Workers:
+    """Runs workers for ``roles`` over ``bus`` until cancelled; what they finish is told to
+    ``progress``."""
 
     def __init__(
         self,
@@ -85,21 +82,15 @@ class Runtime:
         llm: LLM,
         *,
         roles: Sequence[str] | None = None,
+        progress: Progress,
         cache: StepCache | None = None,
-        on_event: EventListener | None = None,
-        on_output: EventListener | None = None,
         target: Target | None = None,
     ) -> None:
         check_workers(settings.workers, all_roles())
         self.store, self.bus, self.settings, self.llm = store, bus, settings, llm
         self.roles = tuple(all_roles() if roles is None else roles)
         self.cache = cache
-        self.finished = 0
-        self.failed = 0
-        self.changed = anyio.Event()
-        """Set (and replaced) whenever an item ends in this process."""
-        self._on_event = on_event
-        self._on_output = on_output
+        self.progress = progress
         self._target = target
         self._target_limiter = anyio.CapacityLimiter(settings.concurrency)
         self._pipelines: OrderedDict[str, Pipeline] = OrderedDict()
@@ -241,8 +232,7 @@ class Runtime:
         same outputs again."""
         messages: list[Message] = []
         for event in events:
-            if self._on_output is not None:
-                await self._on_output(job_id, event)
+            await self.progress.output(job_id, event)
             if isinstance(event, pipeline.terminal):
                 await self.finish(pipeline, job_id, item_key, event)
                 continue
@@ -265,12 +255,10 @@ class Runtime:
 
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: Any) -> None:
         if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
-            self.finished += 1
             log.info("item_done", job=job_id, item=key)
-            if self._on_event is not None:
-                for event in pipeline.public(terminal):
-                    await self._on_event(job_id, event)
-        self._changed()
+            await self.progress.done(job_id, pipeline.public(terminal))
+        else:
+            self.progress.ended()
 
     async def fail(
         self,
@@ -293,15 +281,10 @@ class Runtime:
             log.exception("failed_results_refused", job=job_id, item=key)
             stored = await self.store.fail_item(job_id, key, reason)
         if stored:
-            self.failed += 1
             log.warning("item_failed", job=job_id, item=key, reason=reason)
-            if self._on_event is not None:
-                await self._on_event(job_id, ItemFailed(item=key, reason=reason))
-        self._changed()
-
-    def _changed(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+            await self.progress.failed(job_id, key, reason)
+        else:
+            self.progress.ended()
 
 
 def event_kind(event: BaseModel) -> str:

@@ -1,4 +1,4 @@
-"""The runtime: workers per role, and a record whose handling raises (a poison message)."""
+"""The runner's workers: workers per role, and a record whose handling raises (a poison message)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.pipelines import all_roles
 from ragjury.prompts import Prompt
-from ragjury.runtime import Runtime, select_roles, workers_for
+from ragjury.runner import select_roles, workers_for
+from ragjury.runner.progress import Progress
+from ragjury.runner.workers import Workers
 from ragjury.schemas import Sample
 from ragjury.store import SQLiteStore
 
@@ -48,7 +50,7 @@ async def test_workers_for_an_unknown_agent_are_refused(tmp_path: Path) -> None:
     settings = Settings(workers={"genrator": 2}, base_url="http://127.0.0.1:9/v1")
     async with SQLiteStore(":memory:") as store, LLM(settings) as llm:
         with pytest.raises(ConfigurationError, match=r"--workers names unknown agent.*genrator"):
-            Runtime(store, MemoryBus(), settings, llm)
+            Workers(store, MemoryBus(), settings, llm, progress=Progress())
 
 
 async def test_a_record_that_makes_an_agent_raise_fails_alone_after_bounded_deliveries(
@@ -77,26 +79,25 @@ async def test_a_record_that_makes_an_agent_raise_fails_alone_after_bounded_deli
 async def test_a_budget_counts_the_calls_other_processes_record_in_the_database(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    from ragjury.jobs import submit_samples
     from ragjury.llm import LLM
     from ragjury.llm.usage import CallStats
-    from ragjury.service import Service
+    from ragjury.runner import Runner, submit_samples
 
     script_judges(fake)
     settings = make_settings(fake, tmp_path, max_tokens=1000)
     samples = [Sample(id=f"s{i}", question="Q?", answer="A.", contexts=("A.",)) for i in range(3)]
     async with SQLiteStore(tmp_path / "shared.db") as store, LLM(settings) as llm:
         job = await submit_samples(store, settings, samples, ["faithfulness"])
-        service = Service(settings, store, llm, job_ids=[job.id])
+        runner = Runner(settings, store, llm, job_ids=[job.id])
         # another daemon on the same database spends 1,200 tokens after this one started
         other = await store.start_run("serve", {})
         await store.record_call(other, CallStats(stage="x", requests=1, prompt_tokens=1000), None)
         await store.record_call(
             other, CallStats(stage="x", requests=1, completion_tokens=200), None
         )
-        await service.run(until_done=True)
+        await runner.run(until_done=True)
 
-        assert service.budget_stopped
+        assert runner.budget_stopped
         assert llm.budget.reason is not None
         assert "--max-tokens 1000 reached (1200 tokens used)" in llm.budget.reason
         assert await store.counts([job.id]) == {

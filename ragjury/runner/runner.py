@@ -1,13 +1,13 @@
-"""A worker process's service: intake of queued items, the runtime's workers, the bus, and
-how they start and stop. ``ragjury serve`` runs it until a signal; ``generate``,
-``evaluate`` and ``Jury`` run it until their job is done.
+"""The runner: intake of queued items, the workers, the bus, and how they start and stop.
+``ragjury serve`` (and ``Jury.serve``) runs it until stopped; ``generate``, ``evaluate``,
+``calibrate`` and ``Jury`` run it until their job is done (:func:`run_job`).
 
 * **Intake** claims queued items (at most ``--items-in-flight`` started by this process and
   not yet ended), publishes each item's first events and marks it started. It stops taking
   items when the budget is spent: ``--max-tokens`` / ``--max-cost`` count every call
   recorded in the store since this process started, by any process, so daemons that share a
   database stop together.
-* **Workers** (:class:`~ragjury.runtime.Runtime`) handle the messages of their roles for any
+* **Workers** (:class:`~ragjury.runner.workers.Workers`) handle the messages of their roles for any
   job. ``--agents`` chooses the roles (``intake`` is one of them).
 * **Stopping**: intake stops at once; the items this process started get ``--grace``
   seconds to end; then the workers stop and everything held goes back to the bus for others.
@@ -20,23 +20,31 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from ragjury.bus import Bus, DurableBus
+from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
-from ragjury.runtime import EventListener, Runtime
-from ragjury.store.base import Item, Store
+from ragjury.metrics import Metric
+from ragjury.pipelines import PIPELINES
+from ragjury.prompts import Prompt
+from ragjury.runner.progress import EventListener, Progress, RunCounts
+from ragjury.runner.submit import scored_samples, submit_samples
+from ragjury.runner.workers import Workers
+from ragjury.schemas import Sample, SampleScored
+from ragjury.store import SQLiteStore
+from ragjury.store.base import Item, Job, Store
 from ragjury.store.cache import StepCache
 
-log = structlog.get_logger("ragjury.service")
+log = structlog.get_logger("ragjury.runner")
 
 INTAKE = "intake"
 
@@ -51,17 +59,9 @@ def new_owner() -> str:
     return uuid.uuid4().hex[:12]
 
 
-@dataclass
-class ServiceCounts:
-    started: int = 0
-    done: int = 0
-    failed: int = 0
-    released: int = 0
-    """Claimed items given back unstarted when the service stopped."""
-
-
-class Service:
-    """Intake and workers of one process over ``store``; :meth:`run` until done or stopped."""
+class Runner:
+    """Intake and workers of one process over ``store``; :meth:`run` until done or stopped.
+    Progress reaches the caller through ``on_event`` / ``on_output``."""
 
     def __init__(
         self,
@@ -89,32 +89,35 @@ class Service:
             poll_interval=settings.poll_interval,
             job_ids=self.job_ids,
         )
+        self.progress = Progress(on_event, on_output)
         self.cache = StepCache(store, enabled=settings.cache)
-        self.runtime = Runtime(
+        self.workers = Workers(
             store,
             self.bus,
             settings,
             llm,
             roles=roles,
+            progress=self.progress,
             cache=self.cache,
-            on_event=on_event,
-            on_output=on_output,
             target=target,
         )
-        self.counts = ServiceCounts()
         self.stopping = anyio.Event()
         self.budget_stopped = False
         self._claimed: dict[int, Item] = {}
         self._started_at = time.time()
 
     @property
+    def counts(self) -> RunCounts:
+        return self.progress.counts
+
+    @property
     def agents(self) -> list[str]:
-        return ([INTAKE] if self.intake else []) + list(self.runtime.roles)
+        return ([INTAKE] if self.intake else []) + list(self.workers.roles)
 
     def stop(self) -> None:
         """Take no new item; give the items this process started the grace period."""
         if not self.stopping.is_set():
-            log.info("service_stopping", owner=self.owner)
+            log.info("runner_stopping", owner=self.owner)
         self.stopping.set()
 
     async def run(
@@ -123,7 +126,7 @@ class Service:
         until_done: bool = False,
         stop: anyio.Event | None = None,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> ServiceCounts:
+    ) -> RunCounts:
         """Work until stopped (``stop`` set, or :meth:`stop`) or, with ``until_done``, until
         the jobs (``job_ids``, or all) have nothing unfinished."""
         released = await self.store.register_worker(self.owner, self.agents)
@@ -132,7 +135,7 @@ class Service:
         refused = False
         try:
             async with anyio.create_task_group() as tg:
-                await tg.start(self.runtime.run)
+                await tg.start(self.workers.run)
                 tg.start_soon(self._heartbeat)
                 if stop is not None:
                     tg.start_soon(self._stop_when_set, stop)
@@ -145,7 +148,7 @@ class Service:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(refuse)
-                log.info("service_started", owner=self.owner, agents=self.agents)
+                log.info("runner_started", owner=self.owner, agents=self.agents)
                 task_status.started()
                 if self.intake:
                     async with anyio.create_task_group() as starting:
@@ -160,7 +163,6 @@ class Service:
                         self.owner, list(self._claimed)
                     )
                 await self.store.unregister_worker(self.owner)
-        self.counts.done, self.counts.failed = self.runtime.finished, self.runtime.failed
         if refused and self.llm.fatal_error is not None:
             raise ConfigurationError(
                 f"{self.llm.fatal_error.message}. Nothing is lost: unfinished work stays queued "
@@ -209,36 +211,23 @@ class Service:
             if until_done and not items and await self.store.unfinished(self.job_ids) == 0:
                 return
             # an item that ends in another process frees room here too: poll as well
-            await self._wait_for_change(self.settings.poll_interval)
+            await self.progress.wait(self.settings.poll_interval, or_when=self.stopping)
 
     async def _start(self, item: Item) -> None:
         """Publish an item's first events (its RAG target asked first, if it needs one)."""
-        runtime = self.runtime
+        workers = self.workers
         try:
-            pipeline = await runtime.pipeline(item.job_id)
+            pipeline = await workers.pipeline(item.job_id)
             events = await pipeline.first_events(item)
-            messages = await runtime.dispatch(pipeline, item.job_id, item.key, events)
+            messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
             await self.bus.publish(messages)
             await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others
             log.exception("item_start_failed", job=item.job_id, item=item.key)
-            await runtime.fail(item.job_id, item.key, f"{type(exc).__name__}: {exc}", item.payload)
+            await workers.fail(item.job_id, item.key, f"{type(exc).__name__}: {exc}", item.payload)
         finally:
             self._claimed.pop(item.id, None)
         self.counts.started += 1
-
-    async def _wait_for_change(self, seconds: float, *, or_stop: bool = True) -> None:
-        """Until an item ends here, ``seconds`` pass or (``or_stop``) a stop is asked for."""
-        events = [self.runtime.changed, *([self.stopping] if or_stop else [])]
-        with anyio.move_on_after(seconds):
-            async with anyio.create_task_group() as tg:
-
-                async def wait(event: anyio.Event) -> None:
-                    await event.wait()
-                    tg.cancel_scope.cancel()
-
-                for event in events:
-                    tg.start_soon(wait, event)
 
     async def _finish(self) -> None:
         """Wait for what this process owes once its intake is over (the jobs are done, a
@@ -256,4 +245,79 @@ class Service:
                 log.info("grace_over", owner=self.owner)
                 return
             wait = min(self.settings.poll_interval, deadline - now)
-            await self._wait_for_change(wait, or_stop=not self.stopping.is_set())
+            await self.progress.wait(
+                wait, or_when=None if self.stopping.is_set() else self.stopping
+            )
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """How running a job went in this process."""
+
+    job: Job
+    counts: RunCounts
+    unfinished: int
+    """Items of the job still queued or processing (the run was stopped before the end)."""
+
+    def summary(self) -> dict[str, Any]:
+        """The job's lines in a command's ``--summary``."""
+        return {
+            "job": self.job.id,
+            "resumed": not self.job.created,
+            "items_done_now": self.counts.done,
+            "items_failed": self.counts.failed,
+            "items_unfinished": self.unfinished,
+        }
+
+
+async def run_job(
+    job: Job,
+    *,
+    settings: Settings,
+    store: Store,
+    llm: LLM,
+    on_event: EventListener | None = None,
+    target: Target | None = None,
+    stop: anyio.Event | None = None,
+) -> JobRun:
+    """Work on ``job`` with every agent of its kind until none of its items is left, or
+    ``stop`` is set (then the items in flight get the grace period and the rest stays
+    queued)."""
+    runner = Runner(
+        settings,
+        store,
+        llm,
+        roles=PIPELINES[job.kind].known_roles(),
+        job_ids=[job.id],
+        on_event=on_event,
+        target=target,
+    )
+    counts = await runner.run(until_done=True, stop=stop)
+    return JobRun(job, counts, await store.unfinished([job.id]))
+
+
+async def evaluate_in_memory(
+    samples: Sequence[Sample],
+    *,
+    settings: Settings,
+    llm: LLM,
+    metrics: Sequence[str],
+    prompts: Mapping[str, Prompt] | None = None,
+    target: Target | None = None,
+    judges: Sequence[Metric] = (),
+) -> list[SampleScored]:
+    """Judge ``samples`` with no database file (``Jury.evaluate``): the same runner on an
+    in-memory store and bus; results in input order (fewer if the budget ran out)."""
+    async with SQLiteStore(":memory:") as store:
+        job = await submit_samples(store, settings, samples, metrics, prompts, judges=judges)
+        runner = Runner(
+            settings,
+            store,
+            llm,
+            roles=PIPELINES["evaluate"].known_roles(),
+            job_ids=[job.id],
+            target=target,
+            bus=MemoryBus(settings.bus_buffer, max_deliveries=settings.max_deliveries),
+        )
+        await runner.run(until_done=True)
+        return await scored_samples(store, job.id)

@@ -1,0 +1,87 @@
+"""Submitting a batch as a job: what every entry point shares.
+
+A batch of documents or samples is submitted to the store as a job, keyed by its typed spec
+(:mod:`ragjury.job_spec`) and its items, so the same batch with the same options and model
+finds the same job again; then a :class:`~ragjury.runner.Runner` limited to that job works
+until nothing of it is left. A re-run of a finished job therefore costs no LLM call, and a
+re-run after a crash picks up where the crash left off: finished items are kept, messages in
+flight come back, and finished steps come from the step cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from ragjury.config import Settings
+from ragjury.job_spec import JobSpec
+from ragjury.metrics import Metric
+from ragjury.pipelines import EvaluationPipeline, GenerationPipeline
+from ragjury.prompts import Prompt
+from ragjury.schemas import Document, Sample, SampleScored
+from ragjury.store import Store
+from ragjury.store.base import Job
+from ragjury.store.cache import llm_fingerprint
+
+SpecT = TypeVar("SpecT", bound=JobSpec)
+
+
+async def submit_documents(
+    store: Store,
+    settings: Settings,
+    documents: Sequence[Document] | Callable[[], Iterable[Document]],
+    prompts: Mapping[str, Prompt] | None = None,
+    *,
+    pin_model: bool = True,
+) -> Job:
+    """Queue ``documents`` for generation with ``settings.generate``. ``documents`` may be a
+    function returning a fresh lazy iterator (``ragjury.ingest.iter_documents``), so that a
+    large input is never held in memory. With ``pin_model`` (the ``generate`` command) the
+    model is part of the job, so another model is another job; without it (``submit``)
+    whichever worker serves the queue uses its own model."""
+    spec = _pinned(GenerationPipeline.spec(settings, prompts or {}), settings, pin_model)
+    make = documents if callable(documents) else (lambda: documents)
+
+    def items() -> Iterator[tuple[str, Document]]:
+        return (GenerationPipeline.item(document) for document in make())
+
+    return await store.submit("generate", spec.stored(), items)
+
+
+async def submit_samples(
+    store: Store,
+    settings: Settings,
+    samples: Iterable[Sample],
+    metrics: Sequence[str],
+    prompts: Mapping[str, Prompt] | None = None,
+    *,
+    pin_model: bool = True,
+    judges: Sequence[Metric] = (),
+) -> Job:
+    """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
+    read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
+    SampleFile` reads its file again each time, so a large input is never held in memory;
+    a one-shot iterator is taken into a list first."""
+    spec = _pinned(
+        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges), settings, pin_model
+    )
+    again = list(samples) if isinstance(samples, Iterator) else samples
+    return await store.submit(
+        "evaluate", spec.stored(), lambda: (EvaluationPipeline.item(s) for s in again)
+    )
+
+
+def _pinned(spec: SpecT, settings: Settings, pin_model: bool) -> SpecT:
+    return spec.model_copy(
+        update={
+            "llm": llm_fingerprint(settings) if pin_model else None,
+            # --no-cache: do the work again, so a new job rather than the finished one
+            "fresh": None if settings.cache else uuid.uuid4().hex,
+        }
+    )
+
+
+async def scored_samples(store: Store, job_id: str) -> list[SampleScored]:
+    """A finished evaluation job's judged samples, in input order."""
+    return [SampleScored.model_validate_json(text) async for text in store.scored(job_id)]

@@ -14,7 +14,7 @@ from ragjury.prompts import Prompt
 from ragjury.runner import select_roles, workers_for
 from ragjury.runner.progress import Progress
 from ragjury.runner.workers import Workers
-from ragjury.schemas import Sample
+from ragjury.schemas import Document, Sample, SampleScored, SampleSubmitted
 from ragjury.store import SQLiteStore
 
 from conftest import make_settings
@@ -107,3 +107,26 @@ async def test_a_budget_counts_the_calls_other_processes_record_in_the_database(
             "failed": 0,
         }
         assert fake.requests == []  # this process asked nothing: the shared budget was spent
+
+
+async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:
+    from ragjury.agents.base import Step
+    from ragjury.agents.sample_aggregator import SampleAggregator
+    from ragjury.schemas import DocumentSubmitted
+
+    class Recorder(SampleAggregator):
+        def __init__(self) -> None:
+            self.seen: list[object] = []
+
+        async def handle(self, event: object) -> list[SampleScored]:
+            self.seen.append(event)
+            return []
+
+    agent = Recorder()
+    step = Step(agent)
+    assert {t.__name__ for t in step.consumes} == {"SampleSubmitted", "MetricScored"}
+    sample = SampleSubmitted(sample=Sample(id="s", question="Q?", answer="A."), metrics=())
+    assert await step.handle(sample) == []
+    with pytest.raises(ConfigurationError, match=r"sample_aggregator was sent a document_"):
+        await step.handle(DocumentSubmitted(document=Document(id="d", text="x", source="x")))
+    assert agent.seen == [sample]  # the wrong event never reached the agent

@@ -11,7 +11,7 @@ from pathlib import Path
 import ragjury
 
 PACKAGE = Path(ragjury.__file__).parent
-ANY_CEILING = 400
+ANY_CEILING = 390
 DICT_CEILING = 140
 
 

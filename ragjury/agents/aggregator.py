@@ -20,7 +20,7 @@ from ragjury.schemas import (
 
 class Aggregator:
     role: ClassVar[str] = "aggregator"
-    consumes: ClassVar[tuple[type[PairDrafted], type[CritiqueIssued]]] = (
+    consumes: ClassVar[tuple[type[PairDrafted | CritiqueIssued], ...]] = (
         PairDrafted,
         CritiqueIssued,
     )

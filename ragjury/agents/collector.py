@@ -10,7 +10,7 @@ document's counts: the one place those counts are made.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ragjury.agents.joins import JoinState
 from ragjury.schemas import (
@@ -27,7 +27,7 @@ _Consumed = DocumentChunked | ChunkFailed | QuestionsDrafted | DuplicateDropped 
 
 class Collector:
     role: ClassVar[str] = "collector"
-    consumes: ClassVar[tuple[type[Any], ...]] = (
+    consumes: ClassVar[tuple[type[_Consumed], ...]] = (
         DocumentChunked,
         ChunkFailed,
         QuestionsDrafted,

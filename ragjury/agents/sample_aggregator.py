@@ -11,7 +11,7 @@ from ragjury.schemas import MetricResult, MetricScored, SampleScored, SampleSubm
 
 class SampleAggregator:
     role: ClassVar[str] = "sample_aggregator"
-    consumes: ClassVar[tuple[type[SampleSubmitted], type[MetricScored]]] = (
+    consumes: ClassVar[tuple[type[SampleSubmitted | MetricScored], ...]] = (
         SampleSubmitted,
         MetricScored,
     )

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from ragjury.agents.base import Step as Step
 from ragjury.errors import ConfigurationError
-from ragjury.schemas import Failure, kind_of
+from ragjury.schemas import BusEvent, Failure, kind_of
 from ragjury.store.base import Item, ItemResults, JobKind
 
 
@@ -47,7 +47,7 @@ class Pipeline(Protocol):
         """Event kind -> the roles that receive it."""
         ...
 
-    async def first_events(self, item: Item) -> list[BaseModel]:
+    async def first_events(self, item: Item) -> list[BusEvent]:
         """What starts an item (may itself be the terminal event, e.g. a failed target)."""
         ...
 
@@ -86,7 +86,7 @@ def routes_of(steps: Mapping[str, Step]) -> dict[str, tuple[str, ...]]:
     """Event kind -> roles, from what each agent consumes."""
     routes: dict[str, list[str]] = {}
     for role, step in steps.items():
-        for event_type in step.agent.consumes:
+        for event_type in step.consumes:
             routes.setdefault(kind_of(event_type), []).append(role)
     return {kind: tuple(roles) for kind, roles in routes.items()}
 

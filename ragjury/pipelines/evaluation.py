@@ -31,7 +31,7 @@ from ragjury.llm import LLM
 from ragjury.metrics import Metric, Registry, registry
 from ragjury.pipelines.base import Step, Steps, transient_failures
 from ragjury.prompts import Prompt
-from ragjury.schemas import Failure, MetricResult, Sample, SampleScored, SampleSubmitted
+from ragjury.schemas import BusEvent, Failure, MetricResult, Sample, SampleScored, SampleSubmitted
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import llm_fingerprint
 from ragjury.urls import redact_text
@@ -208,7 +208,7 @@ class EvaluationPipeline(Steps):
     def item(sample: Sample) -> tuple[str, Sample]:
         return sample.id, sample
 
-    async def first_events(self, item: Item) -> list[BaseModel]:
+    async def first_events(self, item: Item) -> list[BusEvent]:
         """The sample, answered first by the RAG target when it has no answer and there is
         one; a target that fails ends the sample at once, every metric failed."""
         sample = Sample.model_validate(item.payload)

@@ -31,7 +31,7 @@ from ragjury.llm import LLM
 from ragjury.output import pair_record
 from ragjury.pipelines.base import Step, Steps, transient_failures
 from ragjury.prompts import GENERATION_PROMPTS, Prompt
-from ragjury.schemas import Document, DocumentJudged, DocumentSubmitted, PairJudged
+from ragjury.schemas import BusEvent, Document, DocumentJudged, DocumentSubmitted, PairJudged
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import fingerprint, llm_fingerprint
 
@@ -156,7 +156,7 @@ class GenerationPipeline(Steps):
     def item(document: Document) -> tuple[str, Document]:
         return document.id, document
 
-    async def first_events(self, item: Item) -> list[BaseModel]:
+    async def first_events(self, item: Item) -> list[BusEvent]:
         return [DocumentSubmitted(document=Document.model_validate(item.payload))]
 
     def results(self, terminal: DocumentJudged) -> ItemResults:

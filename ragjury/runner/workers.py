@@ -29,7 +29,6 @@ from typing import Any
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from pydantic import BaseModel
 
 from ragjury.agents.joins import current_item
 from ragjury.bus import Bus, Delivery, Message, Subscription
@@ -40,7 +39,7 @@ from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
-from ragjury.schemas import Envelope
+from ragjury.schemas import BusEvent, Envelope
 from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
 
@@ -197,7 +196,7 @@ class Workers:
 
     async def _step(
         self, pipeline: Pipeline, role: str, envelope: Envelope
-    ) -> tuple[Sequence[BaseModel], bool]:
+    ) -> tuple[Sequence[BusEvent], bool]:
         """The agent's outputs for this message: from the cache, or handled (and cached)."""
         step = pipeline.steps.get(role)
         if step is None:
@@ -208,7 +207,7 @@ class Workers:
             stored = await cache.get(key)
             if stored is not None:
                 return stored, True
-        events: Sequence[BaseModel] = await step.agent.handle(envelope.payload)
+        events = await step.handle(envelope.payload)
         if key is not None and cache is not None and not any(map(carries_failure, events)):
             await cache.put(key, role, events)
         return events, False
@@ -218,7 +217,7 @@ class Workers:
         pipeline: Pipeline,
         job_id: str,
         item_key: str,
-        events: Sequence[BaseModel],
+        events: Sequence[BusEvent],
         cause: Envelope | None = None,
     ) -> list[Message]:
         """Store a terminal event as its item's results; address the others to the roles the
@@ -237,11 +236,11 @@ class Workers:
                 await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope = (
-                cause.reply(event)  # type: ignore[arg-type]  # every output is an Event
+                cause.reply(event)
                 if cause is not None
                 else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
             )
-            for role in pipeline.routes.get(event_kind(event), ()):
+            for role in pipeline.routes.get(event.kind, ()):
                 if role in llm_roles():
                     messages.append(Message(role, envelope))
                     continue
@@ -285,8 +284,3 @@ class Workers:
             await self.progress.failed(job_id, key, reason)
         else:
             self.progress.ended()
-
-
-def event_kind(event: BaseModel) -> str:
-    kind: str = event.kind  # type: ignore[attr-defined]  # every event has a literal kind
-    return kind

@@ -15,6 +15,7 @@ from ragjury.schemas.evaluation import (
 from ragjury.schemas.messages import (
     ENVELOPE_ADAPTER,
     EVENT_TYPES,
+    BusEvent,
     ChunkFailed,
     ChunkReady,
     CritiqueIssued,
@@ -64,6 +65,7 @@ __all__ = [
     "ENVELOPE_ADAPTER",
     "EVENT_TYPES",
     "AnswerRelevanceGrade",
+    "BusEvent",
     "Chunk",
     "ChunkFailed",
     "ChunkReady",

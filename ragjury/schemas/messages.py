@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -131,7 +131,7 @@ class ItemFailed(_Event):
     reason: str
 
 
-Event = Annotated[
+BusEvent: TypeAlias = (
     DocumentSubmitted
     | ChunkReady
     | QuestionsDrafted
@@ -145,9 +145,11 @@ Event = Annotated[
     | SampleSubmitted
     | StatementsSplit
     | MetricScored
-    | SampleScored,
-    Field(discriminator="kind"),
-]
+    | SampleScored
+)
+"""Every event an agent consumes or emits: what the runner carries between them."""
+
+Event = Annotated[BusEvent, Field(discriminator="kind")]
 
 EVENT_TYPES: tuple[type[BaseModel], ...] = (
     DocumentSubmitted,

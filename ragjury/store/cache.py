@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from ragjury.config import Settings
-from ragjury.schemas import ChunkFailed, Event, MetricScored
+from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored
 from ragjury.store.base import CallLog
 
-_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+_EVENTS: TypeAdapter[list[BusEvent]] = TypeAdapter(list[Event])
 
 
 def carries_failure(event: BaseModel) -> bool:
@@ -64,7 +64,7 @@ class StepCache:
         text = f"{role}\n{agent_fingerprint}\n{payload}"
         return hashlib.sha256(text.encode()).hexdigest()
 
-    async def get(self, key: str) -> list[Any] | None:
+    async def get(self, key: str) -> list[BusEvent] | None:
         if not self.enabled:
             return None
         output = await self.store.get_step(key)

@@ -43,10 +43,16 @@ if _typing.TYPE_CHECKING:
         LLMUnavailableError as LLMUnavailableError,
     )
     from ragjury.errors import (
+        MetricNotRequested as MetricNotRequested,
+    )
+    from ragjury.errors import (
         RagjuryError as RagjuryError,
     )
     from ragjury.errors import (
         StoreUnavailableError as StoreUnavailableError,
+    )
+    from ragjury.errors import (
+        TargetError as TargetError,
     )
     from ragjury.jury import (
         Jury as Jury,
@@ -202,6 +208,7 @@ _WHERE = {
     "Metric": "ragjury.metrics",
     "MetricChoice": "ragjury.schemas",
     "MetricName": "ragjury.schemas",
+    "MetricNotRequested": "ragjury.errors",
     "MetricOutcome": "ragjury.schemas",
     "MetricResult": "ragjury.schemas",
     "ModelPrice": "ragjury.pricing",
@@ -221,6 +228,7 @@ _WHERE = {
     "SimilarityResult": "ragjury.results",
     "StatementVerdict": "ragjury.schemas",
     "StoreUnavailableError": "ragjury.errors",
+    "TargetError": "ragjury.errors",
 }
 
 
@@ -261,6 +269,7 @@ __all__ = [
     "Metric",
     "MetricChoice",
     "MetricName",
+    "MetricNotRequested",
     "MetricOutcome",
     "MetricResult",
     "ModelPrice",
@@ -280,5 +289,6 @@ __all__ = [
     "SimilarityResult",
     "StatementVerdict",
     "StoreUnavailableError",
+    "TargetError",
     "__version__",
 ]

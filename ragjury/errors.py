@@ -8,6 +8,10 @@ and what to do next.
     ├── InputError                input files or records that cannot be used
     ├── StoreUnavailableError     the database server stayed out of reach too long
     ├── BusError                  the bus is closed or misused
+    ├── TargetError               your RAG system (--target) was unreachable, failed or
+    │                             answered in a shape ragjury cannot read
+    ├── MetricNotRequested        result["name"] of a metric the sample was not judged on
+    │                             (also a KeyError and an AttributeError)
     └── LLMError
         ├── LLMTransportError     429 / 5xx / timeouts that outlived every retry, or a 4xx
         ├── LLMOutputError        output that never parsed or validated
@@ -38,6 +42,17 @@ class StoreUnavailableError(RagjuryError):
 
 class BusError(RagjuryError):
     """The bus was used after it closed, or in a way it does not support."""
+
+
+class TargetError(RagjuryError):
+    """The target could not be reached, failed, or replied in a shape ragjury cannot read."""
+
+
+class MetricNotRequested(RagjuryError, KeyError, AttributeError):
+    """``result[name]`` or ``result.name`` of a metric the sample was not judged on."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class LLMError(RagjuryError):

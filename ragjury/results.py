@@ -24,6 +24,7 @@ from ragjury.agents.judges import CorrectnessResult, RubricGrade, RubricResult
 from ragjury.agents.retrieval import RetrievalResult
 from ragjury.agents.scorers import ConfidenceResult, KeywordsResult, SimilarityResult
 from ragjury.agents.verdict_judge import ContextRecallResult, FaithfulnessResult
+from ragjury.errors import MetricNotRequested
 from ragjury.metrics import registry
 from ragjury.schemas import (
     DocumentJudged,
@@ -73,10 +74,6 @@ def typed_result(metric: str, result: MetricResult) -> MetricResult:
     typed = set(cls.model_fields) - set(MetricResult.model_fields)
     extra = {k: v for k, v in result.details.items() if k in typed and v is not None}
     return cls.model_validate({**dict(result), **extra})
-
-
-class MetricNotRequested(KeyError, AttributeError):
-    """``result[name]`` or ``result.name`` of a metric the sample was not judged on."""
 
 
 # Order of feedback lines: what did not pass, then what could not be judged, then the rest.

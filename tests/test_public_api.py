@@ -194,3 +194,29 @@ def test_every_error_is_in_the_tree_drawn_in_errors_and_exported() -> None:
     for cls in classes:
         assert cls.__name__ in ragjury.__all__, cls.__name__
         assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is not drawn in the tree"
+
+
+def test_no_public_error_is_defined_outside_the_tree() -> None:
+    import importlib
+    import pkgutil
+
+    import ragjury.errors as errors
+
+    outside = []
+    for info in pkgutil.walk_packages(ragjury.__path__, "ragjury."):
+        if info.name.endswith("__main__") or info.name.startswith(
+            ("ragjury.store.postgres", "ragjury.llm.local")
+        ):
+            continue  # optional extras (asyncpg, llama-cpp) may be absent
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+                and not name.startswith("_")
+                and info.name != "ragjury.errors"
+            ):
+                outside.append(f"{info.name}.{name}")
+    assert outside == []
+    assert issubclass(errors.MetricNotRequested, KeyError)  # result["x"] stays a KeyError

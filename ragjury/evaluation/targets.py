@@ -22,7 +22,7 @@ import anyio.to_thread
 import httpx2
 import structlog
 
-from ragjury.errors import ConfigurationError, RagjuryError
+from ragjury.errors import ConfigurationError, TargetError
 from ragjury.text import clean_value
 from ragjury.urls import redact_text, redacted
 
@@ -40,10 +40,6 @@ _CONTEXT_TEXT_FIELDS = ("text", "page_content")
 _CONTEXT_ID_FIELDS = ("id", "chunk_id", "node_id", "id_")
 
 log = structlog.get_logger("ragjury.target")
-
-
-class TargetError(RagjuryError):
-    """The target could not be reached, failed, or replied in a shape ragjury cannot read."""
 
 
 @dataclass(frozen=True)

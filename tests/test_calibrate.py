@@ -21,8 +21,9 @@ from ragjury.calibration.sets import bundled_set, bundled_sets
 from ragjury.cli import main
 from ragjury.report.load import records_from_db
 
+from calibratecli import SAMPLE, calibrate, write_labels
 from evalfakes import passages_of, statements_of, user_message
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 
 FLIP_SHARE = 0.2
 CLAIM = "Claim: "
@@ -103,11 +104,6 @@ def script_critic(fake: FakeOpenAI, agent: str, judge: LabelJudge) -> None:
         return chat_json({"rationale": "scripted from the label", "rating": rating})
 
     fake.route(agent, rate)
-
-
-def calibrate(fake: FakeOpenAI | None, tmp_path: Path, *args: str) -> int:
-    endpoint = ["--base-url", fake.base_url, "--api-key", "test-key"] if fake else []
-    return main(["calibrate", *args, "--db", str(tmp_path / "ragjury.db"), *endpoint])
 
 
 def printed_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -406,77 +402,3 @@ def test_an_unknown_set_is_named_with_the_bundled_ones(
     err = capsys.readouterr().err
     assert "'begin-wwo' is neither a bundled set nor a file" in err
     assert "begin-wow, evouna-nq, squad2, trec-cast" in err
-
-
-def write_labels(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
-    path = tmp_path / "labels.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-SAMPLE = {"question": "Capital of Japan?", "answer": "Tokyo.", "contexts": ["Tokyo is it."]}
-
-
-def test_a_missing_label_field_names_the_fields_found_and_the_flag(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_labels(tmp_path, [{**SAMPLE, "verdict": True}])
-
-    assert calibrate(None, tmp_path, str(path), "--metric", "faithfulness") == 2
-
-    err = capsys.readouterr().err
-    assert "no record has the label field 'human'" in err
-    assert "verdict" in err
-    assert "--label-field NAME" in err
-
-
-def test_a_label_off_the_scale_names_its_line_and_value(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_labels(tmp_path, [{**SAMPLE, "human": 4}, {**SAMPLE, "id": "x", "human": 7}])
-
-    assert calibrate(None, tmp_path, str(path), "--metric", "faithfulness") == 2
-
-    err = capsys.readouterr().err
-    assert "labels.jsonl:2: label 7 is off the scale" in err
-    assert "a whole rating from 1 to 5" in err
-
-
-def test_a_label_of_no_known_kind_is_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_labels(tmp_path, [{**SAMPLE, "human": "maybe"}])
-
-    assert calibrate(None, tmp_path, str(path), "--metric", "faithfulness") == 2
-
-    assert "labels.jsonl:1: label 'maybe' in 'human' is not a human label" in (
-        capsys.readouterr().err
-    )
-
-
-def test_a_file_needs_the_metric_and_the_metric_needs_its_fields(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = write_labels(tmp_path, [{**SAMPLE, "human": True}])
-
-    assert calibrate(None, tmp_path, str(path)) == 2
-    assert "--metric: name the judge to calibrate" in capsys.readouterr().err
-
-    assert calibrate(None, tmp_path, str(path), "--metric", "correctness") == 2
-    err = capsys.readouterr().err
-    assert "--metric correctness needs answer, reference" in err
-    assert "have no reference" in err
-
-    assert calibrate(None, tmp_path, "begin-wow", "--metric", "confidence") == 2
-    assert "has no pass mark" in capsys.readouterr().err
-
-
-def test_an_endpoint_that_fails_every_call_compares_nothing_and_says_so(
-    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake.route("correctness_judge", error(400, "model not found"))
-
-    code = calibrate(fake, tmp_path, "evouna-nq", "--sample", "3", "--max-transport-retries", "0")
-
-    assert code == 4
-    assert "nothing was compared: of 3 sample(s), 3 failed" in capsys.readouterr().err

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_evaluate import EIFFEL, TOKYO, evaluate, write_jsonl
 
+from evalcli import EIFFEL, TOKYO, evaluate, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, error
 

@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
 from ragjury.commands._run import EXIT_GATE, EXIT_MAX_FAILED
 from ragjury.report.junit import junit_tree
 
+from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, chat
 

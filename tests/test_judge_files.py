@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from test_evaluate import EIFFEL, TOKYO, evaluate, write_jsonl
 
 from ragjury import Jury, Settings
 from ragjury.agents.custom_judge import load_judge
 from ragjury.cli import main
 
 from conftest import make_settings
+from evalcli import EIFFEL, TOKYO, evaluate, write_jsonl
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 from headless import chromium, open_page
 from reportruns import cli

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
 import ragjury
 from ragjury.cli import main
 from ragjury.metrics import builtin_metrics, registry
 from ragjury.report.html import unpack_json
 
+from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, chat_json
 

@@ -673,4 +673,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
         return 130
     parser.error(f"unknown command {args.command!r}")
-    return EXIT_CONFIG

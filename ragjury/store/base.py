@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ragjury.llm.usage import CallStats
@@ -406,9 +405,3 @@ class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Protocol):
     async def __aenter__(self) -> Store: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
-
-
-def sqlite_path(store: Store) -> Path | None:
-    """The file of a SQLite store, or None."""
-    path = getattr(store, "path", None)
-    return path if isinstance(path, Path) else None

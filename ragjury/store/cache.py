@@ -56,7 +56,6 @@ class StepCache:
         self.store = store
         self.enabled = enabled
         self.hits = 0
-        self.misses = 0
 
     @staticmethod
     def key(role: str, agent_fingerprint: str, event: BaseModel) -> str:
@@ -69,7 +68,6 @@ class StepCache:
             return None
         output = await self.store.get_step(key)
         if output is None:
-            self.misses += 1
             return None
         self.hits += 1
         return list(_EVENTS.validate_json(output))

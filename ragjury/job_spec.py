@@ -56,6 +56,9 @@ class EvaluationSpec(JobSpec):
     judges: tuple[dict[str, Any], ...] | None = None
     """The judge files its metrics come from, whole, so a worker needs no file
     (``ragjury.agents.custom_judge.from_stored`` makes them metrics again)."""
+    target: str | None = None
+    """The RAG system that answers the samples without an answer (``--target``: its URL
+    without a password, or ``module:function``), so another target is another job."""
 
 
 def prompt_sources(prompts: Mapping[str, Prompt]) -> dict[str, str]:

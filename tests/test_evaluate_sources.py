@@ -139,3 +139,36 @@ def test_keyword_only_runs_need_no_llm_endpoint(
     assert code == 0
     checks = results(tmp_path)["k"]["metrics"]["keywords"]["checks"]
     assert [c["passed"] for c in checks] == [True, False]
+
+
+def test_another_target_is_another_job_with_new_answers_and_the_same_one_resumes(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    samples = write_jsonl(
+        tmp_path / "s.jsonl",
+        [{"id": "q1", "question": "What is the capital of Japan?", "reference": "Tokyo"}],
+    )
+    fields = ["--target-answer-field", "reply", "--target-contexts-field", "docs"]
+
+    def answer_with(url: str | None) -> str | None:
+        evaluate(fake, tmp_path, samples, *(["--target", url, *fields] if url else []))
+        answer: str | None = results(tmp_path)["q1"]["answer"]
+        return answer
+
+    assert answer_with(None) is None  # warned to pass --target: nothing answered it
+    capsys.readouterr()
+    tokyo = {"reply": "Tokyo is the capital.", "docs": ["Tokyo is the capital of Japan."]}
+    kyoto = {"reply": "Kyoto was the capital.", "docs": ["Kyoto was the capital until 1869."]}
+    with rag_server(tokyo) as first, rag_server(kyoto) as second:
+        assert answer_with(first) == "Tokyo is the capital."
+        said = capsys.readouterr().err
+        assert "new job" in said
+        assert "had another target" in said
+        assert "resuming" not in said
+
+        assert answer_with(first) == "Tokyo is the capital."
+        assert "resuming job" in capsys.readouterr().err  # the same target: the same job
+
+        assert answer_with(second) == "Kyoto was the capital."
+        assert "had another target" in capsys.readouterr().err

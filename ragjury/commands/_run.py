@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +204,45 @@ def stopped_early(
         highlight=False,
     )
     return code
+
+
+async def new_job_note(store: Store, job: Job, what: str) -> str | None:
+    """For a job just created: what sets it apart from the last job of the same kind and size
+    in the database (the same input run with another option), in one line; None when no
+    such job exists or nothing tells them apart."""
+    if not job.created:
+        return None
+    earlier = [j for j in await store.jobs(limit=50) if j.kind == job.kind and j.id != job.id]
+    same_size = [j for j in earlier if j.size == job.size]
+    if not same_size:
+        return None
+    before = same_size[0]
+    changed = _changed_options(before.options, job.options)
+    if not changed:
+        return None  # same options: other items
+    return (
+        f"ragjury: new job {job.id}: the last job of {job.size} {what}(s) in this database "
+        f"({before.id}) had another {', '.join(changed)}; what it judged is kept there, and "
+        "steps asked the same way come from the cache"
+    )
+
+
+def _changed_options(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    names = {"llm": "model", "prompts": "prompt", "judges": "judge file", "fresh": "--no-cache"}
+    changed: list[str] = []
+    for key in sorted(set(before) | set(now)):
+        old, new = before.get(key), now.get(key)
+        if old == new:
+            continue
+        if isinstance(old, Mapping) and isinstance(new, Mapping):  # the kind's options
+            changed += [
+                name.replace("_", "-")
+                for name in sorted(set(old) | set(new))
+                if old.get(name) != new.get(name)
+            ]
+        else:
+            changed.append(names.get(key, key.replace("_", "-")))
+    return changed
 
 
 def retried_text(job: Job, what: str) -> str:

@@ -22,6 +22,7 @@ from ragjury.commands._run import (
     RecordedRun,
     budget_stop,
     max_failed_gate,
+    new_job_note,
     recorded_run,
     report_estimate,
     results_gate,
@@ -111,8 +112,19 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
         job = await submit_samples(
-            run.store, settings, loaded, metrics, prompts, judges=plan.judges
+            run.store,
+            settings,
+            loaded,
+            metrics,
+            prompts,
+            judges=plan.judges,
+            # the target answers only the samples without an answer: only then is it part
+            # of what is judged
+            target=target.name if target is not None and loaded.unanswered else None,
         )
+        note = await new_job_note(run.store, job, "sample")
+        if note is not None:
+            console.print(note, soft_wrap=True, markup=False, highlight=False)
         try:
             result = await _work(run, settings, job, console, target, loaded.count)
         finally:

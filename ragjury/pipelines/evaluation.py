@@ -193,15 +193,17 @@ class EvaluationPipeline(Steps):
         metrics: Sequence[str],
         prompts: Mapping[str, Prompt],
         judges: Sequence[Metric] = (),
+        target: str | None = None,
     ) -> EvaluationSpec:
-        """What an evaluation job is: options, metrics, custom prompts and the judge files
-        its metrics come from."""
+        """What an evaluation job is: options, metrics, custom prompts, the judge files its
+        metrics come from, and the target that answers its unanswered samples."""
         used = [judge for judge in judges if judge.name in metrics]
         return EvaluationSpec(
             evaluate=settings.evaluate,
             metrics=tuple(metrics),
             prompts=prompt_sources(prompts),
             judges=tuple(custom_judge.stored(used)) or None,
+            target=target,
         )
 
     @staticmethod

@@ -58,13 +58,17 @@ async def submit_samples(
     *,
     pin_model: bool = True,
     judges: Sequence[Metric] = (),
+    target: str | None = None,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
     SampleFile` reads its file again each time, so a large input is never held in memory;
-    a one-shot iterator is taken into a list first."""
+    a one-shot iterator is taken into a list first. ``target`` names the RAG system that
+    answers the samples without an answer: part of the job, so another one is another job."""
     spec = _pinned(
-        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges), settings, pin_model
+        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target),
+        settings,
+        pin_model,
     )
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ import structlog
 from ragjury import __version__
 from ragjury.config import EvaluationOptions, GenerationOptions, Settings
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
+from ragjury.llm import tracing
 from ragjury.logs import configure_logging
 from ragjury.metrics import Registry, builtin_metrics, registry
 from ragjury.pricing import load_price_file
@@ -59,6 +61,7 @@ _LLM_FLAGS = (
     "mode",
     "db",
     "log_level",
+    "otel",
     "embedding_model",
     "cache",
     "grace",
@@ -183,6 +186,14 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "postgresql://user@host/db URL for workers on several machines (default ragjury.db)",
     )
     _add_log_level(parser)
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="send OpenTelemetry traces (each LLM call, message and finished item) over OTLP "
+        "to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318); on whenever that "
+        "variable is set; needs the otel extra",
+    )
     parser.add_argument(
         "--no-cache",
         dest="cache",
@@ -596,6 +607,11 @@ def _explain(exc: pydantic.ValidationError) -> str:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < ragjury.toml < environment < command-line flags."""
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in _LLM_FLAGS}
+    if overrides["otel"] is None and any(
+        os.environ.get(name)
+        for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        overrides["otel"] = True  # the standard variable asks for traces, as elsewhere
     if overrides["llm"] is None and (overrides["base_url"] or overrides["api_key"]):
         overrides["llm"] = "openai"  # an endpoint flag beats RAGJURY_LLM in the environment
     workers = _pairs(getattr(args, "workers", []), "--workers")
@@ -640,29 +656,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from_args(args)
         configure_logging(settings.log_level)
-        if args.command == "generate":
-            from ragjury.commands.generate import generate_command
-
-            return anyio.run(generate_command, args, settings)
-        if args.command == "evaluate":
-            from ragjury.commands.evaluate import evaluate_command
-
-            return anyio.run(evaluate_command, args, settings)
-        if args.command == "calibrate":
-            from ragjury.commands.calibrate import calibrate_command
-
-            return anyio.run(calibrate_command, args, settings)
-        if args.command == "metrics":
-            from ragjury.commands.metrics import metrics_command
-
-            return metrics_command(args, settings)
-        if args.command in ("report", "compare"):
-            from ragjury.commands.report import COMMAND_FUNCTIONS
-
-            return anyio.run(COMMAND_FUNCTIONS[args.command], args, settings)
-        from ragjury.commands import queue
-
-        return anyio.run(queue.COMMANDS[args.command], args, settings)
+        if settings.otel:
+            tracing.export()
+        try:
+            return _run(args, settings)
+        finally:
+            tracing.flush()
     except (ConfigurationError, InputError) as exc:
         print(f"ragjury: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -672,4 +671,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
         return 130
-    parser.error(f"unknown command {args.command!r}")
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "generate":
+        from ragjury.commands.generate import generate_command
+
+        return anyio.run(generate_command, args, settings)
+    if args.command == "evaluate":
+        from ragjury.commands.evaluate import evaluate_command
+
+        return anyio.run(evaluate_command, args, settings)
+    if args.command == "calibrate":
+        from ragjury.commands.calibrate import calibrate_command
+
+        return anyio.run(calibrate_command, args, settings)
+    if args.command == "metrics":
+        from ragjury.commands.metrics import metrics_command
+
+        return metrics_command(args, settings)
+    if args.command in ("report", "compare"):
+        from ragjury.commands.report import COMMAND_FUNCTIONS
+
+        return anyio.run(COMMAND_FUNCTIONS[args.command], args, settings)
+    from ragjury.commands import queue
+
+    return anyio.run(queue.COMMANDS[args.command], args, settings)

@@ -203,6 +203,12 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Items a daemon holds at once (default 2 x concurrency)."
     )
     log_level: str = "warning"
+    otel: bool = Field(
+        default=False,
+        description="Trace every handled message, LLM call and finished item with "
+        "OpenTelemetry (the otel extra); the command line also turns it on when "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set.",
+    )
     judges: tuple[str, ...] = Field(
         default=(),
         description="Judge files (TOML) whose metrics every evaluation may ask for; "

@@ -34,7 +34,7 @@ from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
 from ragjury.errors import InputError, RagjuryError
 from ragjury.ingest import DocumentReader
-from ragjury.llm import LLM
+from ragjury.llm import LLM, tracing
 from ragjury.logs import configure_if_unset
 from ragjury.metrics import Metric
 from ragjury.pipelines.evaluation import MetricPlan, plan_metrics
@@ -71,6 +71,8 @@ class Jury:
 
     async def __aenter__(self) -> Jury:
         configure_if_unset(self.settings.log_level)
+        if self.settings.otel:
+            tracing.use_global()  # the application's tracer provider, if it set one
         self._llm = LLM(self.settings)
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()

@@ -45,6 +45,7 @@ from ragjury.errors import (
     LLMTransportError,
     LLMUnavailableError,
 )
+from ragjury.llm import tracing
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.backends import ChatBackend
 from ragjury.llm.breaker import CircuitBreaker, Health
@@ -306,6 +307,16 @@ class LLM:
         step = current_step.get()
         if step is not None:
             step.append(stats)
+        tracing.llm_call(
+            agent=stats.stage,
+            model=stats.model or self.settings.model,
+            seconds=stats.latency_seconds,
+            requests=stats.requests,
+            input_tokens=stats.prompt_tokens,
+            output_tokens=stats.completion_tokens,
+            cost_usd=stats.cost_usd,
+            error=error,
+        )
         if self._on_call is not None:
             await self._on_call(stats, error)
 

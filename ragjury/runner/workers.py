@@ -35,11 +35,12 @@ from ragjury.bus import Bus, Delivery, Message, Subscription
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
+from ragjury.llm import tracing
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
-from ragjury.schemas import BusEvent, Envelope
+from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
 from ragjury.store.base import Store
 from ragjury.store.cache import StepCache, carries_failure
 
@@ -145,8 +146,13 @@ class Workers:
         item_token = current_item.set(envelope.correlation_id)
         started = time.perf_counter()
         try:
-            with structlog.contextvars.bound_contextvars(
-                agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
+            with (
+                structlog.contextvars.bound_contextvars(
+                    agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
+                ),
+                tracing.step(
+                    role, envelope.correlation_id, envelope.job_id or "", delivery.attempt
+                ) as traced,
             ):
                 log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
                 job_id = envelope.job_id or ""
@@ -156,6 +162,7 @@ class Workers:
                     # acknowledged is retried, then taken out; it never stops the worker
                     pipeline = await self.pipeline(job_id)
                     events, cached = await self._step(pipeline, role, envelope)
+                    traced["ragjury.cached"] = cached
                     elapsed = time.perf_counter() - started
                     replies = await self.dispatch(
                         pipeline, job_id, envelope.correlation_id, events, envelope
@@ -255,6 +262,8 @@ class Workers:
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: Any) -> None:
         if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
             log.info("item_done", job=job_id, item=key)
+            if tracing.enabled():
+                tracing.item_done(key, job_id, pipeline.kind, outcome_attributes(terminal))
             await self.progress.done(job_id, pipeline.public(terminal))
         else:
             self.progress.ended()
@@ -284,3 +293,26 @@ class Workers:
             await self.progress.failed(job_id, key, reason)
         else:
             self.progress.ended()
+
+
+def outcome_attributes(terminal: object) -> dict[str, tracing.Attribute]:
+    """What an ended item's trace span says of it."""
+    if isinstance(terminal, SampleScored):
+        found: dict[str, tracing.Attribute] = {}
+        if terminal.passing is not None:
+            found["ragjury.passing"] = terminal.passing
+        for name, result in terminal.metrics.items():
+            found[f"ragjury.metric.{name}.outcome"] = result.outcome
+            if result.score is not None:
+                found[f"ragjury.metric.{name}.score"] = result.score
+        return found
+    if isinstance(terminal, DocumentJudged):
+        outcomes = [pair.outcome for pair in terminal.pairs]
+        return {
+            "ragjury.chunks": terminal.chunks,
+            "ragjury.chunks_failed": terminal.chunks_failed,
+            "ragjury.pairs_kept": outcomes.count("kept"),
+            "ragjury.pairs_rejected": outcomes.count("rejected"),
+            "ragjury.pairs_failed": outcomes.count("failed"),
+        }
+    return {}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,15 +37,52 @@ def encode(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True)
 
 
-def alive(pid: int) -> bool:
-    """Whether a process of this host with ``pid`` is running."""
+def machine() -> str:
+    """This machine as the workers table names it: the hostname and, where Linux tells it,
+    this boot's id, so that two machines with one hostname (cloned VMs, containers given
+    the same name) are never taken for one, nor a machine for itself after a reboot."""
+    host = socket.gethostname()
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return host
+    return f"{host} (boot {boot[:8]})"
+
+
+# a worker registers after its process starts; a process with its pid that started this long
+# after the registration is another process (allows for a database clock behind this one)
+_PID_REUSE_SLACK = 30.0
+
+
+def alive(pid: int, registered_at: float | None = None) -> bool:
+    """Whether the process of this machine with ``pid`` that registered at
+    ``registered_at`` (epoch seconds) is still running: the pid is in use, and (where Linux
+    says when a process started) not by a process started after that registration."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if registered_at is None:
         return True
-    return True
+    started = _process_start(pid)
+    return started is None or started <= registered_at + _PID_REUSE_SLACK
+
+
+def _process_start(pid: int) -> float | None:
+    """When the process ``pid`` started, in epoch seconds (Linux); None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
+            if line.startswith("btime ")
+        )
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def job_key(kind: JobKind, options: Mapping[str, Any], items: ItemsFactory) -> tuple[str, int]:

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Sequence
 
 from ragjury.store._common import (
     alive,
     iso,
+    machine,
 )
 from ragjury.store.sql.driven import UNFINISHED, Driven
 from ragjury.store.sql.steps import (
@@ -21,16 +21,18 @@ from ragjury.store.sql.steps import (
 
 class WorkersSQL(Driven):
     async def register_worker(self, owner: str, agents: Sequence[str]) -> int:
-        host, pid = socket.gethostname(), os.getpid()
+        host, pid = machine(), os.getpid()
 
         def register() -> Steps[int]:
             released = 0
-            for other, other_pid in (
+            for other, other_pid, registered in (
                 yield from fetch(
-                    "SELECT owner, pid FROM workers WHERE host = ? AND owner <> ?", host, owner
+                    "SELECT owner, pid, started_at FROM workers WHERE host = ? AND owner <> ?",
+                    *(host, owner),
                 )
             ):
-                if alive(int(other_pid)) and int(other_pid) != pid:
+                # gone, or its pid now another process's (this one's, or one started since)
+                if int(other_pid) != pid and alive(int(other_pid), float(registered)):
                     continue
                 # A process of this host that is gone: what it held is free now, not when
                 # its leases run out. Its deliveries still count as attempts.

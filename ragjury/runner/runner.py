@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import structlog
@@ -259,7 +258,7 @@ class JobRun:
     unfinished: int
     """Items of the job still queued or processing (the run was stopped before the end)."""
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, str | int | bool]:
         """The job's lines in a command's ``--summary``."""
         return {
             "job": self.job.id,

@@ -259,7 +259,7 @@ class Workers:
                 messages += await self.dispatch(pipeline, job_id, item_key, outputs, envelope)
         return messages
 
-    async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: Any) -> None:
+    async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: BusEvent) -> None:
         if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
             log.info("item_done", job=job_id, item=key)
             if tracing.enabled():

@@ -9,14 +9,19 @@ PostgreSQL's text refused it, and the error was raised outside the guard of the 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
+from test_daemon import Daemon, daemons, until
+from test_workers import states, worker
 
 from ragjury.cli import main
 
 from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, write_qa_document
 from fakeopenai import FakeOpenAI, chat_json
+
+__all__ = ["daemons"]  # the fixture, shared with test_daemon
 
 POISON = ["???", "What is \x00 this?", "!!! ... ???", ""]
 
@@ -80,3 +85,30 @@ def test_poison_drafts_end_as_results_and_the_run_exits_normally(
     drafted = figures["kept"] + figures["rejected"] + figures["duplicates_dropped"]
     assert drafted == figures["pairs_drafted"], figures
     assert main(["status", "--db", db, "--json"]) == 0
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_poison_drafts_through_a_serve_daemon_end_as_results_and_it_keeps_serving(
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    daemons: list[Daemon],
+    store: str,
+) -> None:
+    """The crash loop as an operator met it: poison drafts queued with `submit` and worked by
+    a `serve` process, which must end every item and keep running until it is stopped."""
+    script(fake)
+    docs = tmp_path / "docs"
+    write_qa_document(docs, "a.md", [("What is it?", "It is.")])
+    write_qa_document(docs, "b.md", [("Who made it?", "Someone.")])
+    db = db_for(store, tmp_path, request)
+    flags = ["--whole-documents", "--questions-per-chunk", str(len(POISON))]
+    assert main(["submit", str(docs), "--db", db, *flags, "--dedup-threshold", "0"]) == 0
+
+    daemon = worker(daemons, fake, db, tmp_path, "poisoned")
+    until(lambda: states(db)["done"] == 2, "both documents done", timeout=120)
+    assert daemon.process.poll() is None, daemon.stderr()  # still serving: nothing crashed it
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+    assert states(db) == {"queued": 0, "processing": 0, "done": 2, "failed": 0}
+    assert "Traceback" not in daemon.stderr()

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ragjury.cli import main
 from ragjury.commands._display import evaluation_table, retrieval_table
 
 from conftest import read_jsonl, read_summary
+from evalcli import evaluate, write_jsonl
 from evalfakes import context_relevance_reply, numbered_contexts, script_judges, statements_of
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 
@@ -37,25 +37,7 @@ def judged(tmp_path: Path) -> dict[str, dict[str, Any]]:
 
 def run(fake: FakeOpenAI, tmp_path: Path, records: list[dict[str, Any]], *extra: str) -> int:
     """``ragjury evaluate`` on ``records`` against the scripted server."""
-    samples = tmp_path / "s.jsonl"
-    samples.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return main(
-        [
-            "evaluate",
-            str(samples),
-            "--out",
-            str(tmp_path / "results.jsonl"),
-            "--summary",
-            str(tmp_path / "summary.json"),
-            "--db",
-            str(tmp_path / "ragjury.db"),
-            "--base-url",
-            fake.base_url,
-            "--api-key",
-            "test-key",
-            *extra,
-        ]
-    )
+    return evaluate(fake, tmp_path, write_jsonl(tmp_path / "s.jsonl", records), *extra)
 
 
 def test_context_relevance_judges_every_context_of_a_sample_in_one_call(

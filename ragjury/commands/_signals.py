@@ -11,10 +11,12 @@ from typing import Generic, TypeVar
 import anyio
 from rich.console import Console
 
-from ragjury.commands._run import RecordedRun
+from ragjury.commands._display import EvaluationProgressBar
+from ragjury.commands._run import RecordedRun, retried_text
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
 from ragjury.runner import EventListener, JobRun, RunCounts, run_job
+from ragjury.schemas import SampleScored
 from ragjury.store.base import Job
 
 T = TypeVar("T")
@@ -93,3 +95,33 @@ async def run_job_until_signalled(
     if outcome is None:  # stopped at once by a second signal
         return JobRun(job, RunCounts(), await run.store.unfinished([job.id]))
     return outcome.unwrap()
+
+
+async def judge_samples(
+    run: RecordedRun,
+    settings: Settings,
+    job: Job,
+    console: Console,
+    total: int,
+    target: Target | None = None,
+) -> JobRun:
+    """Work an evaluation job of ``total`` samples until done or signalled (``evaluate``,
+    ``calibrate``): say so when it resumes, and show a progress bar of judged samples."""
+    done = (await run.store.counts([job.id]))["done"]
+    if not job.created:
+        console.print(
+            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done} of {total} "
+            f"sample(s) already judged{retried_text(job, 'sample')}",
+            markup=False,
+            highlight=False,
+        )
+    with EvaluationProgressBar(console, total) as bar:
+        bar.update(done)
+
+        async def on_event(job_id: str, event: object) -> None:
+            nonlocal done
+            if isinstance(event, SampleScored):
+                done += 1
+                bar.update(done)
+
+        return await run_job_until_signalled(run, settings, job, console, on_event, target)

@@ -25,7 +25,6 @@ from ragjury.commands._calibration_display import (
     sets_notes,
     sets_table,
 )
-from ragjury.commands._display import EvaluationProgressBar
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     EXIT_NOTHING_JUDGED,
@@ -33,10 +32,9 @@ from ragjury.commands._run import (
     budget_stop,
     recorded_run,
     report_estimate,
-    retried_text,
     stopped_early,
 )
-from ragjury.commands._signals import run_job_until_signalled
+from ragjury.commands._signals import judge_samples
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.estimate import estimate_evaluation
@@ -141,7 +139,7 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
         job = await submit_samples(
             run.store, settings, samples, plan.names, prompts, judges=plan.judges
         )
-        result = await _work(run, settings, job, console, len(samples))
+        result = await judge_samples(run, settings, job, console, len(samples))
         scored = await scored_samples(run.store, job.id)
         calibration = calibrate(
             labelled,
@@ -233,26 +231,3 @@ def _list(args: argparse.Namespace) -> int:
     for note in sets_notes(sets):
         console.print(note, highlight=False)
     return 0
-
-
-async def _work(
-    run: RecordedRun, settings: Settings, job: Job, console: Console, total: int
-) -> JobRun:
-    done = (await run.store.counts([job.id]))["done"]
-    if not job.created:
-        console.print(
-            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done} of {total} "
-            f"sample(s) already judged{retried_text(job, 'sample')}",
-            markup=False,
-            highlight=False,
-        )
-    with EvaluationProgressBar(console, total) as bar:
-        bar.update(done)
-
-        async def on_event(job_id: str, event: object) -> None:
-            nonlocal done
-            if isinstance(event, SampleScored):
-                done += 1
-                bar.update(done)
-
-        return await run_job_until_signalled(run, settings, job, console, on_event)

@@ -12,24 +12,21 @@ import structlog
 from rich.console import Console
 
 from ragjury.commands._display import (
-    EvaluationProgressBar,
     cost_text,
     evaluation_table,
     retrieval_table,
 )
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
-    RecordedRun,
     budget_stop,
     max_failed_gate,
     new_job_note,
     recorded_run,
     report_estimate,
     results_gate,
-    retried_text,
     stopped_early,
 )
-from ragjury.commands._signals import run_job_until_signalled
+from ragjury.commands._signals import judge_samples
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
@@ -42,9 +39,8 @@ from ragjury.prompts import load_overrides
 from ragjury.report.ci import run_details, write_ci_files
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
-from ragjury.runner import JobRun, submit_samples
+from ragjury.runner import submit_samples
 from ragjury.schemas import SampleScored
-from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.evaluate")
 
@@ -126,7 +122,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         if note is not None:
             console.print(note, soft_wrap=True, markup=False, highlight=False)
         try:
-            result = await _work(run, settings, job, console, target, loaded.count)
+            result = await judge_samples(run, settings, job, console, loaded.count, target)
         finally:
             if target is not None:
                 await target.aclose()
@@ -221,31 +217,3 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     if gate is not None:
         return gate
     return EXIT_INVALID_INPUT if invalid else 0
-
-
-async def _work(
-    run: RecordedRun,
-    settings: Settings,
-    job: Job,
-    console: Console,
-    target: Target | None,
-    total: int,
-) -> JobRun:
-    done = (await run.store.counts([job.id]))["done"]
-    if not job.created:
-        console.print(
-            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done} of {total} sample(s) "
-            f"already judged{retried_text(job, 'sample')}",
-            markup=False,
-            highlight=False,
-        )
-    with EvaluationProgressBar(console, total) as bar:
-        bar.update(done)
-
-        async def on_event(job_id: str, event: Any) -> None:
-            nonlocal done
-            if isinstance(event, SampleScored):
-                done += 1
-                bar.update(done)
-
-        return await run_job_until_signalled(run, settings, job, console, on_event, target)

@@ -61,6 +61,31 @@ async def test_an_answer_to_a_request_sent_before_the_row_does_not_break_it() ->
     assert breaker.is_open
 
 
+async def test_an_answer_sent_after_a_failure_but_before_it_came_back_does_not_break_it() -> None:
+    # Requests in flight together reach the endpoint in any order: the one sent second may
+    # have been answered before the endpoint went down under the one sent first.
+    clock = Clock()
+    breaker = CircuitBreaker(trip_after=3, clock=clock)
+    breaker.record("answered", probe=False, sent=breaker.sent())
+    failing, overtaking = breaker.sent(), breaker.sent()
+    breaker.record("down", probe=False, sent=failing)
+    breaker.record("answered", probe=False, sent=overtaking)
+    breaker.record("down", probe=False, sent=breaker.sent())
+    breaker.record("down", probe=False, sent=breaker.sent())
+    assert breaker.is_open
+
+
+async def test_an_answer_sent_after_the_first_failure_came_back_breaks_the_row() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(trip_after=3, clock=clock)
+    breaker.record("answered", probe=False, sent=breaker.sent())
+    breaker.record("down", probe=False, sent=breaker.sent())
+    breaker.record("down", probe=False, sent=breaker.sent())
+    breaker.record("answered", probe=False, sent=breaker.sent())  # up again after both
+    breaker.record("down", probe=False, sent=breaker.sent())
+    assert not breaker.is_open  # one failure since the answer, not three
+
+
 async def test_probes_go_one_at_a_time_with_a_growing_wait_capped_at_probe_every() -> None:
     clock = Clock()
     breaker = opened(clock)

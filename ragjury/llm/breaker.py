@@ -4,10 +4,10 @@ request, new requests wait instead of each spending its own retries.
 * **closed** (the normal state): requests go. ``trip_after`` failures in a row that say the
   endpoint is down (connection refused, timeout, 5xx) open it, but only once the endpoint
   has answered at least once: an endpoint never reached is a configuration error, which the
-  client reports as such. "In a row" is in the order the requests were sent (each takes a
-  number from :meth:`CircuitBreaker.sent` as it goes): an answer to a request sent before
-  the first of the failures (it was in flight when the endpoint went down) does not break
-  the row.
+  client reports as such. Only an answer to a request sent after the row's first failure
+  came back breaks the row (each request takes a number from :meth:`CircuitBreaker.sent` as
+  it goes): one sent before may have reached the endpoint before it went down, even when it
+  was sent after the failing request, as requests in flight together arrive in any order.
 * **open**: every request waits in :meth:`CircuitBreaker.admit`. After a backoff (``base``,
   doubling up to ``cap``, at most :data:`PROBE_EVERY` seconds, so that an endpoint that
   comes back is found soon) the request that has waited longest goes alone as a probe.
@@ -65,7 +65,7 @@ class CircuitBreaker:
         self._clock, self._sleep, self._name = clock, sleep, name
         self._sent = 0  # requests sent so far; a request's number is its place in the order
         self._failures = 0
-        self._row_began = 0  # the number of the first request of the current row of failures
+        self._row_seen = 0  # requests sent when the current row's first failure came back
         self._answered = False
         self._open = False
         self._probe_out = False
@@ -130,16 +130,15 @@ class CircuitBreaker:
             self._probe_out = False
         if health == "answered":
             self._answered = True
-            if self._failures and sent < self._row_began and not probe:
-                pass  # in flight before the failures began: it does not break the row
+            if self._failures and sent <= self._row_seen and not probe:
+                pass  # sent before the row was seen: it may have arrived before the failures
             else:
                 self._failures = 0
             if self._open and probe:
                 self._close()
         elif health == "down":
             if self._failures == 0:
-                self._row_began = sent
-            self._row_began = min(self._row_began, sent)
+                self._row_seen = self._sent
             self._failures += 1
             if probe:
                 self._probes_failed += 1

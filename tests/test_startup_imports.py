@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ragjury.cli import build_parser
+from ragjury.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 # Loaded by no --version or --help: what a command needs only when it runs.
@@ -95,3 +95,17 @@ def test_the_probe_sees_what_a_running_command_loads() -> None:
     loaded = _loaded(["metrics", "--json"], NEVER)
 
     assert {"ragjury.config", "ragjury.logs", "structlog", "pydantic_settings"} <= set(loaded)
+
+
+@pytest.mark.parametrize("command", [None, *_commands()])
+def test_the_lazy_parser_shows_the_help_the_whole_parser_has(
+    command: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = build_parser()
+    [sub] = [a for a in whole._actions if isinstance(a, argparse._SubParsersAction)]
+    expected = (whole if command is None else sub.choices[command]).format_help()
+
+    with pytest.raises(SystemExit):
+        main(["--help"] if command is None else [command, "--help"])
+
+    assert capsys.readouterr().out == expected

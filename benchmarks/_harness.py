@@ -89,6 +89,10 @@ class FakeEndpoint:
         data: dict[str, Any] = json.loads(self._command("stats"))
         return data
 
+    def reset(self) -> None:
+        """Zero the counters (the first request's arrival too); the scripts stay."""
+        self._command("reset")
+
     def outage(self, seconds: float) -> None:
         """Answer every chat request 503 for the next ``seconds``."""
         self._command(f"outage {seconds}")
@@ -111,7 +115,7 @@ class FakeEndpoint:
 
 def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
     """What the server counted between two ``stats()`` calls (in-flight peak: the later one)."""
-    kept = ("in_flight_max", "ok_seconds")
+    kept = ("in_flight_max", "ok_seconds", "first_request_at")
     out = {k: v - before.get(k, 0) for k, v in after.items() if k not in kept}
     out.update({k: after.get(k, 0) for k in kept})
     return out

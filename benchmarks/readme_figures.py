@@ -98,7 +98,43 @@ def scaleout(results: dict[str, Any]) -> str:
     return "\n".join(lines) + f"\n\n(`benchmarks/results/scaleout.json`, recorded {recorded}.)\n"
 
 
-REGIONS: dict[str, Callable[[dict[str, Any]], str]] = {"bus": bus, "scaleout": scaleout}
+_STARTUP = {
+    "python -c pass": "`python -c pass` (the interpreter alone)",
+    "ragjury --version": "`ragjury --version`",
+    "ragjury --help": "`ragjury --help`",
+    "ragjury evaluate --help": "`ragjury evaluate --help`",
+    'python -c "import openai"': '`python -c "import openai"` (no request can come sooner)',
+    "evaluate: first request": "`evaluate`: its first request reaches the endpoint",
+    "evaluate: whole run": "`evaluate`: the whole run",
+}
+
+
+def startup(results: dict[str, Any]) -> str:
+    """The start-up table: median seconds of each command, and the ratio to the interpreter."""
+    runs = {r["run"]: r for r in results["runs"]}
+    lines = ["| command | median (min-max) | x `python -c pass` |", "| --- | --- | --- |"]
+    for name, shown in _STARTUP.items():
+        run = runs.get(name)
+        if run is None:
+            raise SystemExit(f"benchmarks/results/startup.json has no run {name!r}; run it again")
+        spread = f"{run['min_seconds']:.3f}-{run['max_seconds']:.3f}"
+        lines.append(
+            f"| {shown} | {run['median_seconds']:.3f} s ({spread}) | {run['ratio_to_python']:.1f} |"
+        )
+    recorded = results["recorded_at"][:10]
+    runs_made = results["settings"]["runs"]
+    return (
+        "\n".join(lines)
+        + f"\n\n(`benchmarks/results/startup.json`, medians of {runs_made} runs, recorded "
+        f"{recorded}.)\n"
+    )
+
+
+REGIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "bus": bus,
+    "scaleout": scaleout,
+    "startup": startup,
+}
 
 
 def rendered(readme: str, results: Path = RESULTS) -> str:

@@ -1,28 +1,28 @@
-"""The command line: ``ragjury generate ...`` (``main.py`` and the console script call it)."""
+"""The command line: ``ragjury generate ...`` (``main.py`` and the console script call it).
+
+Start-up stays short (``ragjury --version`` and ``--help`` load neither the LLM client nor the
+stores, the settings or logging): the parser is built from the light
+``ragjury.commands.*_options`` modules, a command's flags are added only when that command is
+parsed or its help is shown, and a command's own module is imported only when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
-
-import anyio
-import pydantic
-import structlog
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ragjury import __version__
-from ragjury.config import EvaluationOptions, GenerationOptions, Settings
+from ragjury.commands import evaluate_options, generate_options, queue_options, report_options
+from ragjury.commands.common_options import add_llm_options, add_run_options, declared
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
-from ragjury.llm import tracing
-from ragjury.logs import configure_logging
-from ragjury.metrics import Registry, builtin_metrics, registry
-from ragjury.pricing import load_price_file
-from ragjury.prompts import GENERATION_PROMPTS
 
-log = structlog.get_logger("ragjury.cli")
+if TYPE_CHECKING:
+    import pydantic
+
+    from ragjury.config import Settings
 
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
 # 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
@@ -78,488 +78,172 @@ _LLM_FLAGS = (
 )
 
 
-def _add_llm_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("LLM endpoint")
-    group.add_argument("--model", help="model name (env RAGJURY_MODEL; default gpt-4o-mini)")
-    group.add_argument(
-        "--base-url",
-        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
-        "(env RAGJURY_BASE_URL or OPENAI_BASE_URL)",
-    )
-    group.add_argument("--api-key", help="API key (prefer the env OPENAI_API_KEY)")
-    group.add_argument(
-        "--llm",
-        metavar="openai|local|local:PATH",
-        help="which model: the OpenAI-compatible endpoint, the bundled local model, or your "
-        "GGUF file (env RAGJURY_LLM; default: the endpoint if configured, else the bundled "
-        "model if the local extra is installed)",
-    )
-    group.add_argument(
-        "--local-context", type=int, help="local model context in tokens (default 4096)"
-    )
-    group.add_argument(
-        "--local-threads", type=int, help="CPU threads of the local model (default: all cores)"
-    )
-    group.add_argument(
-        "--local-max-tokens", type=int, help="longest local completion in tokens (default 512)"
-    )
-    group.add_argument("--concurrency", type=int, help="requests in flight at once (default 8)")
-    group.add_argument(
-        "--max-retries", type=int, help="re-asks when output does not validate (default 3)"
-    )
-    group.add_argument(
-        "--max-transport-retries", type=int, help="retries of 5xx and timeouts (default 6)"
-    )
-    group.add_argument(
-        "--max-throttle-wait",
-        type=float,
-        metavar="SECONDS",
-        help="longest one call waits out 429s (rate limits), which use no retry (default 600)",
-    )
-    group.add_argument("--timeout", type=float, help="seconds per request (default 120)")
-    group.add_argument(
-        "--max-prompt-tokens",
-        type=int,
-        help="largest prompt to send, in estimated tokens; a longer one fails at once without "
-        "a request (default: the model's context where known, else 128000)",
-    )
-    group.add_argument("--rpm", type=int, help="requests per minute, at most (default: no limit)")
-    group.add_argument(
-        "--tpm", type=int, help="tokens per minute, at most, estimated before each request"
-    )
-    cost = parser.add_argument_group("cost and budget")
-    cost.add_argument(
-        "--max-tokens",
-        type=int,
-        help="stop taking new work once this many tokens (prompt + completion) are spent",
-    )
-    cost.add_argument(
-        "--max-cost",
-        type=float,
-        help="stop taking new work once this many USD are spent (needs a price for --model)",
-    )
-    cost.add_argument(
-        "--prices",
-        type=Path,
-        metavar="FILE",
-        help="TOML or JSON of USD per million tokens by model, over the built-in table",
-    )
-    cost.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="estimate LLM calls, tokens and cost without calling the LLM, then stop",
-    )
-    group.add_argument(
-        "--mode",
-        choices=["json", "tools", "json_schema", "md_json"],
-        help="how structured output is requested (default json)",
-    )
-    group.add_argument(
-        "--workers",
-        action="append",
-        default=[],
-        metavar="AGENT=N",
-        help="workers for one agent, e.g. --workers generator=4 (repeatable)",
-    )
-    group.add_argument(
-        "--prompt",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="replace a built-in prompt template with your Jinja2 file; names: "
-        f"{', '.join(_generation_prompts())} (generate); "
-        f"{', '.join(_declared().prompt_names())} (evaluate)",
-    )
+Fill = Callable[[argparse.ArgumentParser], None]
 
 
-def _add_log_level(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="default warning"
-    )
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]  # argparse's own generic
+    """Sub-commands whose flags are added when first needed: when the command is parsed, or
+    for every command at once (:meth:`fill_all`). A help line may be a function, called when
+    ``ragjury --help`` is shown (``evaluate``'s names the installed metrics)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fills: dict[str, Fill] = {}
+        self._helps: dict[str, Callable[[], str]] = {}
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The database, logging, the step cache and shutdown: shared by the working commands."""
-    parser.add_argument(
-        "--db",
-        help="where ragjury keeps the queue, results and step cache: a SQLite file, or a "
-        "postgresql://user@host/db URL for workers on several machines (default ragjury.db)",
-    )
-    _add_log_level(parser)
-    parser.add_argument(
-        "--otel",
-        action="store_true",
-        default=None,
-        help="send OpenTelemetry traces (each LLM call, message and finished item) over OTLP "
-        "to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318); on whenever that "
-        "variable is set; needs the otel extra",
-    )
-    parser.add_argument(
-        "--no-cache",
-        dest="cache",
-        action="store_false",
-        default=None,
-        help="ask the LLM again even for steps the database already holds",
-    )
-    parser.add_argument(
-        "--items-in-flight",
-        type=int,
-        help="documents/samples worked at once (default 2 x --concurrency)",
-    )
-    parser.add_argument(
-        "--grace",
-        type=float,
-        help="on SIGINT/SIGTERM, seconds in-flight work gets to finish (default 30)",
-    )
-
-
-def _add_generation_options(parser: argparse.ArgumentParser) -> None:
-    ingest = parser.add_argument_group("input")
-    ingest.add_argument(
-        "--glob",
-        action="append",
-        dest="globs",
-        metavar="PATTERN",
-        help="only files matching (repeatable), e.g. --glob '**/*.md'",
-    )
-    ingest.add_argument("--text-field", help="JSON/JSONL field holding the text (default text)")
-    ingest.add_argument("--id-field", help="JSON/JSONL field holding a record id")
-    ingest.add_argument("--chunk-size", type=int, help="characters per chunk (default 2000)")
-    ingest.add_argument("--chunk-overlap", type=int, help="characters of overlap (default 200)")
-    ingest.add_argument(
-        "--whole-documents",
-        action="store_true",
-        default=None,
-        help="generate from whole files instead of chunks",
-    )
-    drafting = parser.add_argument_group("generation")
-    drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
-    drafting.add_argument(
-        "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
-    )
-    drafting.add_argument(
-        "--audience", help="who asks the questions (default: users of these documents)"
-    )
-    drafting.add_argument(
-        "--min-score",
-        type=int,
-        help="keep a pair only if every critic rates it this or more (default 4)",
-    )
-    drafting.add_argument(
-        "--dedup-threshold",
-        type=float,
-        help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",
-    )
-
-
-def _declared() -> Registry:
-    """The installed metrics, for the flags and their help (a plugin that fails to load is
-    left out here; the command that needs it says why)."""
-    try:
-        return registry()
-    except RagjuryError:
-        return Registry(builtin_metrics())
-
-
-def _generation_prompts() -> list[str]:
-    """The built-in templates generation renders (two critics' are metrics' too)."""
-    return list(GENERATION_PROMPTS)
-
-
-def _metric_help(metrics: Registry) -> str:
-    groups = "; ".join(f"{g} ({', '.join(names)})" for g, names in metrics.groups.items())
-    chosen = [m.name for m in metrics if m.by_default is not None]
-    return (
-        f"comma-separated: {', '.join(metrics.names)}"
-        + (f", or {groups}" if groups else "")
-        + ", or a judge file's metric (see --judge); `ragjury metrics` describes each "
-        f"(default: {', '.join(chosen)}, each where the samples have what it needs)"
-    )
-
-
-def _add_evaluation_options(parser: argparse.ArgumentParser) -> None:
-    metrics = _declared()
-    judging = parser.add_argument_group("evaluation")
-    judging.add_argument("--metrics", help=_metric_help(metrics))
-    judging.add_argument(
-        "--judge",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="add the metric of a judge file you wrote (TOML: name, description, inputs, "
-        "scale, pass_at, prompt; repeatable); see the README's 'Write your own judge'",
-    )
-    judging.add_argument(
-        "--k",
-        help="comma-separated cut-offs of the retrieval figures (default 1,3,5,10); a k "
-        "larger than what was retrieved takes the whole list",
-    )
-    judging.add_argument("--verdict-batch", type=int, help="statements judged per call (default 8)")
-    judging.add_argument(
-        "--context-window-chars",
-        type=int,
-        help="contexts longer than this are judged in windows (default 12000)",
-    )
-    judging.add_argument(
-        "--case-sensitive", action="store_true", default=None, help="keyword tests match case"
-    )
-    judging.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        dest="thresholds",
-        metavar="METRIC=X",
-        help="a metric's pass mark on its own scale, e.g. --threshold politeness=3 (repeatable)",
-    )
-    marks = parser.add_argument_group("pass marks (each on its metric's scale)")
-    for metric in metrics:
-        if metric.threshold is None:
-            continue
-        scale = metric.scale
-        marks.add_argument(
-            f"--{metric.name.replace('_', '-')}-threshold",
-            type=float,
-            dest=f"{metric.name}_threshold",
-            metavar="X",
-            help=f"passing {metric.name} score, {scale.describe()} (default {metric.threshold:g})",
+    def add_command(
+        self, name: str, *, fill: Fill, help: str | Callable[[], str], **kwargs: Any
+    ) -> argparse.ArgumentParser:
+        parser = cast(
+            argparse.ArgumentParser,
+            self.add_parser(name, help=help if isinstance(help, str) else "", **kwargs),
         )
+        self._fills[name] = fill
+        if not isinstance(help, str):
+            self._helps[name] = help
+        return parser
+
+    def _fill(self, name: str) -> None:
+        fill = self._fills.pop(name, None)
+        if fill is not None:
+            fill(self._name_parser_map[name])
+
+    def fill_all(self) -> None:
+        """Every command's flags and help line, as an eager parser would have them."""
+        for name in list(self._fills):
+            self._fill(name)
+        self._write_helps()
+
+    def _write_helps(self) -> None:
+        for action in self._choices_actions:
+            helps = self._helps.pop(action.dest, None)
+            if helps is not None:
+                action.help = helps()
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self._fill(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+    def _get_subactions(self) -> list[argparse.Action]:
+        self._write_helps()  # argparse reads the help lines from here, only to show them
+        return super()._get_subactions()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _fill_calibrate(cal: argparse.ArgumentParser) -> None:
+    from ragjury.commands.calibrate_options import add_calibrate_arguments
+
+    add_calibrate_arguments(cal)
+    add_run_options(cal)
+    add_llm_options(cal)
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The whole parser; with ``lazy``, each command's flags are added when it is parsed (what
+    :func:`main` uses: ``--version`` and ``--help`` then read no metric declarations)."""
     parser = argparse.ArgumentParser(
         prog="ragjury",
         description="Build critic-filtered evaluation sets for RAG from your own documents, "
         "and judge RAG answers.",
     )
     parser.add_argument("--version", action="version", version=f"ragjury {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    gen = commands.add_parser(
+    commands = cast(
+        _Commands,
+        parser.add_subparsers(action=_Commands, dest="command", required=True, metavar="COMMAND"),
+    )
+    commands.add_command(
         "generate",
         help="draft question/answer pairs from documents and keep those the critics accept",
         description="Draft question/answer pairs from documents; three critics vet each pair. "
         "The work is kept in --db: running the same command again resumes it.",
+        fill=generate_options.add_generate_arguments,
     )
-    gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
-    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL, CSV or Parquet)")
-    gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
-    gen.add_argument(
-        "--failed", type=Path, help="chunks the generator gave up on, with their errors"
-    )
-    gen.add_argument(
-        "--format",
-        choices=["jsonl", "csv", "parquet"],
-        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
-    )
-    gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
-    _add_run_options(gen)
-    _add_generation_options(gen)
-    _add_llm_options(gen)
-    _add_evaluate(commands)
-    _add_metrics_command(commands)
-    _add_queue_commands(commands)
-    _add_calibrate(
-        commands.add_parser(
-            "calibrate",
-            help="how often a judge agrees with people: run it on human-labelled samples",
-            description="Judge human-labelled samples (a bundled set, or your own file) with "
-            "one judge, as evaluate would, and report how often it agrees with the people: "
-            "accuracy, balanced accuracy, Cohen's kappa, precision and recall of fail, AUROC, "
-            "the confusion matrix and the best pass mark, with bootstrap 95% intervals. The "
-            "work is kept in --db: running the same command again resumes it.",
-        )
-    )
-    from ragjury.commands.report import add_report_commands
-
-    add_report_commands(commands)
-    return parser
-
-
-def _add_evaluate(commands: Any) -> None:
-    ev = commands.add_parser(
+    commands.add_command(
         "evaluate",
-        help="judge RAG answers: " + ", ".join(_declared().names),
+        help=evaluate_options.evaluate_help,
         description="Judge the answers of a RAG system, sample by sample. The work is kept in "
         "--db: running the same command again resumes it.",
+        fill=evaluate_options.add_evaluate_arguments,
     )
-    ev.add_argument(
-        "samples",
-        type=Path,
-        help="JSONL, JSON, CSV or Parquet of samples, or a Hugging Face dataset folder",
-    )
-    ev.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        dest="fields",
-        metavar="NAME=SOURCE",
-        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
-        "the record field SOURCE (repeatable), e.g. --field question=query",
-    )
-    ev.add_argument(
-        "--out", type=Path, required=True, help="per-sample results (JSONL, CSV or Parquet)"
-    )
-    ev.add_argument(
-        "--format",
-        choices=["jsonl", "csv", "parquet"],
-        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
-    )
-    ev.add_argument("--summary", type=Path, help="write the run summary as JSON here")
-    ev.add_argument(
-        "--max-failed",
-        type=int,
-        metavar="N",
-        help="exit 3 when more than N judgements (sample x metric) failed (exit 4 when every "
-        "judgement failed, whatever N)",
-    )
-    _add_run_options(ev)
-    _add_evaluation_options(ev)
-    ev.add_argument(
-        "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
-    )
-    from ragjury.report.ci import add_ci_options
-
-    add_ci_options(ev)
-    target = ev.add_argument_group("live RAG system")
-    target.add_argument(
-        "--target",
-        help='answer samples that have no answer: an http(s) URL (POST {"question": ...}) '
-        "or package.module:function",
-    )
-    target.add_argument("--target-question-field", default="question")
-    target.add_argument("--target-answer-field", default="answer")
-    target.add_argument("--target-contexts-field", default="contexts")
-    target.add_argument(
-        "--target-timeout", type=float, default=60.0, help="seconds per target request"
-    )
-    _add_llm_options(ev)
-
-
-def _add_calibrate(cal: argparse.ArgumentParser) -> None:
-    from ragjury.commands.calibrate_options import add_calibrate_arguments
-
-    add_calibrate_arguments(cal)
-    _add_run_options(cal)
-    _add_llm_options(cal)
-
-
-def _add_metrics_command(commands: Any) -> None:
-    listing = commands.add_parser(
+    commands.add_command(
         "metrics",
         help="list every metric: scale, pass rule, fields it needs, LLM calls per sample",
         description="Every metric ragjury can judge: the built-in ones, those of installed "
         "plugins (entry-point group ragjury.metrics) and those of --judge files.",
+        fill=evaluate_options.add_metrics_arguments,
     )
-    listing.add_argument(
-        "--judge", action="append", default=[], metavar="FILE", help="include a judge file"
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    listing.add_argument(
-        "--markdown", action="store_true", help="print a Markdown table (as in the README)"
-    )
-    _add_log_level(listing)
-
-
-def _add_queue_commands(commands: Any) -> None:
-    submit = commands.add_parser(
+    commands.add_command(
         "submit",
         help="queue documents (or --samples) in the database for `ragjury serve`",
         description="Queue documents for dataset generation, or --samples for evaluation, with "
         "their options. `ragjury serve` works the queue; `ragjury export` writes the results.",
+        fill=queue_options.add_submit_arguments,
     )
-    submit.add_argument("paths", nargs="*", type=Path, help="files or folders of documents")
-    submit.add_argument(
-        "--samples", type=Path, help="JSONL, JSON, CSV or Parquet of samples to judge"
-    )
-    submit.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        dest="fields",
-        metavar="NAME=SOURCE",
-        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
-        "the record field SOURCE (repeatable), e.g. --field question=query",
-    )
-    submit.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
-    _add_log_level(submit)
-    submit.add_argument(
-        "--prompt",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="your Jinja2 template for a prompt, kept with the job",
-    )
-    _add_generation_options(submit)
-    _add_evaluation_options(submit)
-
-    serve = commands.add_parser(
+    commands.add_command(
         "serve",
         help="work the queue in the database until stopped (SIGINT / SIGTERM)",
         description="Process queued documents and samples, including those submitted while it "
         "runs. Several `serve` processes may share one database. The first SIGINT/SIGTERM "
         "stops intake and lets in-flight work finish within --grace seconds; a second stops "
         "at once. Nothing finished is lost either way.",
+        fill=queue_options.add_serve_arguments,
     )
-    _add_run_options(serve)
-    serve.add_argument(
-        "--lease",
-        dest="lease_seconds",
-        type=float,
-        help="seconds a message stays this worker's without renewal (default 30); a killed "
-        "worker's messages are taken up again after this (at once by a worker started on "
-        "the same machine)",
+    commands.add_command(
+        "status",
+        help="what the queue holds: items per state, per stage, tokens, throughput",
+        fill=queue_options.add_status_arguments,
     )
-    serve.add_argument(
-        "--agents",
-        help="comma-separated agents this process works, e.g. verdict_judge,statement_splitter "
-        "(default: every agent and the intake of queued items; name 'intake' to include it)",
-    )
-    serve.add_argument(
-        "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
-    )
-    _add_llm_options(serve)
-
-    status = commands.add_parser(
-        "status", help="what the queue holds: items per state, per stage, tokens, throughput"
-    )
-    status.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
-    status.add_argument("--json", action="store_true", help="print JSON instead of tables")
-
-    prune = commands.add_parser(
+    commands.add_command(
         "prune",
         help="delete finished jobs, cached steps and call records older than an age",
         description="Keep a long-running database from growing forever: delete the jobs whose "
         "every item finished more than --older-than ago (with their results), the cached steps "
         "and the run and LLM call records made before then, and give the space back (VACUUM). "
         "Unfinished jobs are kept whole; export what you want to keep first.",
+        fill=queue_options.add_prune_arguments,
     )
-    prune.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
-    prune.add_argument("--older-than", required=True, help="an age: 30d, 12h, 90m or 3600s")
-    prune.add_argument(
-        "--no-vacuum",
-        dest="vacuum",
-        action="store_false",
-        help="do not give the space back to the file system (VACUUM rewrites the file)",
-    )
-
-    export = commands.add_parser(
+    commands.add_command(
         "export",
         help="write the dataset and evaluation results held in the database",
         description="Write what the database holds, in the same formats as generate and "
         "evaluate, in submission order.",
+        fill=queue_options.add_export_arguments,
     )
-    export.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
-    export.add_argument("--out", type=Path, help="kept pairs of every generation job")
-    export.add_argument("--rejected", type=Path, help="rejected and failed pairs")
-    export.add_argument("--results", type=Path, help="judged samples of every evaluation job")
-    export.add_argument(
-        "--format",
-        choices=["jsonl", "csv", "parquet"],
-        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    commands.add_command(
+        "calibrate",
+        help="how often a judge agrees with people: run it on human-labelled samples",
+        description="Judge human-labelled samples (a bundled set, or your own file) with "
+        "one judge, as evaluate would, and report how often it agrees with the people: "
+        "accuracy, balanced accuracy, Cohen's kappa, precision and recall of fail, AUROC, "
+        "the confusion matrix and the best pass mark, with bootstrap 95% intervals. The "
+        "work is kept in --db: running the same command again resumes it.",
+        fill=_fill_calibrate,
     )
-    export.add_argument(
-        "--job", action="append", dest="jobs", metavar="ID", help="only this job (repeatable)"
+    commands.add_command(
+        "report",
+        help="write a self-contained HTML report of evaluate results or a generated dataset",
+        description="Write one HTML file (no network needed to open it) from the results "
+        "`evaluate` wrote, from a job in the database (--db), or from a generated dataset "
+        "(with --rejected); with --db and --history, one page of every job in the database.",
+        fill=report_options.add_report_arguments,
     )
+    commands.add_command(
+        "compare",
+        help="compare two evaluation runs sample by sample: differences, intervals, regressions",
+        description="Pair the samples of BASELINE and CANDIDATE by id and compare each metric: "
+        "means, the paired difference with a bootstrap 95% interval, samples improved, "
+        "regressed or the same, and the biggest regressions. BASELINE and CANDIDATE are "
+        "results files, or job ids with --db.",
+        fill=report_options.add_compare_arguments,
+    )
+    if not lazy:
+        commands.fill_all()
+    return parser
 
 
 def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
@@ -574,7 +258,7 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
 
 def _thresholds(args: argparse.Namespace) -> dict[str, float]:
     """``--NAME-threshold X`` and ``--threshold NAME=X`` as one mapping (the latter wins)."""
-    given = {m.name: getattr(args, f"{m.name}_threshold", None) for m in _declared()}
+    given = {m.name: getattr(args, f"{m.name}_threshold", None) for m in declared()}
     found = {name: value for name, value in given.items() if value is not None}
     for name, value in _pairs(getattr(args, "thresholds", None) or [], "--threshold").items():
         try:
@@ -606,6 +290,11 @@ def _explain(exc: pydantic.ValidationError) -> str:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < ragjury.toml < environment < command-line flags."""
+    import pydantic
+
+    from ragjury.config import EvaluationOptions, GenerationOptions, Settings
+    from ragjury.pricing import load_price_file
+
     overrides: dict[str, Any] = {k: getattr(args, k, None) for k in _LLM_FLAGS}
     if overrides["otel"] is None and any(
         os.environ.get(name)
@@ -651,8 +340,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(lazy=True)
     args = parser.parse_args(argv)
+    from ragjury.llm import tracing
+    from ragjury.logs import configure_logging
+
     try:
         settings = settings_from_args(args)
         configure_logging(settings.log_level)
@@ -674,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    import anyio
+
     if args.command == "generate":
         from ragjury.commands.generate import generate_command
 

@@ -638,6 +638,7 @@ class FakeOpenAI:
         self._down_until = 0.0
         self._down_clock: Callable[[], float] = time.monotonic
         self._first_ok = self._last_ok = 0.0
+        self._first_arrival = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -749,7 +750,10 @@ class FakeOpenAI:
         ``in_flight_max``; the 429s by cause: ``limit_429`` (a budget was spent),
         ``random_429`` (``rate_429``), ``overload_429`` (``max_in_flight``); and
         ``outage_requests``, the chat requests that arrived during an :meth:`outage`;
-        ``ok_seconds``, from the first successful chat request's arrival to the last's answer.
+        ``ok_seconds``, from the first successful chat request's arrival to the last's answer;
+        ``first_request_at``, the first request's arrival on ``time.monotonic()`` (a clock every
+        process on the machine shares, so a client can tell how long after its start it came),
+        0.0 before any request.
         """
         with self._lock:
             return {
@@ -757,6 +761,7 @@ class FakeOpenAI:
                 "delay_seconds": round(self._delay_total, 6),
                 "in_flight_max": self.in_flight_max,
                 "ok_seconds": round(self._last_ok - self._first_ok, 3),
+                "first_request_at": self._first_arrival,
             }
 
     def reset(self) -> None:
@@ -772,6 +777,7 @@ class FakeOpenAI:
             self._counted.clear()
             self._delay_total = 0.0
             self._first_ok = self._last_ok = 0.0
+            self._first_arrival = 0.0
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -802,6 +808,7 @@ class FakeOpenAI:
     def _begin(self, request: RecordedRequest) -> None:
         with self._lock:
             self._counted["requests"] += 1
+            self._first_arrival = self._first_arrival or request.received_at
             if self._keep_requests:
                 self.requests.append(request)
             self._in_flight += 1

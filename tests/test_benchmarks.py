@@ -100,6 +100,27 @@ def test_memory_reports_peak_rss_per_size(tmp_path: Path) -> None:
     assert [row["kept"] for row in rows] == [4, 8]
 
 
+def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path) -> None:
+    result = run_benchmark("startup", tmp_path)
+    runs = {run["run"]: run for run in result["runs"]}
+    assert list(runs) == [
+        "python -c pass",
+        "ragjury --version",
+        "ragjury --help",
+        "ragjury evaluate --help",
+        'python -c "import openai"',
+        "evaluate: first request",
+        "evaluate: whole run",
+    ]
+    assert runs["python -c pass"]["ratio_to_python"] == 1.0
+    for run in runs.values():
+        assert len(run["seconds"]) == result["settings"]["runs"] == 3  # --quick
+        assert run["min_seconds"] <= run["median_seconds"] <= run["max_seconds"]
+    first, whole = runs["evaluate: first request"], runs["evaluate: whole run"]
+    # each run's first request came after its start and before its end
+    assert all(0 < f < w for f, w in zip(first["seconds"], whole["seconds"], strict=True))
+
+
 def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> None:
     result = run_benchmark("bus", tmp_path, "--messages=300", "--repeats=1")
     paths = result["paths"]

@@ -29,7 +29,7 @@ def _commands_help() -> str:
     # argparse has no public way to reach a sub-parser; its _actions list is the usual route.
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     commands: dict[str, argparse.ArgumentParser] = sub.choices
-    return "\n".join(command.format_help() for command in commands.values())
+    return "\n".join([parser.format_help(), *(c.format_help() for c in commands.values())])
 
 
 def test_every_flag_the_readme_mentions_exists() -> None:

@@ -1,25 +1,52 @@
-"""What `ragjury --version` and `--help` import: not the LLM client, the stores' drivers, the
-report code or PDF reading, which a command that runs nothing does not need. (A guard on the
-import graph, not a timing: the figures are benchmarks' business.)"""
+"""What `ragjury --version` and `--help` import: not the LLM client, the settings, logging, the
+stores' drivers, the report code or PDF reading, which a command that runs nothing does not
+need; `--version` not even pydantic or the metric declarations. (A guard on the import graph,
+not a timing: the figures are `benchmarks/startup.py`'s business.)"""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ragjury.cli import build_parser, main
+
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = (
+# Loaded by no --version or --help: what a command needs only when it runs.
+NEVER = (
     "openai",
     "instructor",
+    "httpx2",
+    "anyio",
+    "structlog",
+    "structlog.processors",
+    "rich",
+    "pydantic_settings",
+    "jinja2",
+    "rapidfuzz",
+    "sqlite3",
+    "aiosqlite",
     "asyncpg",
     "pypdf",
     "pyarrow",
+    "ragjury.config",
+    "ragjury.logs",
     "ragjury.llm.client",
+    "ragjury.store.sqlite",
+    "ragjury.evaluation.targets",
+    "ragjury.ingest.loaders",
+    "ragjury.pipelines",
+    "ragjury.runtime",
+    "ragjury.jobs",
+    "ragjury.commands._run",
+    "ragjury.commands.evaluate",
     "ragjury.report.html",
 )
+# --version prints a constant: it reads no metric declaration, so no pydantic model either.
+NOT_FOR_VERSION = (*NEVER, "pydantic", "ragjury.metrics", "ragjury.schemas", "ragjury.agents")
 
 PROBE = """
 import sys
@@ -28,19 +55,57 @@ try:
     main({args!r})
 except SystemExit:
     pass
-print("heavy:" + ",".join(sorted(m for m in {heavy!r} if m in sys.modules)))
+print("loaded:" + ",".join(sorted(m for m in {watched!r} if m in sys.modules)))
 """
 
 
-@pytest.mark.parametrize("args", [["--version"], ["--help"], ["evaluate", "--help"]])
-def test_a_command_that_runs_nothing_imports_nothing_heavy(args: list[str]) -> None:
+def _loaded(args: list[str], watched: tuple[str, ...]) -> list[str]:
+    """The ``watched`` modules in ``sys.modules`` after ``ragjury ARGS``, in a fresh process."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)],
+        [sys.executable, "-c", PROBE.format(args=args, watched=watched)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
+    shown = done.stdout.strip().splitlines()[-1].removeprefix("loaded:")
+    return shown.split(",") if shown else []
 
-    assert done.stdout.strip().splitlines()[-1] == "heavy:"
+
+def _commands() -> list[str]:
+    # argparse has no public way to reach a sub-parser; its _actions list is the usual route.
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_version_imports_neither_pydantic_nor_anything_a_command_runs() -> None:
+    assert _loaded(["--version"], NOT_FOR_VERSION) == []
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], *([name, "--help"] for name in _commands())], ids=" ".join
+)
+def test_help_imports_nothing_a_command_needs_only_when_it_runs(args: list[str]) -> None:
+    assert _loaded(args, NEVER) == []
+
+
+def test_the_probe_sees_what_a_running_command_loads() -> None:
+    """The guard can fail: ``ragjury metrics`` runs, so it reads settings and logs."""
+    loaded = _loaded(["metrics", "--json"], NEVER)
+
+    assert {"ragjury.config", "ragjury.logs", "structlog", "pydantic_settings"} <= set(loaded)
+
+
+@pytest.mark.parametrize("command", [None, *_commands()])
+def test_the_lazy_parser_shows_the_help_the_whole_parser_has(
+    command: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = build_parser()
+    [sub] = [a for a in whole._actions if isinstance(a, argparse._SubParsersAction)]
+    expected = (whole if command is None else sub.choices[command]).format_help()
+
+    with pytest.raises(SystemExit):
+        main(["--help"] if command is None else [command, "--help"])
+
+    assert capsys.readouterr().out == expected

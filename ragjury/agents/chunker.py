@@ -3,11 +3,13 @@ count for the collector."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ragjury.config import GenerationOptions
 from ragjury.ingest import chunk_document
 from ragjury.schemas import ChunkReady, DocumentChunked, DocumentSubmitted
+
+if TYPE_CHECKING:
+    from ragjury.config import GenerationOptions
 
 
 class Chunker:

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import jinja2
-import jinja2.meta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from ragjury.agents.base import Step, failure_from
@@ -163,6 +161,9 @@ def judge_from_dict(data: Mapping[str, Any], origin: str) -> Metric:
             f"judge file {origin}: pass_at = {spec.pass_at:g} is outside the scale "
             f"{scale.describe()}; give a score on that scale"
         )
+    import jinja2  # here: the metric declarations import this module
+    import jinja2.meta
+
     try:
         parsed = jinja2.Environment().parse(spec.prompt)
     except jinja2.TemplateSyntaxError as exc:

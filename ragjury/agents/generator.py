@@ -6,13 +6,13 @@ import hashlib
 from typing import TYPE_CHECKING, ClassVar
 
 from ragjury.agents.base import failure_from
-from ragjury.config import GenerationOptions
 from ragjury.errors import LLMError
 from ragjury.prompts import Prompt
 from ragjury.schemas import ChunkFailed, ChunkReady, DraftedPairs, QAPair, QuestionsDrafted
 from ragjury.schemas.responses import counted
 
 if TYPE_CHECKING:
+    from ragjury.config import GenerationOptions
     from ragjury.llm import LLM
 
 

@@ -32,8 +32,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rapidfuzz.distance import Indel
-
 from ragjury.store.base import QuestionDecision
 
 ORDER_VERSION = 2
@@ -104,6 +102,8 @@ class QuestionIndex:
         """Decide ``pairs`` (pair id, question) in order against ``candidates`` (row, pair id,
         question: every kept question that shares a key with one of the pairs, and
         maybe more) and against the pairs kept before them."""
+        from rapidfuzz.distance import Indel  # here: the metric declarations import this module
+
         kept = [(row, pair_id, words(question)) for row, pair_id, question in candidates]
         kept.sort(key=lambda candidate: candidate[0])
         decisions = []

@@ -12,27 +12,36 @@ import hashlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from ragjury.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    import jinja2
+
 _SEPARATOR = "--- user ---"
-_ENV = jinja2.Environment(
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=False,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    autoescape=False,
-)
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """Made when a template is first compiled: the metric declarations name prompts, and the
+    command line's ``--help`` reads the declarations without rendering anything."""
+    import jinja2
+
+    return jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
 
 
 @functools.lru_cache(maxsize=256)
 def _compiled(source: str) -> jinja2.Template:
     """Compile a template part once: compiling costs more than rendering (milliseconds per
     call, which on a busy run is what keeps the endpoint from being kept busy)."""
-    return _ENV.from_string(source)
+    return _environment().from_string(source)
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class Prompt:
         return cls(name=name, source=source, origin=str(path))
 
     def render(self, **variables: Any) -> list[dict[str, str]]:
+        import jinja2
+
         try:
             system, user = (
                 _compiled(part).render(**variables).strip()

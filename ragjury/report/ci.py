@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,29 +12,10 @@ from urllib.parse import urlsplit, urlunsplit
 from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
-from ragjury.report.gates import GateResult, parse_thresholds
+from ragjury.report.gates import GateResult
 from ragjury.report.junit import junit_xml
 from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
-
-
-def add_ci_options(parser: argparse.ArgumentParser) -> None:
-    """``--fail-under``, ``--junit`` and ``--markdown`` (``--max-failed`` is the command's own)."""
-    group = parser.add_argument_group("CI gates and reports")
-    group.add_argument(
-        "--fail-under",
-        action="extend",
-        type=parse_thresholds,
-        default=[],
-        metavar="METRIC=X,...",
-        help="exit 5 if a metric's mean over scored samples is below X, on the metric's own "
-        "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
-        "for its pass rate (repeatable)",
-    )
-    group.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
-    group.add_argument(
-        "--markdown", type=Path, metavar="FILE", help="write a Markdown summary for a CI job page"
-    )
 
 
 def redact_url(url: str | None) -> str | None:

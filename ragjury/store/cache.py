@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from ragjury.config import Settings
 from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored
 from ragjury.store.base import CallLog
+
+if TYPE_CHECKING:
+    from ragjury.config import Settings
 
 _EVENTS: TypeAdapter[list[BusEvent]] = TypeAdapter(list[Event])
 

@@ -1,0 +1,66 @@
+"""The flags of ``ragjury generate`` (light to import; see
+:mod:`ragjury.commands.common_options`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ragjury.commands.common_options import add_llm_options, add_run_options
+
+
+def add_generate_arguments(gen: argparse.ArgumentParser) -> None:
+    gen.add_argument("paths", nargs="+", type=Path, help="files or folders (searched recursively)")
+    gen.add_argument("--out", type=Path, required=True, help="kept pairs (JSONL, CSV or Parquet)")
+    gen.add_argument("--rejected", type=Path, help="rejected and failed pairs, with rationales")
+    gen.add_argument(
+        "--failed", type=Path, help="chunks the generator gave up on, with their errors"
+    )
+    gen.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet"],
+        help="output format (default: the file suffix's, .jsonl .csv .parquet, else jsonl)",
+    )
+    gen.add_argument("--summary", type=Path, help="write the run summary as JSON here")
+    add_run_options(gen)
+    add_generation_options(gen)
+    add_llm_options(gen)
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    ingest = parser.add_argument_group("input")
+    ingest.add_argument(
+        "--glob",
+        action="append",
+        dest="globs",
+        metavar="PATTERN",
+        help="only files matching (repeatable), e.g. --glob '**/*.md'",
+    )
+    ingest.add_argument("--text-field", help="JSON/JSONL field holding the text (default text)")
+    ingest.add_argument("--id-field", help="JSON/JSONL field holding a record id")
+    ingest.add_argument("--chunk-size", type=int, help="characters per chunk (default 2000)")
+    ingest.add_argument("--chunk-overlap", type=int, help="characters of overlap (default 200)")
+    ingest.add_argument(
+        "--whole-documents",
+        action="store_true",
+        default=None,
+        help="generate from whole files instead of chunks",
+    )
+    drafting = parser.add_argument_group("generation")
+    drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
+    drafting.add_argument(
+        "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
+    )
+    drafting.add_argument(
+        "--audience", help="who asks the questions (default: users of these documents)"
+    )
+    drafting.add_argument(
+        "--min-score",
+        type=int,
+        help="keep a pair only if every critic rates it this or more (default 4)",
+    )
+    drafting.add_argument(
+        "--dedup-threshold",
+        type=float,
+        help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",
+    )

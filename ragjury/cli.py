@@ -202,7 +202,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+def _add_ingest_options(parser: argparse.ArgumentParser) -> None:
+    """How documents are read and chunked: generate's, and audit's for its --corpus."""
     ingest = parser.add_argument_group("input")
     ingest.add_argument(
         "--glob",
@@ -221,6 +222,10 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="generate from whole files instead of chunks",
     )
+
+
+def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+    _add_ingest_options(parser)
     drafting = parser.add_argument_group("generation")
     drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
     drafting.add_argument(
@@ -361,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ragjury.commands.report import add_report_commands
 
     add_report_commands(commands)
+    from ragjury.commands.audit import add_audit_command
+
+    audit = add_audit_command(commands)
+    _add_ingest_options(audit)
+    _add_log_level(audit)
     return parser
 
 
@@ -656,6 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ragjury.commands.metrics import metrics_command
 
             return metrics_command(args, settings)
+        if args.command == "audit":
+            from ragjury.commands.audit import audit_command
+
+            return audit_command(args, settings)
         if args.command in ("report", "compare"):
             from ragjury.commands.report import COMMAND_FUNCTIONS
 

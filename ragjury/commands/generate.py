@@ -39,6 +39,8 @@ from ragjury.output import (
 )
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
+from ragjury.report.audit import audit_dataset, summary_lines
+from ragjury.report.audit_input import AuditRecord, audit_record
 from ragjury.schemas import DocumentJudged
 from ragjury.store.base import Job
 
@@ -104,7 +106,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
+            kept_pairs: list[AuditRecord] = []
             async for record in run.store.pairs([job.id]):
+                if record["outcome"] == "kept":
+                    kept_pairs.append(audit_record(record, f"pair {record['id']}"))
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
@@ -123,6 +128,16 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             budget_reason = run.llm.budget.reason
             await run.finish(summary, args.summary)
     _report(console, summary, args)
+    audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
+    for line in summary_lines(audit):  # `ragjury audit` gives the whole audit
+        console.print(f"ragjury audit: {line}", soft_wrap=True, markup=False, highlight=False)
+    corpus = " ".join(str(path) for path in args.paths)
+    console.print(
+        f"ragjury audit: in full: ragjury audit {args.out} --corpus {corpus}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
     code = stopped_early(
         console,
         settings,

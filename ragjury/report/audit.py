@@ -22,8 +22,9 @@ The result is a plain JSON-able dict, what ``ragjury audit --json`` prints.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
@@ -31,9 +32,10 @@ from typing import Any
 from rapidfuzz.distance import Indel
 
 from ragjury.agents.question_index import QuestionIndex, words
-from ragjury.report.audit_input import AuditRecord, Corpus
+from ragjury.errors import InputError
+from ragjury.report.audit_input import AuditRecord, Corpus, audit_record
 
-__all__ = ["AuditOptions", "audit_dataset", "summary_lines"]
+__all__ = ["AuditOptions", "audit_dataset", "page_audit", "summary_lines"]
 
 BM25_MISSING = "difficulty needs bm25s: pip install 'ragjury[audit]'"
 NO_CORPUS = (
@@ -343,3 +345,25 @@ def summary_lines(audit: dict[str, Any]) -> list[str]:
     else:
         lines.append(audit["difficulty_note"])
     return lines
+
+
+_PAGE_ROWS = 10
+
+
+def page_audit(pairs: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the audit finds without the corpus (coverage from the run summary's counts, when
+    given), for the Audit section of the dataset's HTML page."""
+    records = []
+    for n, pair in enumerate(pairs, start=1):
+        with contextlib.suppress(InputError):  # a pair the audit cannot read is left out
+            records.append(audit_record(pair, f"record {n}"))
+    documents, chunks = summary.get("documents"), summary.get("chunks")
+    totals = (documents, chunks) if isinstance(documents, int) and isinstance(chunks, int) else None
+    audit = audit_dataset(records, totals=totals)
+    return {
+        "lines": summary_lines(audit),
+        "types": audit["by_question_type"],
+        "personas": audit["by_persona"],
+        "duplicates": audit["near_duplicates"]["pairs"][:_PAGE_ROWS],
+        "leaks": audit["leakage"]["questions"][:_PAGE_ROWS],
+    }

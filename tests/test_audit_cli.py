@@ -224,3 +224,39 @@ def test_the_dataset_report_has_an_audit_section(tmp_path: Path) -> None:
     assert "coverage: 2 of 4 documents (50%) and 2 of 4 chunks (50%) have a kept pair" in section
     assert "<td>q1: What port does uvicorn use by default?</td>" in section
     assert "cross origin requests are allowed by adding the corsmiddleware" in section
+
+
+def test_without_bm25s_the_audit_says_how_to_install_it_and_reports_the_rest(
+    tmp_path: Path,
+) -> None:
+    folder = write_corpus(tmp_path)
+    dataset = write_jsonl(tmp_path / "set.jsonl", skewed_set(folder))
+    blocked = tmp_path / "blocked" / "bm25s"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('bm25s is not installed')\n")
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragjury",
+            "audit",
+            str(dataset),
+            "--corpus",
+            str(folder),
+            "--whole-documents",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'blocked'}{os.pathsep}{ROOT}"},
+    )
+
+    assert done.returncode == 0, done.stderr
+    audit = json.loads(done.stdout)
+    assert audit["difficulty"] is None
+    assert audit["difficulty_note"] == "difficulty needs bm25s: pip install 'ragjury[audit]'"
+    assert audit["coverage"]["documents_covered"] == 2

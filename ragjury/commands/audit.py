@@ -38,7 +38,8 @@ def add_audit_command(commands: Any) -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         metavar="PATH",
-        help="the files or folders the set was generated from; needed for coverage and difficulty",
+        help="the files or folders the set was generated from (after the dataset files); "
+        "needed for coverage and difficulty",
     )
     audit.add_argument(
         "--dedup-threshold",

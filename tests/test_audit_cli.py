@@ -184,7 +184,8 @@ def test_generate_ends_with_the_audit_and_its_set_audits_against_the_same_corpus
         f"ragjury audit: skew: {docs / 'ports.md'} holds 67% of the kept pairs (2; 2.0x an even "
         "share over 3 documents)"
     ) in lines
-    assert f"ragjury audit: in full: ragjury audit kept.jsonl --corpus {docs}" in lines
+    command = f"ragjury audit kept.jsonl --corpus {docs} --whole-documents"
+    assert f"ragjury audit: difficulty, and the documents without a pair: {command}" in lines
     audited = ragjury(
         "audit", "kept.jsonl", "--corpus", str(docs), "--whole-documents", "--json", cwd=tmp_path
     )

@@ -25,7 +25,7 @@ from ragjury.commands._run import (
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
-from ragjury.config import Settings
+from ragjury.config import GenerationOptions, Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import DocumentReader
 from ragjury.jobs import JobRun, submit_documents
@@ -129,15 +129,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             await run.finish(summary, args.summary)
     _report(console, summary, args)
     audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
-    for line in summary_lines(audit):  # `ragjury audit` gives the whole audit
+    lines = [line for line in summary_lines(audit) if not line.startswith("difficulty needs")]
+    lines.append(f"difficulty, and the documents without a pair: {_audit_command(args, options)}")
+    for line in lines:
         console.print(f"ragjury audit: {line}", soft_wrap=True, markup=False, highlight=False)
-    corpus = " ".join(str(path) for path in args.paths)
-    console.print(
-        f"ragjury audit: in full: ragjury audit {args.out} --corpus {corpus}",
-        soft_wrap=True,
-        markup=False,
-        highlight=False,
-    )
     code = stopped_early(
         console,
         settings,
@@ -176,6 +171,17 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
                 progress.update(counts)
 
         return await run_job_until_signalled(run, settings, job, console, on_event)
+
+
+def _audit_command(args: argparse.Namespace, options: GenerationOptions) -> str:
+    """The ``ragjury audit`` command that reads the corpus as this run read it."""
+    words = ["ragjury audit", str(args.out), "--corpus", *(str(p) for p in args.paths)]
+    default = GenerationOptions()
+    for name in ("text_field", "id_field", "chunk_size", "chunk_overlap"):
+        if getattr(options, name) != getattr(default, name):
+            words += [f"--{name.replace('_', '-')}", str(getattr(options, name))]
+    words += [f"--glob {pattern!r}" for pattern in options.globs or ()]
+    return " ".join(words + (["--whole-documents"] if options.whole_documents else []))
 
 
 def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace) -> None:

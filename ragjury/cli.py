@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ragjury import __version__
-from ragjury.commands import evaluate_options, generate_options, queue_options, report_options
+from ragjury.commands import (
+    audit_options,
+    evaluate_options,
+    generate_options,
+    queue_options,
+    report_options,
+)
 from ragjury.commands.common_options import add_llm_options, add_run_options, declared
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
 
@@ -241,6 +247,12 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
         "results files, or job ids with --db.",
         fill=report_options.add_compare_arguments,
     )
+    commands.add_command(
+        "audit",
+        help=audit_options.HELP,
+        description=audit_options.DESCRIPTION,
+        fill=audit_options.add_audit_arguments,
+    )
     if not lazy:
         commands.fill_all()
     return parser
@@ -384,6 +396,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         from ragjury.commands.metrics import metrics_command
 
         return metrics_command(args, settings)
+    if args.command == "audit":
+        from ragjury.commands.audit import audit_command
+
+        return audit_command(args, settings)
     if args.command in ("report", "compare"):
         from ragjury.commands.report import COMMAND_FUNCTIONS
 

@@ -25,7 +25,7 @@ from ragjury.commands._run import (
     stopped_early,
 )
 from ragjury.commands._signals import run_job_until_signalled
-from ragjury.config import Settings
+from ragjury.config import GenerationOptions, Settings
 from ragjury.estimate import estimate_generation
 from ragjury.ingest import DocumentReader
 from ragjury.llm.resolve import choose_llm
@@ -38,6 +38,8 @@ from ragjury.output import (
 )
 from ragjury.pipelines.generation import generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
+from ragjury.report.audit import audit_dataset, summary_lines
+from ragjury.report.audit_input import AuditRecord, audit_record
 from ragjury.runner import JobRun, submit_documents
 from ragjury.schemas import DocumentJudged
 from ragjury.store.base import Job
@@ -104,7 +106,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size
             counts.documents_submitted = counts.documents - result.unfinished
+            kept_pairs: list[AuditRecord] = []
             async for record in run.store.pairs([job.id]):
+                if record["outcome"] == "kept":
+                    kept_pairs.append(audit_record(record, f"pair {record['id']}"))
                 writer = kept if record["outcome"] == "kept" else rejected
                 if writer is not None:
                     writer.write(record)
@@ -123,6 +128,11 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             budget_reason = run.llm.budget.reason
             await run.finish(summary, args.summary)
     _report(console, summary, args)
+    audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
+    lines = [line for line in summary_lines(audit) if not line.startswith("difficulty needs")]
+    lines.append(f"difficulty, and the documents without a pair: {_audit_command(args, options)}")
+    for line in lines:
+        console.print(f"ragjury audit: {line}", soft_wrap=True, markup=False, highlight=False)
     code = stopped_early(
         console,
         settings,
@@ -161,6 +171,17 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
                 progress.update(counts)
 
         return await run_job_until_signalled(run, settings, job, console, on_event)
+
+
+def _audit_command(args: argparse.Namespace, options: GenerationOptions) -> str:
+    """The ``ragjury audit`` command that reads the corpus as this run read it."""
+    words = ["ragjury audit", str(args.out), "--corpus", *(str(p) for p in args.paths)]
+    default = GenerationOptions()
+    for name in ("text_field", "id_field", "chunk_size", "chunk_overlap"):
+        if getattr(options, name) != getattr(default, name):
+            words += [f"--{name.replace('_', '-')}", str(getattr(options, name))]
+    words += [f"--glob {pattern!r}" for pattern in options.globs or ()]
+    return " ".join(words + (["--whole-documents"] if options.whole_documents else []))
 
 
 def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace) -> None:

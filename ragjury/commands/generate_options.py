@@ -27,7 +27,8 @@ def add_generate_arguments(gen: argparse.ArgumentParser) -> None:
     add_llm_options(gen)
 
 
-def add_generation_options(parser: argparse.ArgumentParser) -> None:
+def add_ingest_options(parser: argparse.ArgumentParser) -> None:
+    """How documents are read and chunked: generate's, and audit's for its --corpus."""
     ingest = parser.add_argument_group("input")
     ingest.add_argument(
         "--glob",
@@ -46,6 +47,10 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="generate from whole files instead of chunks",
     )
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    add_ingest_options(parser)
     drafting = parser.add_argument_group("generation")
     drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
     drafting.add_argument(

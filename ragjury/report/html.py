@@ -31,6 +31,7 @@ from markupsafe import Markup
 
 from ragjury import __version__
 from ragjury.metrics import Scale, registry, scale_of
+from ragjury.report.audit import page_audit
 from ragjury.report.compare import Comparison
 from ragjury.report.judge_card import judge_card
 from ragjury.report.load import Loaded, metric_stats
@@ -370,6 +371,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
         ratings=ratings,
         sources=sorted(sources.items(), key=lambda item: (-sum(item[1].values()), item[0])),
         run=run,
+        audit=page_audit(loaded.records, loaded.summary),
     )
 
 

@@ -406,9 +406,11 @@ def _add_evaluate(commands: Any) -> None:
     ev.add_argument(
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
     )
+    from ragjury.calibration.correction import add_correction_options
     from ragjury.report.ci import add_ci_options
 
     add_ci_options(ev)
+    add_correction_options(ev)
     target = ev.add_argument_group("live RAG system")
     target.add_argument(
         "--target",

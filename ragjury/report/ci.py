@@ -13,14 +13,15 @@ from urllib.parse import urlsplit, urlunsplit
 from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
-from ragjury.report.gates import GateResult, parse_thresholds
+from ragjury.report.gates import GATE_ON, GateResult, parse_thresholds
 from ragjury.report.junit import junit_xml
 from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
 
 
 def add_ci_options(parser: argparse.ArgumentParser) -> None:
-    """``--fail-under``, ``--junit`` and ``--markdown`` (``--max-failed`` is the command's own)."""
+    """``--fail-under``, ``--gate-on``, ``--junit`` and ``--markdown`` (``--max-failed`` is the
+    command's own)."""
     group = parser.add_argument_group("CI gates and reports")
     group.add_argument(
         "--fail-under",
@@ -31,6 +32,14 @@ def add_ci_options(parser: argparse.ArgumentParser) -> None:
         help="exit 5 if a metric's mean over scored samples is below X, on the metric's own "
         "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
         "for its pass rate (repeatable)",
+    )
+    group.add_argument(
+        "--gate-on",
+        choices=GATE_ON,
+        default="point",
+        help="what --fail-under compares with its bar: the mean or pass rate itself (point, "
+        "the default) or the lower bound of its 95%% interval over samples (lower-bound: the "
+        "gate passes only when the samples leave no reasonable doubt)",
     )
     group.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     group.add_argument(

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
-BOOTSTRAP_AT_MOST = 5000
+BOOTSTRAP_AT_MOST = 2000
 """Samples up to which :func:`mean_interval` draws resamples; above, the normal interval."""
 
 T = TypeVar("T")

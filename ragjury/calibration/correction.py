@@ -4,13 +4,15 @@ A person labelled some of the run's samples (the file ``ragjury calibrate`` take
 with the person's verdict in ``--label-field``, matched to the run's samples by id). The
 judge's pass rate over every scored sample is corrected by the mean of (person - judge) over
 the labelled ones, with its interval: prediction-powered inference
-(``ragjury.intervals.corrected_mean``). When the labels are 1-5 ratings and the metric
-scores 1-5, its mean is corrected the same way. The judge's own figure stays beside it.
+(``ragjury.intervals.corrected_mean``), clipped to the figure's range. When the labels are
+1-5 ratings and the metric scores 1-5, its mean is corrected the same way. The judge's own
+figure stays beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,24 +172,33 @@ class CorrectionTally:
             "matched": len(self.matched),
             "unmatched": len(self.labels.items) - len(self.matched),
         }
-        found["pass_rate"] = _figure(self.judge_passes, self.labelled_passes)
+        found["pass_rate"] = _figure(self.judge_passes, self.labelled_passes, (0.0, 1.0))
         if self.corrects_mean:
-            found["mean"] = _figure(self.judge_scores, self.labelled_scores)
+            bounds = (self.scale.low, self.scale.high or math.inf)
+            found["mean"] = _figure(self.judge_scores, self.labelled_scores, bounds)
         return found
 
 
-def _figure(judge: Sequence[float], labelled: Sequence[tuple[float, float]]) -> dict[str, Any]:
+def _figure(
+    judge: Sequence[float],
+    labelled: Sequence[tuple[float, float]],
+    bounds: tuple[float, float],
+) -> dict[str, Any]:
+    """The judge's figure and the corrected one; the corrected value and interval are
+    clipped to ``bounds`` (a pass rate lies in 0..1 however few the labels)."""
     raw = mean_interval(judge)
     corrected: Corrected | None = corrected_mean(
         judge, [j for j, _ in labelled], [h for _, h in labelled]
     )
+
+    def clip(value: float) -> float:
+        return round(min(max(value, bounds[0]), bounds[1]), 4)
+
     return {
         "judge": round(sum(judge) / len(judge), 4) if judge else None,
         "judge_interval": None if raw is None else [round(raw[0], 4), round(raw[1], 4)],
-        "corrected": None if corrected is None else round(corrected.value, 4),
-        "interval": (
-            None if corrected is None else [round(corrected.low, 4), round(corrected.high, 4)]
-        ),
+        "corrected": None if corrected is None else clip(corrected.value),
+        "interval": (None if corrected is None else [clip(corrected.low), clip(corrected.high)]),
         "judge_bias": None if corrected is None else round(corrected.bias, 4),
         "labelled": len(labelled),
     }

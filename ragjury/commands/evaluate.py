@@ -206,8 +206,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
-    for metric, figures in (summary.get("corrected") or {}).items():
-        for line in correction_lines(metric, figures):
+    for metric, corrected in (summary.get("corrected") or {}).items():
+        for line in correction_lines(metric, corrected):
             console.print(
                 f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False
             )

@@ -66,7 +66,7 @@ def _rounded(interval: Interval | None) -> list[float] | None:
 
 
 INTERVALS = {
-    "confidence": CONFIDENCE,
+    "level": CONFIDENCE,
     "method": "percentile bootstrap over samples",
     "resamples": RESAMPLES,
     "seed": 0,

@@ -168,8 +168,8 @@ def _figure(value: float | None) -> str:
 
 
 def interval_text(interval: Sequence[float] | None) -> str:
-    """A 95% interval as the tables show it: ``[0.612, 0.801]``, or ``-`` when none."""
-    return "-" if not interval else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+    """A 95% interval as the tables show it: ``[0.612, 0.801]``, or nothing when none."""
+    return "" if not interval else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 def evaluation_table(summary: dict[str, Any]) -> Table:
@@ -185,17 +185,18 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
         ),
         title_justify="left",
     )
-    columns = ("metric", "mean", "95% interval", "median", "pass rate", "95% interval")
-    for column in (*columns, "scored", "n/a", "failed", "calls"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    table.caption = "\\[low, high]: the 95% interval over the scored samples"
+    table.add_column("metric", overflow="fold")
+    for column in ("mean", "median", "pass rate"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for column in ("scored", "n/a", "failed", "calls"):
+        table.add_column(column, justify="right")
     for name, m in summary["metrics"].items():
         table.add_row(
             name,
-            _figure(m["mean"]),
-            interval_text(m.get("mean_interval")),
+            f"{_figure(m['mean'])} {interval_text(m.get('mean_interval'))}",
             _figure(m["median"]),
-            _figure(m["pass_rate"]),
-            interval_text(m.get("pass_rate_interval")),
+            f"{_figure(m['pass_rate'])} {interval_text(m.get('pass_rate_interval'))}",
             *(str(m[key]) for key in ("scored", "not_applicable", "failed", "llm_calls")),
         )
     return table

@@ -67,9 +67,10 @@ def _target(args: argparse.Namespace) -> Target | None:
     )
 
 
-def _shown(figure: float | None) -> str:
-    """A mean or rate for the one-line summary; '-' when no sample was scored."""
-    return "-" if figure is None else str(figure)
+def _shown(figure: float | None, interval: list[float] | None) -> str:
+    """A mean or rate for the one-line summary, with its 95% interval; '-' when no sample
+    was scored."""
+    return "-" if figure is None else f"{figure} {interval_text(interval)}".rstrip()
 
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -186,8 +187,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             console.print(at_k)
     else:
         parts = [
-            f"{name} mean {_shown(m['mean'])} {interval_text(m.get('mean_interval'))} "
-            f"pass {_shown(m['pass_rate'])} {interval_text(m.get('pass_rate_interval'))} "
+            f"{name} mean {_shown(m['mean'], m.get('mean_interval'))} "
+            f"pass {_shown(m['pass_rate'], m.get('pass_rate_interval'))} "
             f"(failed {m['failed']}"
             + (f", not applicable {m['not_applicable']}" if m.get("not_applicable") else "")
             + ")"

@@ -13,7 +13,8 @@ from test_report import page_data
 
 from ragjury.cli import main
 from ragjury.commands._run import EXIT_GATE
-from ragjury.report.compare import bootstrap_interval, compare
+from ragjury.intervals import mean_interval
+from ragjury.report.compare import compare
 
 from conftest import read_summary
 from evalfakes import script_judges
@@ -87,7 +88,7 @@ def test_the_bootstrap_interval_covers_the_true_mean_difference_about_95_percent
     for trial in range(trials):
         # paired faithfulness-like scores: the candidate is 0.1 better on average
         differences = [rng.gauss(0.1, 0.3) for _ in range(40)]
-        interval = bootstrap_interval(differences, resamples=1000, seed=trial)
+        interval = mean_interval(differences, resamples=1000, seed=trial)
         assert interval is not None
         covered += interval[0] <= 0.1 <= interval[1]
 
@@ -95,8 +96,8 @@ def test_the_bootstrap_interval_covers_the_true_mean_difference_about_95_percent
 
 
 def test_no_pair_gives_no_interval() -> None:
-    assert bootstrap_interval([]) is None
-    assert bootstrap_interval([0.25]) == (0.25, 0.25)
+    assert mean_interval([]) is None
+    assert mean_interval([0.25]) == (0.25, 0.25)
 
 
 def _files(tmp_path: Path) -> tuple[str, str]:
@@ -138,30 +139,60 @@ def test_the_terminal_table_shows_metrics_regressions_and_unpaired_samples(
     assert "faithfulness: 1 sample(s) on both sides not compared" in out
 
 
+SHIFTED_BASELINE = [record(f"s{i}", faithfulness=scored(1.0 if i % 2 else 0.75)) for i in range(20)]
+SHIFTED_CANDIDATE = [  # 18 of 20 samples 0.25 worse: a shift the noise cannot explain
+    record(f"s{i}", faithfulness=scored((1.0 if i % 2 else 0.75) - (0.25 if i >= 2 else 0.0)))
+    for i in range(20)
+]
+
+
 def test_a_regression_beyond_the_allowed_drop_exits_with_the_gate_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base, cand = _files(tmp_path)
+    base = str(write_jsonl(tmp_path / "baseline.jsonl", SHIFTED_BASELINE))
+    cand = str(write_jsonl(tmp_path / "candidate.jsonl", SHIFTED_CANDIDATE))
 
-    assert main(["compare", base, cand, "--fail-on-regression", "faithfulness=0.2"]) == 0
+    assert main(["compare", base, cand, "--fail-on-regression", "faithfulness=0.3"]) == 0
     capsys.readouterr()
     code = main(["compare", base, cand, "--json", "--fail-on-regression", "faithfulness=0.1"])
 
     assert code == EXIT_GATE
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines()[-1] == (
-        "ragjury compare: gate failed: faithfulness mean 0.625 -> 0.4375, 0.1875 worse, "
-        "more than 0.1 (--fail-on-regression faithfulness=0.1)"
+    data = json.loads(captured.out)
+    low, high = data["metrics"][0]["interval_95"]
+    assert high < 0
+    assert data["metrics"][0]["change"] == "regression"
+    message = (
+        f"faithfulness mean 0.875 -> 0.65, difference -0.225 (95% interval [{low:+.4g}, "
+        f"{high:+.4g}]): 0.225 worse, more than 0.1"
     )
-    gates = json.loads(captured.out)["gates"]
-    assert gates == [
+    assert captured.err.strip().splitlines()[-1] == (
+        f"ragjury compare: gate failed: {message} (--fail-on-regression faithfulness=0.1)"
+    )
+    assert data["gates"] == [
         {
             "name": "--fail-on-regression faithfulness=0.1",
             "passed": False,
-            "message": "faithfulness mean 0.625 -> 0.4375, 0.1875 worse, more than 0.1",
+            "message": message,
             "metric": "faithfulness",
         }
     ]
+
+
+def test_a_drop_within_the_noise_of_the_samples_passes_the_regression_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, cand = _files(tmp_path)  # 4 pairs, mean 0.1875 worse, interval holding 0
+
+    code = main(["compare", base, cand, "--json", "--fail-on-regression", "faithfulness=0.1"])
+
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["metrics"][0]["change"] == "within noise"
+    assert data["gates"][0]["passed"] is True
+    assert data["gates"][0]["message"].endswith(
+        "0.1875 worse, but the interval holds 0, so within noise"
+    )
 
 
 def test_the_comparison_page_escapes_what_models_wrote(tmp_path: Path) -> None:

@@ -53,8 +53,10 @@ def test_default_metrics_score_faithfulness_correctness_and_keywords(
     assert s["llm_calls"] == len(fake.requests)
     assert s["metrics"]["faithfulness"] == {
         "mean": 0.75,
+        "mean_interval": [0.5, 1.0],
         "median": 0.75,
         "pass_rate": 0.5,
+        "pass_rate_interval": [0.0, 1.0],
         "scored": 2,
         "not_applicable": 1,
         "failed": 0,

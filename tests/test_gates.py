@@ -33,7 +33,8 @@ def test_a_mean_under_its_bar_exits_with_the_gate_code_and_names_metric_value_an
     assert code == EXIT_GATE == 5
     lines = [x for x in capsys.readouterr().err.splitlines() if "gate failed" in x]
     assert lines == [
-        "ragjury evaluate: gate failed: faithfulness mean 0.75 is below 0.8 "
+        "ragjury evaluate: gate failed: faithfulness mean 0.75 (point estimate; 95% interval "
+        "[0.5, 1]) is below 0.8 "
         "(--fail-under faithfulness=0.8)"
     ]
 
@@ -48,7 +49,10 @@ def test_a_pass_rate_bar_fails_on_the_share_of_passing_samples(
     code = run(fake, tmp_path, "--fail-under", "pass_rate:faithfulness=0.9")
 
     assert code == EXIT_GATE
-    assert "faithfulness pass rate 0.5 is below 0.9" in capsys.readouterr().err
+    assert (
+        "faithfulness pass rate 0.5 (point estimate; 95% interval [0, 1]) is below 0.9"
+        in capsys.readouterr().err
+    )
 
 
 def test_more_failed_judgements_than_allowed_exits_with_the_gate_code(
@@ -137,7 +141,9 @@ def test_junit_has_a_case_per_sample_and_metric_and_the_reasons_of_failures(
     assert skipped.get("message")
     gate = suites[2].find("testcase/failure")
     assert gate is not None
-    assert gate.get("message") == "faithfulness mean 0.75 is below 0.8"
+    assert gate.get("message") == (
+        "faithfulness mean 0.75 (point estimate; 95% interval [0.5, 1]) is below 0.8"
+    )
 
 
 def test_junit_keeps_text_xml_cannot_hold_and_markup_as_data() -> None:
@@ -186,8 +192,12 @@ def test_markdown_summary_has_the_figures_the_gates_and_escaped_reasons(
     assert code == 0
     text = markdown.read_text(encoding="utf-8")
     assert text.startswith("## ragjury evaluate — gates passed ✅\n")
-    assert "| faithfulness | 0.25 | 0.25 | 0 | 2 | 0 | 0 |" in text
-    assert "- ✅ `--fail-under faithfulness=0.25`: faithfulness mean 0.25 is at least 0.25" in text
+    # scores 0.5 and 0: the bootstrap means are 0, 0.25 and 0.5; no sample passed
+    assert "| faithfulness | 0.25 | [0, 0.5] | 0.25 | 0 | [0, 0] | 2 | 0 | 0 |" in text
+    assert (
+        "- ✅ `--fail-under faithfulness=0.25`: faithfulness mean 0.25 (point estimate; 95% "
+        "interval [0, 0.5]) is at least 0.25" in text
+    )
     assert "**Samples that did not pass** (2)" in text
     assert "- x\\|&lt;b&gt;: faithfulness (" in text
     assert "<b>" not in text

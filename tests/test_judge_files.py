@@ -142,7 +142,10 @@ def test_a_gate_on_a_judge_file_metric_uses_its_scale(
 
     assert run(fake, tmp_path, "--fail-under", "politeness=3") == 0
     assert run(fake, tmp_path, "--fail-under", "politeness=4") == 5
-    assert "politeness mean 3 is below 4" in capsys.readouterr().err
+    assert (
+        "politeness mean 3 (point estimate; 95% interval [3, 3]) is below 4"
+        in capsys.readouterr().err
+    )
     assert run(fake, tmp_path, "--fail-under", "politeness=0.7") == 2
     assert "politeness scores run 1 to 5" in capsys.readouterr().err
 

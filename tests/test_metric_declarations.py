@@ -217,7 +217,10 @@ def test_a_gate_on_a_rating_metric_takes_its_own_scale(
     # the refusal scores 1, the others 5: mean 3.67
     assert evaluate(fake, tmp_path, samples, *flags, "--fail-under", "answer_relevance=3") == 0
     assert evaluate(fake, tmp_path, samples, *flags, "--fail-under", "answer_relevance=4") == 5
-    assert "answer_relevance mean 3.6667 is below 4" in capsys.readouterr().err
+    assert (
+        "answer_relevance mean 3.6667 (point estimate; 95% interval [1, 5]) is below 4"
+        in capsys.readouterr().err
+    )
 
     requests = len(fake.requests)
     assert evaluate(fake, tmp_path, samples, *flags, "--fail-under", "answer_relevance=0.8") == 2

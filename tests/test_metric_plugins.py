@@ -84,7 +84,9 @@ def test_a_plugin_metric_is_judged_end_to_end_and_gated(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert gated.returncode == 5
-    assert "brevity pass rate 0.5 is below 0.9" in gated.stderr
+    assert (
+        "brevity pass rate 0.5 (point estimate; 95% interval [0, 1]) is below 0.9" in gated.stderr
+    )
     refused = ragjury(
         "evaluate",
         "samples.jsonl",

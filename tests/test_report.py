@@ -79,6 +79,11 @@ def test_report_from_files_shows_the_run_the_metrics_and_every_sample_with_its_c
         figures = summary["metrics"][name]
         assert f"{figures['scored']} scored" in html
         assert f"{figures['failed']} failed" in html
+        low, high = figures["mean_interval"]  # each mean beside its 95% interval
+        assert (
+            '<span class="muted interval" title="95% interval over samples">'
+            f"[{low:.3g}, {high:.3g}]" in html
+        )
     assert summary["metrics"]["correctness"]["failed"] == 1
     data = page_data(html)
     assert [s["id"] for s in data["samples"]] == [

@@ -68,7 +68,7 @@ def test_the_history_has_a_trend_per_metric_and_marks_the_runs_whose_gates_faile
     assert [cls for cls, _ in rows] == ["", "gates-failed", ""]
     failed = html.split('<tr class="gates-failed"')[1].split("</tr>")[0]
     assert "--fail-under faithfulness=0.9" in failed
-    assert "faithfulness mean 0.75 is below 0.9" in failed
+    assert "faithfulness mean 0.75 (point estimate; 95% interval [0.25, 1]) is below 0.9" in failed
     for _, job in rows:  # each job's own report, linked and written beside the page
         assert f'href="history-runs/{job}.html"' in html
         assert f"job {job}" in (history.parent / "history-runs" / f"{job}.html").read_text()

@@ -22,14 +22,14 @@ out of its interval.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-CONFIDENCE = 0.95
+from ragjury.intervals import CONFIDENCE, percentile_interval, resampled
+
 RESAMPLES = 1000
 
 
@@ -232,13 +232,6 @@ def best_threshold(
     return best
 
 
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    position = (len(ordered) - 1) * q
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 _Counts = Mapping[tuple[bool, bool, float], int]
 """(person passed, judge passed, score) -> samples: all a resample's figures need."""
 
@@ -282,22 +275,17 @@ def agreement(
 
     keys = [key(j) for j in judgements]
     point = _figures(Counter(keys), graded)
-    rng = random.Random(seed)
     drawn: dict[str, list[float]] = {name: [] for name in point}
-    if keys:
-        for _ in range(resamples):
-            for name, value in _figures(Counter(rng.choices(keys, k=len(keys))), graded).items():
-                if value is not None:
-                    drawn[name].append(value)
-    tail = (1 - confidence) / 2
+    for keys_drawn in resampled(keys, resamples=resamples, seed=seed):
+        for name, value in _figures(Counter(keys_drawn), graded).items():
+            if value is not None:
+                drawn[name].append(value)
 
     def figure(name: str) -> Figure:
-        values = sorted(drawn[name])
-        if point[name] is None or not values:
+        interval = percentile_interval(drawn[name], confidence)
+        if point[name] is None or interval is None:
             return Figure(value=point[name])
-        return Figure(
-            value=point[name], low=_quantile(values, tail), high=_quantile(values, 1 - tail)
-        )
+        return Figure(value=point[name], low=interval[0], high=interval[1])
 
     human = [j.human_pass for j in judgements]
     scores = [j.score for j in judgements if j.score is not None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -162,6 +163,15 @@ class EvaluationProgressBar(_Bars):
             self._progress.update(self._task, completed=done)
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def interval_text(interval: Sequence[float] | None) -> str:
+    """A 95% interval as the tables show it: ``[0.612, 0.801]``, or nothing when none."""
+    return "" if not interval else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+
+
 def evaluation_table(summary: dict[str, Any]) -> Table:
     table = Table(
         title=f"ragjury evaluate: {summary['samples']} samples, {summary['invalid_input']} "
@@ -175,25 +185,19 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
         ),
         title_justify="left",
     )
-    for column in ("metric", "mean", "median", "pass rate", "scored", "n/a", "failed", "calls"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    table.caption = "\\[low, high]: the 95% interval over the scored samples"
+    table.add_column("metric", overflow="fold")
+    for column in ("mean", "median", "pass rate"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for column in ("scored", "n/a", "failed", "calls"):
+        table.add_column(column, justify="right")
     for name, m in summary["metrics"].items():
         table.add_row(
             name,
-            *(
-                "-"
-                if m[key] is None
-                else (f"{m[key]:.3f}" if isinstance(m[key], float) else str(m[key]))
-                for key in (
-                    "mean",
-                    "median",
-                    "pass_rate",
-                    "scored",
-                    "not_applicable",
-                    "failed",
-                    "llm_calls",
-                )
-            ),
+            f"{_figure(m['mean'])} {interval_text(m.get('mean_interval'))}",
+            _figure(m["median"]),
+            f"{_figure(m['pass_rate'])} {interval_text(m.get('pass_rate_interval'))}",
+            *(str(m[key]) for key in ("scored", "not_applicable", "failed", "llm_calls")),
         )
     return table
 

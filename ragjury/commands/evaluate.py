@@ -11,9 +11,11 @@ import anyio.to_thread
 import structlog
 from rich.console import Console
 
+from ragjury.calibration.correction import correction_lines, load_correction
 from ragjury.commands._display import (
     cost_text,
     evaluation_table,
+    interval_text,
     retrieval_table,
 )
 from ragjury.commands._run import (
@@ -62,9 +64,10 @@ def _target(args: argparse.Namespace) -> Target | None:
     )
 
 
-def _shown(figure: float | None) -> str:
-    """A mean or rate for the one-line summary; '-' when no sample was scored."""
-    return "-" if figure is None else str(figure)
+def _shown(figure: float | None, interval: list[float] | None) -> str:
+    """A mean or rate for the one-line summary, with its 95% interval; '-' when no sample
+    was scored."""
+    return "-" if figure is None else f"{figure} {interval_text(interval)}".rstrip()
 
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -85,6 +88,14 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     metrics = plan.names
     prompts = load_overrides(args.prompt, plan.prompt_names())
     check_gates(args.fail_under, plan.metrics, metrics)  # before any LLM call
+    correction = load_correction(
+        args.correct_with,
+        metrics,
+        {name: plan.metrics[name].scale for name in metrics},
+        label_field=args.label_field,
+        pass_at=args.label_pass_at,
+        fields=parse_fields(args.fields),
+    )
     if args.dry_run:
         estimate = estimate_evaluation(
             loaded, plan.chosen, settings, prompts, has_target=bool(args.target)
@@ -134,6 +145,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         async for text in run.store.scored(job.id):
             scored = SampleScored.model_validate_json(text)
             tally.add(scored)
+            if correction is not None:
+                correction.add(scored.sample.id, scored.metrics.get(correction.metric))
             answered_by_target += scored.answered_by_target
         summary: dict[str, Any] = summarise(
             tally,
@@ -144,6 +157,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             model=settings.model,
         )
         summary["answered_by_target"] = answered_by_target
+        if correction is not None:
+            summary["corrected"] = {correction.metric: correction.figures()}
         summary.update(result.summary())
         total = loaded.count
         stop = budget_stop(
@@ -158,7 +173,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         failed = sum(m["failed"] for m in figures)
         judged = failed + sum(m["scored"] + m["not_applicable"] for m in figures)
         gates = [
-            *check_thresholds(summary["metrics"], args.fail_under),
+            *check_thresholds(summary["metrics"], args.fail_under, args.gate_on),
             *max_failed_gate(failed, args.max_failed),
         ]
         # kept with the run, so `report --history` shows which runs' gates failed
@@ -180,7 +195,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             console.print(at_k)
     else:
         parts = [
-            f"{name} mean {_shown(m['mean'])} pass {_shown(m['pass_rate'])} "
+            f"{name} mean {_shown(m['mean'], m.get('mean_interval'))} "
+            f"pass {_shown(m['pass_rate'], m.get('pass_rate_interval'))} "
             f"(failed {m['failed']}"
             + (f", not applicable {m['not_applicable']}" if m.get("not_applicable") else "")
             + ")"
@@ -199,6 +215,11 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
+    for metric, corrected in (summary.get("corrected") or {}).items():
+        for line in correction_lines(metric, corrected):
+            console.print(
+                f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False
+            )
     code = stopped_early(
         console,
         settings,

@@ -60,6 +60,9 @@ def add_evaluate_arguments(ev: argparse.ArgumentParser) -> None:
         "--embedding-model", help="embedding model for similarity (default text-embedding-3-small)"
     )
     add_ci_options(ev)
+    from ragjury.calibration.correct_with import add_correction_options
+
+    add_correction_options(ev)
     target = ev.add_argument_group("live RAG system")
     target.add_argument(
         "--target",
@@ -146,8 +149,9 @@ def add_metrics_arguments(listing: argparse.ArgumentParser) -> None:
 
 
 def add_ci_options(parser: argparse.ArgumentParser) -> None:
-    """``--fail-under``, ``--junit`` and ``--markdown`` (``--max-failed`` is the command's own)."""
-    from ragjury.report.gates import parse_thresholds
+    """``--fail-under``, ``--gate-on``, ``--junit`` and ``--markdown`` (``--max-failed`` is the
+    command's own)."""
+    from ragjury.report.gates import GATE_ON, parse_thresholds
 
     group = parser.add_argument_group("CI gates and reports")
     group.add_argument(
@@ -159,6 +163,14 @@ def add_ci_options(parser: argparse.ArgumentParser) -> None:
         help="exit 5 if a metric's mean over scored samples is below X, on the metric's own "
         "scale (`ragjury metrics`), e.g. faithfulness=0.8,correctness=4; pass_rate:METRIC=X "
         "for its pass rate (repeatable)",
+    )
+    group.add_argument(
+        "--gate-on",
+        choices=GATE_ON,
+        default="point",
+        help="what --fail-under compares with its bar: the mean or pass rate itself (point, "
+        "the default) or the lower bound of its 95%% interval over samples (lower-bound: the "
+        "gate passes only when the samples leave no reasonable doubt)",
     )
     group.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     group.add_argument(

@@ -1,7 +1,10 @@
 """The ``--summary`` of an evaluation run: means over scored samples only, never a failure.
 
 The figures are tallied one judged sample at a time (:class:`SummaryTally`), so a summary of a
-million samples holds a million floats (for the medians), not a million results.
+million samples holds a million floats (for the medians and intervals) and a million bytes
+(the pass verdicts), not a million results. Each mean and pass rate carries its 95% interval
+over samples (``mean_interval``, ``pass_rate_interval``: ``ragjury.intervals``, seeded, so the
+same results give the same interval).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, RESAMPLES, Interval, mean_interval
 from ragjury.llm.usage import UsageLedger
 from ragjury.metrics import Tally, registry
 from ragjury.schemas import MetricResult, SampleScored
@@ -23,8 +27,8 @@ class MetricTally:
     """One metric's figures so far."""
 
     scores: array[float] = field(default_factory=lambda: array("d"))
-    passed: int = 0
-    verdicts: int = 0
+    verdicts: array[int] = field(default_factory=lambda: array("b"))
+    """1 for each scored sample that passed, 0 for each that did not."""
     outcomes: dict[str, int] = field(
         default_factory=lambda: {"scored": 0, "not_applicable": 0, "failed": 0}
     )
@@ -38,18 +42,38 @@ class MetricTally:
         if result.score is not None:
             self.scores.append(result.score)
         if result.passing is not None:
-            self.verdicts += 1
-            self.passed += result.passing
+            self.verdicts.append(int(result.passing))
+
+    @property
+    def passed(self) -> int:
+        return sum(self.verdicts)
 
     def figures(self) -> dict[str, Any]:
-        scores = self.scores
+        scores, verdicts = self.scores, self.verdicts
         return {
             "mean": round(sum(scores) / len(scores), 4) if scores else None,
+            "mean_interval": _rounded(mean_interval(scores)),
             "median": round(median_of(scores), 4) if scores else None,
-            "pass_rate": round(self.passed / self.verdicts, 4) if self.verdicts else None,
+            "pass_rate": round(self.passed / len(verdicts), 4) if verdicts else None,
+            "pass_rate_interval": _rounded(mean_interval(verdicts)),
             **self.outcomes,
             "llm_calls": self.llm_calls,
         }
+
+
+def _rounded(interval: Interval | None) -> list[float] | None:
+    return None if interval is None else [round(interval[0], 4), round(interval[1], 4)]
+
+
+INTERVALS = {
+    "level": CONFIDENCE,
+    "method": "percentile bootstrap over samples",
+    "resamples": RESAMPLES,
+    "seed": 0,
+    "bootstrap_at_most": BOOTSTRAP_AT_MOST,
+}
+"""How the summary's intervals were made (above ``bootstrap_at_most`` samples: the normal
+interval, which the bootstrap of a mean tends to)."""
 
 
 _SORT_AT_MOST = 50_000
@@ -152,6 +176,7 @@ def summarise(
         "completion_tokens": usage.completion_tokens,
         "wall_seconds": round(wall_seconds, 3),
         "metrics": tally.metric_figures(),
+        "intervals": dict(INTERVALS),
         "by_stage": usage.by_stage(),
         "invalid": list(invalid),
         "model": model,

@@ -2,55 +2,34 @@
 
 Samples are paired by id. Per metric, over the samples scored on both sides: each side's
 mean, the mean paired difference (candidate - baseline) with a percentile bootstrap 95%
-interval, and how many samples improved, regressed or stayed the same (for a metric where
-lower is better, such as confidence's perplexity, a drop is an improvement). Samples on one
-side only are counted and listed, never dropped silently.
+interval (``ragjury.intervals``), and how many samples improved, regressed or stayed the
+same (for a metric where lower is better, such as confidence's perplexity, a drop is an
+improvement). A metric's change is a regression (or an improvement) only when the interval
+of the difference excludes zero; otherwise it is within the noise of the samples. Samples on
+one side only are counted and listed, never dropped silently.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
-from typing import Any
+from typing import Any, Literal
 
 from ragjury.errors import InputError
+from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, Interval, mean_interval
 from ragjury.metrics import scale_of
 from ragjury.report.gates import GateResult
 from ragjury.report.load import metric_names
 
-CONFIDENCE = 0.95
 _SAME = 1e-9
 _REGRESSIONS_LISTED = 5
 
-
-def bootstrap_interval(
-    differences: Sequence[float],
-    *,
-    resamples: int = 2000,
-    seed: int = 0,
-    confidence: float = CONFIDENCE,
-) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean of ``differences``; None if there are none."""
-    n = len(differences)
-    if n == 0:
-        return None
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(differences, k=n)) / n for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    return _quantile(means, tail), _quantile(means, 1 - tail)
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    position = (len(ordered) - 1) * q
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+Change = Literal["regression", "improvement", "within noise"]
 
 
 @dataclass(frozen=True)
-class Change:
+class SampleChange:
     """One sample's score on both sides, and the reasons each side gave."""
 
     id: str
@@ -71,13 +50,14 @@ class MetricComparison:
     baseline_mean: float | None
     candidate_mean: float | None
     mean_difference: float | None
-    interval: tuple[float, float] | None
+    interval: Interval | None
+    """The bootstrap interval of ``mean_difference``."""
     improved: int
     regressed: int
     same: int
     not_comparable: int
     """Samples on both sides with this metric not scored on at least one of them."""
-    biggest_regressions: list[Change] = field(default_factory=list)
+    biggest_regressions: list[SampleChange] = field(default_factory=list)
 
     @property
     def regression(self) -> float:
@@ -85,6 +65,18 @@ class MetricComparison:
         if self.mean_difference is None:
             return 0.0
         return -self.mean_difference if self.higher_is_better else self.mean_difference
+
+    @property
+    def change(self) -> Change:
+        """A regression or an improvement when the interval of the difference excludes zero
+        (on the worse or the better side), else within noise."""
+        if self.interval is None:
+            return "within noise"
+        low, high = self.interval
+        if high < 0 or low > 0:
+            worse = (high < 0) == self.higher_is_better
+            return "regression" if worse else "improvement"
+        return "within noise"
 
 
 @dataclass(frozen=True)
@@ -98,12 +90,16 @@ class Comparison:
     resamples: int
     seed: int
     gates: list[GateResult] = field(default_factory=list)
+    confidence: float = CONFIDENCE
+    bootstrap_at_most: int = BOOTSTRAP_AT_MOST
+    """Paired samples up to which the interval is bootstrapped (above: the normal one)."""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for metric in data["metrics"]:
+        for metric, found in zip(data["metrics"], self.metrics, strict=True):
             interval = metric.pop("interval")
             metric["interval_95"] = list(interval) if interval is not None else None
+            metric["change"] = found.change
         return data
 
 
@@ -143,7 +139,7 @@ def _compare_metric(
     listed: int | None = _REGRESSIONS_LISTED,
 ) -> MetricComparison:
     higher_is_better = scale_of(metric).higher_is_better
-    changes: list[Change] = []
+    changes: list[SampleChange] = []
     not_comparable = 0
     for key in ids:
         b, b_reason = _score(base[key], metric)
@@ -153,10 +149,10 @@ def _compare_metric(
             not_comparable += present
             continue
         question = str(cand[key].get("question") or base[key].get("question") or "")
-        changes.append(Change(key, question, b, c, c - b, b_reason, c_reason))
+        changes.append(SampleChange(key, question, b, c, c - b, b_reason, c_reason))
     differences = [c.difference for c in changes]
 
-    def better(change: Change) -> float:
+    def better(change: SampleChange) -> float:
         return change.difference if higher_is_better else -change.difference
 
     worst = sorted((c for c in changes if better(c) < -_SAME), key=better)
@@ -167,7 +163,7 @@ def _compare_metric(
         baseline_mean=fmean(c.baseline for c in changes) if changes else None,
         candidate_mean=fmean(c.candidate for c in changes) if changes else None,
         mean_difference=fmean(differences) if changes else None,
-        interval=bootstrap_interval(differences, resamples=resamples, seed=seed),
+        interval=mean_interval(differences, resamples=resamples, seed=seed),
         improved=sum(better(c) > _SAME for c in changes),
         regressed=len(worst),
         same=sum(abs(c.difference) <= _SAME for c in changes),
@@ -208,7 +204,9 @@ def compare(
 
 
 def check_regressions(comparison: Comparison, allowed: Mapping[str, float]) -> list[GateResult]:
-    """``--fail-on-regression METRIC=DELTA``: the candidate's mean may be at most DELTA worse."""
+    """``--fail-on-regression METRIC=DELTA``: the gate fails when the candidate's mean is more
+    than DELTA worse and the change is a regression (its interval excludes zero): a drop
+    the samples' noise could give does not fail it."""
     by_metric = {m.metric: m for m in comparison.metrics}
     results = []
     for metric, delta in allowed.items():
@@ -218,10 +216,24 @@ def check_regressions(comparison: Comparison, allowed: Mapping[str, float]) -> l
             message = f"{metric} has no sample scored on both sides, so no difference to check"
             results.append(GateResult(name, False, message, metric))
             continue
-        change = f"{metric} mean {found.baseline_mean:.4g} -> {found.candidate_mean:.4g}"
-        if found.regression > delta + _SAME:
-            message = f"{change}, {found.regression:.4g} worse, more than {delta:g}"
-            results.append(GateResult(name, False, message, metric))
-        else:
+        change = (
+            f"{metric} mean {found.baseline_mean:.4g} -> {found.candidate_mean:.4g}, "
+            f"difference {found.mean_difference:+.4g} {_shown(found.interval)}"
+        )
+        if found.regression <= delta + _SAME:
             results.append(GateResult(name, True, f"{change}, within {delta:g}", metric))
+        elif found.change != "regression":
+            message = (
+                f"{change}: {found.regression:.4g} worse, but the interval holds 0, so within noise"
+            )
+            results.append(GateResult(name, True, message, metric))
+        else:
+            message = f"{change}: {found.regression:.4g} worse, more than {delta:g}"
+            results.append(GateResult(name, False, message, metric))
     return results
+
+
+def _shown(interval: Interval | None) -> str:
+    if interval is None:
+        return "(no interval)"
+    return f"(95% interval [{interval[0]:+.4g}, {interval[1]:+.4g}])"

@@ -1,8 +1,11 @@
 """CI gates: bars on a run's metrics, and on a comparison's regressions.
 
 ``--fail-under faithfulness=0.8,correctness=4`` puts a bar under the mean of the scored
-samples; ``pass_rate:faithfulness=0.9`` under the share of scored samples that passed;
-``compare --fail-on-regression faithfulness=0.05`` under a drop of a mean. A gate that fails
+samples; ``pass_rate:faithfulness=0.9`` under the share of scored samples that passed. The bar
+is compared with the figure itself (``--gate-on point``, the default) or with the lower bound
+of its 95% interval (``--gate-on lower-bound``: the run passes only when the samples leave no
+reasonable doubt). ``compare --fail-on-regression faithfulness=0.05`` bars a drop of a mean
+(``ragjury.report.compare``). A gate that fails
 makes the command exit 5 (``EXIT_GATE`` in ``commands/_run.py``) with a one-line reason.
 Each bar is read on its metric's declared scale (``ragjury metrics``):
 ``correctness=4`` on 1-5, ``faithfulness=0.8`` on 0-1.
@@ -19,6 +22,8 @@ from ragjury.errors import ConfigurationError
 from ragjury.metrics import Registry, registry
 
 Statistic = Literal["mean", "pass_rate"]
+GateOn = Literal["point", "lower-bound"]
+GATE_ON: tuple[GateOn, ...] = ("point", "lower-bound")
 
 
 @dataclass(frozen=True)
@@ -132,9 +137,12 @@ def parse_regressions(text: str) -> dict[str, float]:
 
 
 def check_thresholds(
-    stats: Mapping[str, Mapping[str, Any]], thresholds: Sequence[Threshold]
+    stats: Mapping[str, Mapping[str, Any]],
+    thresholds: Sequence[Threshold],
+    gate_on: GateOn = "point",
 ) -> list[GateResult]:
-    """Each bar against a run's per-metric figures (as in the ``--summary``)."""
+    """Each bar against a run's per-metric figures (as in the ``--summary``): against the
+    figure (``point``) or the lower bound of its 95% interval (``lower-bound``)."""
     results = []
     for t in thresholds:
         figures = stats.get(t.metric)
@@ -145,15 +153,24 @@ def check_thresholds(
             results.append(GateResult(name, False, message, t.metric))
             continue
         value = figures.get(t.statistic)
+        interval = figures.get(f"{t.statistic}_interval")
         if value is None:
             message = f"{t.label} is undefined: no sample was scored (bar {t.bar:g})"
             results.append(GateResult(name, False, message, t.metric))
-        elif value < t.bar:
-            message = f"{t.label} {value:g} is below {t.bar:g}"
-            results.append(GateResult(name, False, message, t.metric))
+            continue
+        shown = f"[{interval[0]:g}, {interval[1]:g}]" if interval else "none"
+        if gate_on == "lower-bound":
+            compared = interval[0] if interval else value
+            what = (
+                f"{t.label}'s 95% lower bound {compared:g} ({t.label} {value:g}, interval {shown})"
+            )
         else:
-            message = f"{t.label} {value:g} is at least {t.bar:g}"
-            results.append(GateResult(name, True, message, t.metric))
+            compared = value
+            what = f"{t.label} {value:g} (point estimate; 95% interval {shown})"
+        if compared < t.bar:
+            results.append(GateResult(name, False, f"{what} is below {t.bar:g}", t.metric))
+        else:
+            results.append(GateResult(name, True, f"{what} is at least {t.bar:g}", t.metric))
     return results
 
 

@@ -35,6 +35,12 @@ def _figure(value: Any) -> str:
     return str(value)
 
 
+def _interval(value: Any) -> str:
+    if not value:
+        return "-"
+    return f"[{_figure(float(value[0]))}, {_figure(float(value[1]))}]"
+
+
 def _run_line(summary: Mapping[str, Any]) -> str:
     parts = [f"{summary.get('samples', '?')} samples"]
     if summary.get("invalid_input"):
@@ -66,13 +72,15 @@ def markdown_summary(
         verdict = " — gates failed ❌" if failed_gates else " — gates passed ✅"
     lines = [f"## ragjury evaluate{verdict}", "", _run_line(summary), ""]
     lines += [
-        "| metric | mean | median | pass rate | scored | not applicable | failed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| metric | mean | 95% interval | median | pass rate | 95% interval | scored "
+        "| not applicable | failed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, f in stats.items():
         lines.append(
-            f"| {name} | {_figure(f.get('mean'))} | {_figure(f.get('median'))} | "
-            f"{_figure(f.get('pass_rate'))} | {f.get('scored', 0)} | "
+            f"| {name} | {_figure(f.get('mean'))} | {_interval(f.get('mean_interval'))} | "
+            f"{_figure(f.get('median'))} | {_figure(f.get('pass_rate'))} | "
+            f"{_interval(f.get('pass_rate_interval'))} | {f.get('scored', 0)} | "
             f"{f.get('not_applicable', 0)} | {f.get('failed', 0)} |"
         )
     if gates:

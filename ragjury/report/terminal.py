@@ -31,6 +31,7 @@ def comparison_view(comparison: Comparison) -> RenderableType:
     table.add_column("metric", no_wrap=True)
     for column in ("baseline", "candidate", "difference", "95% interval"):
         table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("change", no_wrap=True)
     for column in ("improved", "regressed", "same", "paired"):
         table.add_column(column, justify="right")
     for m in comparison.metrics:
@@ -43,12 +44,19 @@ def comparison_view(comparison: Comparison) -> RenderableType:
             _number(m.candidate_mean),
             _number(m.mean_difference, signed=True),
             interval,
+            m.change,
             str(m.improved),
             str(m.regressed),
             str(m.same),
             str(m.paired),
         )
-    parts: list[RenderableType] = [table]
+    parts: list[RenderableType] = [
+        table,
+        Text(
+            "change: a regression or an improvement only when the 95% interval of the "
+            "difference excludes 0; otherwise within the samples' noise"
+        ),
+    ]
     for m in comparison.metrics:
         if m.not_comparable:
             parts.append(

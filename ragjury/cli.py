@@ -39,6 +39,8 @@ _GENERATION_FLAGS = (
     "dedup_threshold",
     "text_field",
     "id_field",
+    "question_types",
+    "seed",
 )
 # Flags that map one-to-one onto EvaluationOptions fields.
 _EVALUATION_FLAGS = (
@@ -223,6 +225,15 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
     )
     drafting = parser.add_argument_group("generation")
     drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
+    drafting.add_argument(
+        "--question-types",
+        metavar="TYPE=WEIGHT,...",
+        help="the share of each question type, e.g. "
+        "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1 (default factoid=1)",
+    )
+    drafting.add_argument(
+        "--seed", type=int, help="seeds each chunk's draw of its question type (default 0)"
+    )
     drafting.add_argument(
         "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
     )
@@ -589,7 +600,8 @@ def _explain(exc: pydantic.ValidationError) -> str:
     for error in exc.errors():
         name = ".".join(str(p) for p in error["loc"] if p not in ("generate", "evaluate"))
         flag = "--" + name.replace("_", "-")
-        parts.append(f"{flag} {error['msg'].lower()} (got {error.get('input')!r})")
+        message = error["msg"][:1].lower() + error["msg"][1:]  # the value keeps its case
+        parts.append(f"{flag} {message} (got {error.get('input')!r})")
     return "; ".join(parts)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from ragjury.cli import main
 from ragjury.config import GenerationOptions, Settings
+from ragjury.evaluation.inputs import load_samples
 from ragjury.llm import LLM
 from ragjury.pipelines.generation import GenerationPipeline
 from ragjury.schemas import (
@@ -287,3 +288,23 @@ _DEFAULT_OPTIONS = {
     "text_field": "text",
     "whole_documents": False,
 }
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_evaluate_reads_every_source_chunk_of_a_typed_record_as_its_reference(
+    fake: FakeOpenAI, tmp_path: Path, suffix: str
+) -> None:
+    script(fake)
+    docs = write_topics(tmp_path / "docs", 3)
+    out = tmp_path / f"set.{suffix}"
+
+    assert run(fake, tmp_path, docs, "--question-types", "multi_hop=1", "--out", str(out)) == 0
+
+    samples = sorted(load_samples(out).samples, key=lambda s: s.reference_context_ids)
+    first = samples[0]
+    assert [Path(i).name for i in first.reference_context_ids] == ["aa-a.md::0", "aa-b.md::0"]
+    assert first.reference_contexts == (
+        (docs / "aa-a.md").read_text().strip(),
+        (docs / "aa-b.md").read_text().strip(),
+    )
+    assert first.contexts == ()  # the source chunks are not what a retriever found

@@ -4,23 +4,31 @@ every chunk; a default run exactly as before. Real CLI, real HTTP fake, real SQL
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
 from ragjury.cli import main
 from ragjury.config import GenerationOptions, Settings
 from ragjury.evaluation.inputs import load_samples
+from ragjury.ingest import DocumentReader
+from ragjury.ingest.related import RelatedChunks
 from ragjury.llm import LLM
+from ragjury.output import pair_record
 from ragjury.pipelines.generation import GenerationPipeline
 from ragjury.schemas import (
+    MULTI_CHUNK_TYPES,
     QUESTION_TYPES,
     ChunkReady,
+    CritiqueResult,
     Document,
     DocumentSubmitted,
     PairDrafted,
+    PairJudged,
     QAPair,
 )
 from ragjury.store.base import Job
@@ -308,3 +316,46 @@ def test_evaluate_reads_every_source_chunk_of_a_typed_record_as_its_reference(
         (docs / "aa-b.md").read_text().strip(),
     )
     assert first.contexts == ()  # the source chunks are not what a retriever found
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)  # the ids are the paths the README's command gives
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Question types", 1)[1].split("\n## ", 1)[0]
+    records = [json.loads(block) for block in re.findall(r"```json\n(\{.*?\})\n```", section)]
+    options = GenerationOptions(question_types=WEIGHTS)
+    documents = DocumentReader(["examples/fastapi-docs"])()
+    chunks = {c.id: c for d in documents for c in chunks_of(d, options)}
+    index = RelatedChunks.of(chunks.values())
+
+    assert [r["question_type"] for r in records] == list(QUESTION_TYPES)
+    for record in records:
+        chunk = chunks[record["chunk_id"]]
+        kind = drawn_type(chunk, options)
+        assert kind == record["question_type"]
+        relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
+        related = chunks[relation.chunk_id] if relation is not None else None
+        plan = draft_plan(kind, relation, related)
+        pair = QAPair(
+            id=record["id"],
+            question=record["question"],
+            answer=record["answer"],
+            context=chunk.text,
+            source=chunk.source,
+            chunk_id=chunk.id,
+            question_type=kind,
+            related=plan.related if plan else (),
+            shared_terms=plan.shared_terms if plan else (),
+        )
+        critiques = {c: CritiqueResult(rating=5, rationale="r") for c in record["critiques"]}
+        written = pair_record(
+            PairJudged(pair=pair, outcome="kept", critiques=critiques), typed=True
+        )
+        assert list(record) == list(written)
+        for name in ("chunk_ids", "sources", "shared_terms"):
+            assert record.get(name) == written.get(name), name

@@ -359,3 +359,20 @@ def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
         assert list(record) == list(written)
         for name in ("chunk_ids", "sources", "shared_terms"):
             assert record.get(name) == written.get(name), name
+
+
+def test_export_writes_a_typed_jobs_csv_with_the_same_columns_as_generate(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script(fake)
+    docs = write_topics(tmp_path / "docs", 3)
+    typed = ("--question-types", "factoid=1,multi_hop=1", "--out", str(tmp_path / "kept.csv"))
+    assert run(fake, tmp_path, docs, *typed) == 0
+
+    exported = tmp_path / "exported.csv"
+    assert main(["export", "--db", str(tmp_path / "ragjury.db"), "--out", str(exported)]) == 0
+
+    written = (tmp_path / "kept.csv").read_text(encoding="utf-8")
+    assert exported.read_text(encoding="utf-8") == written
+    header = written.splitlines()[0].split(",")
+    assert header[7:12] == ["question_type", "chunk_ids", "contexts", "sources", "shared_terms"]

@@ -181,7 +181,9 @@ class GenerationPipeline(Steps):
         return ItemResults(
             pairs=[pair_record(judged, typed=self._typed) for judged in terminal.pairs],
             report=report_of(terminal),
-            transient_failures=transient_failures([terminal]),
+            # a chunk the endpoint failed is kept as a plain record, its Failure's fields
+            transient_failures=transient_failures([terminal])
+            + sum(bool(chunk.get("transient")) for chunk in terminal.failed_chunks),
         )
 
     def failed(

@@ -36,7 +36,7 @@ from ragjury.store.cache import StepCache
 from ragjury.store.sqlite import SQLiteStore
 
 from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, read_summary
-from fakeopenai import FakeOpenAI, chat_json
+from fakeopenai import FakeOpenAI, chat_json, error
 from typed_corpus import record_types, typed_generator_reply, write_topics
 
 WEIGHTS = "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
@@ -376,3 +376,27 @@ def test_export_writes_a_typed_jobs_csv_with_the_same_columns_as_generate(
     assert exported.read_text(encoding="utf-8") == written
     header = written.splitlines()[0].split(",")
     assert header[7:12] == ["question_type", "chunk_ids", "contexts", "sources", "shared_terms"]
+
+
+def test_a_resumed_typed_run_plans_every_chunk_as_an_uninterrupted_one(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    docs = write_topics(tmp_path / "docs", 4)
+    typed = ("--question-types", WEIGHTS, "--seed", "2")
+    script(fake)
+    fake.route("generator", error(503, "overloaded"))  # the endpoint fails every draft
+    run(fake, tmp_path, docs, *typed, "--max-transport-retries", "0")
+    assert read_jsonl(tmp_path / "kept.jsonl") == []
+
+    script(fake)  # back up: the same command resumes the job, its chunks planned again
+    assert run(fake, tmp_path, docs, *typed) == 0
+    resumed = read_jsonl(tmp_path / "kept.jsonl")
+    assert run(fake, tmp_path, docs, *typed, db="fresh.db") == 0
+    fresh = read_jsonl(tmp_path / "kept.jsonl")
+
+    def plans(records: list[dict[str, object]]) -> list[tuple[object, ...]]:
+        return sorted((r["id"], r["question_type"], r["chunk_ids"]) for r in records)
+
+    assert len(resumed) == 8
+    assert plans(resumed) == plans(fresh)
+    assert {r["question_type"] for r in resumed} != {"factoid"}

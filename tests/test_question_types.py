@@ -4,31 +4,24 @@ every chunk; a default run exactly as before. Real CLI, real HTTP fake, real SQL
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
 from ragjury.cli import main
 from ragjury.config import GenerationOptions, Settings
 from ragjury.evaluation.inputs import load_samples
-from ragjury.ingest import DocumentReader
-from ragjury.ingest.related import RelatedChunks
 from ragjury.llm import LLM
-from ragjury.output import pair_record
 from ragjury.pipelines.generation import GenerationPipeline
 from ragjury.schemas import (
-    MULTI_CHUNK_TYPES,
     QUESTION_TYPES,
     ChunkReady,
-    CritiqueResult,
     Document,
     DocumentSubmitted,
     PairDrafted,
-    PairJudged,
     QAPair,
 )
 from ragjury.store.base import Job
@@ -36,7 +29,7 @@ from ragjury.store.cache import StepCache
 from ragjury.store.sqlite import SQLiteStore
 
 from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, read_summary
-from fakeopenai import FakeOpenAI, chat_json, error
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
 from typed_corpus import record_types, typed_generator_reply, write_topics
 
 WEIGHTS = "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
@@ -141,19 +134,19 @@ def test_a_multi_hop_draft_without_evidence_from_every_chunk_is_asked_again(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     docs = write_topics(tmp_path / "docs", 1)
-    one_sided = {
-        "pairs": [
-            {
-                "question": "Which gateway does the velaa service use?",
-                "answer": "The velaa gateway.",
-                "evidence": [
-                    {"text_number": 1, "quote": "The velaa service stores moraa records"},
-                    {"text_number": 1, "quote": "Its velaa limit is 10 items per batch."},
-                ],
-            }
-        ]
-    }
-    fake.route("generator", chat_json(one_sided), typed_generator_reply)
+
+    def one_sided(request: RecordedRequest) -> Reply:
+        """Both quotes from the first text: the draft leaves the second one out."""
+        first = request.text().split('<text number="1"', 1)[1].split("</text>", 1)[0]
+        quotes = [line for line in first.splitlines() if line.startswith(("The ", "Its "))]
+        pair = {
+            "question": "Which gateway does the velaa service use?",
+            "answer": "The velaa gateway.",
+            "evidence": [{"text_number": 1, "quote": quote} for quote in quotes],
+        }
+        return chat_json({"pairs": [pair]})
+
+    fake.route("generator", one_sided, typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
 
@@ -318,49 +311,6 @@ def test_evaluate_reads_every_source_chunk_of_a_typed_record_as_its_reference(
     assert first.contexts == ()  # the source chunks are not what a retriever found
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.chdir(ROOT)  # the ids are the paths the README's command gives
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Question types", 1)[1].split("\n## ", 1)[0]
-    records = [json.loads(block) for block in re.findall(r"```json\n(\{.*?\})\n```", section)]
-    options = GenerationOptions(question_types=WEIGHTS)
-    documents = DocumentReader(["examples/fastapi-docs"])()
-    chunks = {c.id: c for d in documents for c in chunks_of(d, options)}
-    index = RelatedChunks.of(chunks.values())
-
-    assert [r["question_type"] for r in records] == list(QUESTION_TYPES)
-    for record in records:
-        chunk = chunks[record["chunk_id"]]
-        kind = drawn_type(chunk, options)
-        assert kind == record["question_type"]
-        relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
-        related = chunks[relation.chunk_id] if relation is not None else None
-        plan = draft_plan(kind, relation, related)
-        pair = QAPair(
-            id=record["id"],
-            question=record["question"],
-            answer=record["answer"],
-            context=chunk.text,
-            source=chunk.source,
-            chunk_id=chunk.id,
-            question_type=kind,
-            related=plan.related if plan else (),
-            shared_terms=plan.shared_terms if plan else (),
-        )
-        critiques = {c: CritiqueResult(rating=5, rationale="r") for c in record["critiques"]}
-        written = pair_record(
-            PairJudged(pair=pair, outcome="kept", critiques=critiques), typed=True
-        )
-        assert list(record) == list(written)
-        for name in ("chunk_ids", "sources", "shared_terms"):
-            assert record.get(name) == written.get(name), name
-
-
 def test_export_writes_a_typed_jobs_csv_with_the_same_columns_as_generate(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -394,7 +344,7 @@ def test_a_resumed_typed_run_plans_every_chunk_as_an_uninterrupted_one(
     assert run(fake, tmp_path, docs, *typed, db="fresh.db") == 0
     fresh = read_jsonl(tmp_path / "kept.jsonl")
 
-    def plans(records: list[dict[str, object]]) -> list[tuple[object, ...]]:
+    def plans(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted((r["id"], r["question_type"], r["chunk_ids"]) for r in records)
 
     assert len(resumed) == 8

@@ -3,15 +3,26 @@ of each chunk's question type."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from ragjury.agents.question_plan import choose_type
+from ragjury.agents.question_plan import choose_type, chunks_of, draft_plan, drawn_type
+from ragjury.config import GenerationOptions
 from ragjury.ingest import DocumentReader, chunk_document
 from ragjury.ingest.related import RelatedChunks
-from ragjury.schemas import Chunk
+from ragjury.output import pair_record
+from ragjury.schemas import (
+    MULTI_CHUNK_TYPES,
+    QUESTION_TYPES,
+    Chunk,
+    CritiqueResult,
+    PairJudged,
+    QAPair,
+)
 
 
 def _shared_corpus(name: str) -> Path:
@@ -134,3 +145,48 @@ def test_the_type_draw_follows_the_weights_and_repeats_for_a_chunk_and_seed() ->
         choose_type(c, 11, weights) for c in ids[:50]
     ]
     assert {choose_type(c, 3, {"multi_hop": 1.0}) for c in ids[:100]} == {"multi_hop"}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)  # the ids are the paths the README's command gives
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Question types", 1)[1].split("\n## ", 1)[0]
+    records = [json.loads(block) for block in re.findall(r"```json\n(\{.*?\})\n```", section)]
+    options = GenerationOptions(
+        question_types="factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
+    )
+    documents = DocumentReader(["examples/fastapi-docs"])()
+    chunks = {c.id: c for d in documents for c in chunks_of(d, options)}
+    index = RelatedChunks.of(chunks.values())
+
+    assert [r["question_type"] for r in records] == list(QUESTION_TYPES)
+    for record in records:
+        chunk = chunks[record["chunk_id"]]
+        kind = drawn_type(chunk, options)
+        assert kind == record["question_type"]
+        relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
+        related = chunks[relation.chunk_id] if relation is not None else None
+        plan = draft_plan(kind, relation, related)
+        pair = QAPair(
+            id=record["id"],
+            question=record["question"],
+            answer=record["answer"],
+            context=chunk.text,
+            source=chunk.source,
+            chunk_id=chunk.id,
+            question_type=kind,
+            related=plan.related if plan else (),
+            shared_terms=plan.shared_terms if plan else (),
+        )
+        critiques = {c: CritiqueResult(rating=5, rationale="r") for c in record["critiques"]}
+        written = pair_record(
+            PairJudged(pair=pair, outcome="kept", critiques=critiques), typed=True
+        )
+        assert list(record) == list(written)
+        for name in ("chunk_ids", "sources", "shared_terms"):
+            assert record.get(name) == written.get(name), name

@@ -72,11 +72,13 @@ class ReasoningPair(DraftedPair):
         whole = normalise_text(chunk)
         found: set[int] = set()
         parts = sentences(chunk)
-        for quote in self.steps:
+        for number, quote in enumerate(self.steps):
             if not quote_occurs(quote, whole):
                 raise ValueError(f"the step {quote!r} is not a word-for-word quote of the text")
             head = _head(quote)
-            found.update(i for i, sentence in enumerate(parts) if head in sentence)
+            starts = {i for i, sentence in enumerate(parts) if head and head in sentence}
+            # a quote whose first words cross a sentence end is a sentence of its own
+            found.update(starts or {-1 - number})
         if len(found) < 2:
             raise ValueError(
                 "every step quotes the same sentence of the text: a reasoning question needs "

@@ -65,7 +65,7 @@ class GenerationOptions(BaseModel):
     seed: int = Field(default=0, description="Seeds each chunk's draw of its question type.")
 
     @model_serializer(mode="wrap")
-    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         # a job keeps its options: one that uses neither stores what earlier versions did
         return without_defaults(self, handler, ("question_types", "seed"))
 
@@ -76,7 +76,7 @@ class GenerationOptions(BaseModel):
 
     @field_validator("question_types", mode="before")
     @classmethod
-    def _weights(cls, value: Any) -> Any:
+    def _weights(cls, value: object) -> dict[str, float]:
         return question_weights(value)
 
     @model_validator(mode="after")
@@ -89,14 +89,14 @@ class GenerationOptions(BaseModel):
         return self
 
 
-def question_weights(value: Any) -> dict[str, float]:
+def question_weights(value: object) -> dict[str, float]:
     """``--question-types`` (``factoid=0.5,multi_hop=0.5``, or a mapping from ragjury.toml)
     as weights by type, the types of weight 0 left out; factoid alone is ``{"factoid": 1}``.
     """
     known = ", ".join(QUESTION_TYPES)
     example = "e.g. factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
     if isinstance(value, str):
-        pairs: list[tuple[str, Any]] = []
+        pairs: list[tuple[str, object]] = []
         for part in (p.strip() for p in value.split(",")):
             name, sep, weight = part.partition("=")
             if not sep or not name.strip() or not weight.strip():
@@ -112,24 +112,24 @@ def question_weights(value: Any) -> dict[str, float]:
             f"expected TYPE=WEIGHT pairs ({example}), got {value!r}; the types are {known}"
         )
     weights: dict[str, float] = {}
-    for name, weight in pairs:
-        if name not in QUESTION_TYPES:
-            raise ValueError(f"unknown question type {name!r}; the types are {known}")
-        if name in weights:
+    for kind, given in pairs:
+        if kind not in QUESTION_TYPES:
+            raise ValueError(f"unknown question type {kind!r}; the types are {known}")
+        if kind in weights:
             raise ValueError(
-                f"question type {name!r} is given twice in {value!r}; give each once "
+                f"question type {kind!r} is given twice in {value!r}; give each once "
                 f"(the types are {known})"
             )
         try:
-            number = float(weight)
-        except (TypeError, ValueError):
+            number = float(given) if isinstance(given, int | float | str) else math.nan
+        except ValueError:
             number = math.nan
-        if isinstance(weight, bool) or not math.isfinite(number) or number < 0:
+        if isinstance(given, bool) or not math.isfinite(number) or number < 0:
             raise ValueError(
-                f"the weight of {name} must be a number >= 0, got {weight!r} ({example}; "
+                f"the weight of {kind} must be a number >= 0, got {given!r} ({example}; "
                 f"the types are {known})"
             )
-        weights[name] = number
+        weights[kind] = number
     chosen = {name: w for name, w in weights.items() if w > 0}
     if not chosen:
         raise ValueError(

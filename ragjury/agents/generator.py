@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ragjury.agents.base import failure_from
 from ragjury.config import GenerationOptions
@@ -60,25 +60,19 @@ class Generator:
     async def handle(self, event: ChunkReady) -> list[QuestionsDrafted | ChunkFailed]:
         chunk, plan, wanted = event.chunk, event.plan, self._options.questions_per_chunk
         kind: QuestionType = "factoid" if plan is None else plan.question_type
-        context: dict[str, Any] = {"questions_per_chunk": wanted}
-        if plan is not None:
-            context["chunks"] = [chunk.text, *(c.text for c in plan.related)]
+        related = () if plan is None else plan.related
         try:
             drafted: DraftedPairs = await self._llm.structured(
                 counted(DRAFT_MODELS[kind], "pairs", wanted),
                 self.render(event),
                 stage=self.role,
-                context=context,
+                context={
+                    "questions_per_chunk": wanted,
+                    **({} if plan is None else {"chunks": [c.text for c in (chunk, *related)]}),
+                },
             )
         except LLMError as exc:
             return [ChunkFailed(chunk=chunk, error=failure_from(self.role, exc))]
-        extra: dict[str, Any] = {}
-        if plan is not None:
-            extra = {
-                "question_type": kind,
-                "related": plan.related,
-                "shared_terms": plan.shared_terms,
-            }
         pairs = tuple(
             QAPair(
                 id=_pair_id(chunk.id, index, draft.question),
@@ -87,7 +81,9 @@ class Generator:
                 context=chunk.text,
                 source=chunk.source,
                 chunk_id=chunk.id,
-                **extra,
+                question_type=kind,
+                related=related,
+                shared_terms=() if plan is None else plan.shared_terms,
             )
             for index, draft in enumerate(drafted.pairs)
         )
@@ -100,7 +96,7 @@ def draft_messages(
     """The generator's prompt for a chunk: its type's template, given the chunk and, for a
     multi-chunk type, every chunk (``contexts``) and the terms that related them."""
     chunk, plan = event.chunk, event.plan
-    variables: dict[str, Any] = {
+    variables: dict[str, object] = {
         "context": chunk.text,
         "source": chunk.source,
         "questions_per_chunk": options.questions_per_chunk,

@@ -131,7 +131,7 @@ class GenerationPipeline(Steps):
             for kind in QUESTION_TYPES[1:]
             if kind in options.question_types
         }
-        drafting: list[Any] = [
+        drafting: list[object] = [
             model,
             prompt("generator").version,
             options.questions_per_chunk,

@@ -60,7 +60,7 @@ class ChunkReady(_Event):
     )
 
     @model_serializer(mode="wrap")
-    def _plan_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _plan_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         return without_defaults(self, handler, ("plan",))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -51,11 +51,11 @@ class Chunk(Record):
 
 def without_defaults(
     record: BaseModel, handler: SerializerFunctionWrapHandler, names: tuple[str, ...]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``record`` serialised without the fields ``names`` that hold their default: fields
     added after the record was first stored, so that a record that does not use them dumps
     as it always did (the step cache and the job keys hash those dumps)."""
-    data: dict[str, Any] = handler(record)
+    data: dict[str, object] = handler(record)
     fields = type(record).model_fields
     for name in names:
         if getattr(record, name) == fields[name].get_default(call_default_factory=True):
@@ -91,7 +91,7 @@ class QAPair(Record):
     shared_terms: tuple[str, ...] = ()
 
     @model_serializer(mode="wrap")
-    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         return without_defaults(self, handler, ("question_type", "related", "shared_terms"))
 
     @property

@@ -47,6 +47,8 @@ _GENERATION_FLAGS = (
     "dedup_threshold",
     "text_field",
     "id_field",
+    "question_types",
+    "seed",
 )
 # Flags that map one-to-one onto EvaluationOptions fields.
 _EVALUATION_FLAGS = (
@@ -296,7 +298,8 @@ def _explain(exc: pydantic.ValidationError) -> str:
     for error in exc.errors():
         name = ".".join(str(p) for p in error["loc"] if p not in ("generate", "evaluate"))
         flag = "--" + name.replace("_", "-")
-        parts.append(f"{flag} {error['msg'].lower()} (got {error.get('input')!r})")
+        message = error["msg"][:1].lower() + error["msg"][1:]  # the value keeps its case
+        parts.append(f"{flag} {message} (got {error.get('input')!r})")
     return "; ".join(parts)
 
 

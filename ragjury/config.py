@@ -6,10 +6,21 @@ Only the CLI and ``main.py`` build :class:`Settings` from the environment
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,6 +29,7 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
+from ragjury.schemas.records import QUESTION_TYPES, without_defaults
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -45,6 +57,27 @@ class GenerationOptions(BaseModel):
     globs: tuple[str, ...] | None = None
     text_field: str = "text"
     id_field: str | None = None
+    question_types: dict[str, float] = Field(
+        default_factory=lambda: {"factoid": 1.0},
+        description="Relative weight of each question type (factoid, reasoning, multi_hop, "
+        "comparative); each chunk draws one. Also 'factoid=0.5,multi_hop=0.5'.",
+    )
+    seed: int = Field(default=0, description="Seeds each chunk's draw of its question type.")
+
+    @model_serializer(mode="wrap")
+    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a job keeps its options: one that uses neither stores what earlier versions did
+        return without_defaults(self, handler, ("question_types", "seed"))
+
+    @property
+    def typed(self) -> bool:
+        """Whether any question but factoids is drafted (each record then says its type)."""
+        return set(self.question_types) != {"factoid"}
+
+    @field_validator("question_types", mode="before")
+    @classmethod
+    def _weights(cls, value: object) -> dict[str, float]:
+        return question_weights(value)
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> GenerationOptions:
@@ -54,6 +87,58 @@ class GenerationOptions(BaseModel):
                 f"and size={self.chunk_size}; lower --chunk-overlap or raise --chunk-size"
             )
         return self
+
+
+def question_weights(value: object) -> dict[str, float]:
+    """``--question-types`` (``factoid=0.5,multi_hop=0.5``, or a mapping from ragjury.toml)
+    as weights by type, the types of weight 0 left out; factoid alone is ``{"factoid": 1}``.
+    """
+    known = ", ".join(QUESTION_TYPES)
+    example = "e.g. factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
+    if isinstance(value, str):
+        pairs: list[tuple[str, object]] = []
+        for part in (p.strip() for p in value.split(",")):
+            name, sep, weight = part.partition("=")
+            if not sep or not name.strip() or not weight.strip():
+                raise ValueError(
+                    f"{part!r} in {value!r} is not TYPE=WEIGHT; give TYPE=WEIGHT pairs "
+                    f"separated by commas ({example}); the types are {known}"
+                )
+            pairs.append((name.strip(), weight.strip()))
+    elif isinstance(value, Mapping):
+        pairs = [(str(name), weight) for name, weight in value.items()]
+    else:
+        raise ValueError(
+            f"expected TYPE=WEIGHT pairs ({example}), got {value!r}; the types are {known}"
+        )
+    weights: dict[str, float] = {}
+    for kind, given in pairs:
+        if kind not in QUESTION_TYPES:
+            raise ValueError(f"unknown question type {kind!r}; the types are {known}")
+        if kind in weights:
+            raise ValueError(
+                f"question type {kind!r} is given twice in {value!r}; give each once "
+                f"(the types are {known})"
+            )
+        try:
+            number = float(given) if isinstance(given, int | float | str) else math.nan
+        except ValueError:
+            number = math.nan
+        if isinstance(given, bool) or not math.isfinite(number) or number < 0:
+            raise ValueError(
+                f"the weight of {kind} must be a number >= 0, got {given!r} ({example}; "
+                f"the types are {known})"
+            )
+        weights[kind] = number
+    chosen = {name: w for name, w in weights.items() if w > 0}
+    if not chosen:
+        raise ValueError(
+            f"at least one question type needs a weight above 0, got {value!r} ({example}); "
+            f"the types are {known}"
+        )
+    if set(chosen) == {"factoid"}:
+        return {"factoid": 1.0}
+    return {name: chosen[name] for name in QUESTION_TYPES if name in chosen}
 
 
 class EvaluationOptions(BaseModel):

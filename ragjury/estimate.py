@@ -9,23 +9,31 @@ duplicate dropped and, for faithfulness, one statement per sentence of the answe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from ragjury.agents.critics import GroundednessCritique, RelevanceCritique, StandaloneCritique
-from ragjury.config import Settings
-from ragjury.ingest import chunk_document
+from ragjury.agents.critics import (
+    GroundednessCritique,
+    RelevanceCritique,
+    StandaloneCritique,
+    pair_context,
+)
+from ragjury.agents.generator import TYPE_PROMPTS, draft_messages
+from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
+from ragjury.config import GenerationOptions, Settings
+from ragjury.ingest.related import RelatedChunks
 from ragjury.llm.tokens import estimate_prompt_tokens
 from ragjury.metrics import EstimateContext, Metric
 from ragjury.metrics.declaration import schema_tokens
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
-from ragjury.schemas import Document, DraftedPairs, Sample
+from ragjury.schemas import MULTI_CHUNK_TYPES, Chunk, ChunkReady, Document, QAPair, Sample
+from ragjury.schemas.drafts import DRAFT_MODELS
 
-COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80}
+COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80, "pair_quotes": 60}
 """Assumed completion tokens of generation: per drafted pair, per critique (each metric's
 own assumptions are in its declaration's ``estimate``)."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
@@ -96,7 +104,9 @@ def estimate_generation(
     documents: Iterable[Document], settings: Settings, prompts: Mapping[str, Prompt]
 ) -> Estimate:
     """One generator call per chunk and three critic calls per drafted pair. ``documents``
-    is read once, a document at a time."""
+    is read once, a document at a time; with ``--question-types`` other than factoid the
+    job's chunks are kept (their related chunks are found among all of them), and each
+    chunk is estimated with its type's prompt and its related chunk, as the run plans it."""
     options, model = settings.generate, settings.model
     wanted = options.questions_per_chunk
     pair_guess = COMPLETION_GUESS[f"pair_{options.answer_style}"]
@@ -107,45 +117,77 @@ def estimate_generation(
         f"{pair_guess} completion tokens per drafted pair, "
         f"{COMPLETION_GUESS['critique']} per critique",
     ]
+    if options.typed:
+        estimate.assumptions.append(
+            f"{COMPLETION_GUESS['pair_quotes']} more completion tokens per pair of a type "
+            "other than factoid (its quotes)"
+        )
     critics = [
         (role, prompts.get(name) or Prompt.builtin(name), schema, extra)
         for (role, name, schema), extra in zip(
             _CRITICS, ({}, {"audience": options.audience}, {}), strict=True
         )
     ]
-    generator = prompts.get("generator") or Prompt.builtin("generator")
+    drafting = {
+        kind: prompts.get(name) or Prompt.builtin(name) for kind, name in TYPE_PROMPTS.items()
+    }
+    planned = _planned(documents, options, estimate)
+    for event in planned:
+        chunk, plan = event.chunk, event.plan
+        kind = "factoid" if plan is None else plan.question_type
+        completion = pair_guess + (0 if plan is None else COMPLETION_GUESS["pair_quotes"])
+        estimate.stage("generator", model).add(
+            _prompt(draft_messages(event, drafting, options), DRAFT_MODELS[kind]),
+            completion * wanted,
+        )
+        typical = QAPair(
+            id="",
+            question=_TYPICAL_QUESTION,
+            answer=_TYPICAL_ANSWER[options.answer_style],
+            context=chunk.text,
+            source=chunk.source,
+            chunk_id=chunk.id,
+            related=() if plan is None else plan.related,
+        )
+        for role, prompt, schema, extra in critics:
+            messages = prompt.render(
+                question=typical.question,
+                answer=typical.answer,
+                context=pair_context(typical),
+                contexts=list(typical.contexts),
+                **extra,
+            )
+            estimate.stage(role, model).add(
+                _prompt(messages, schema) * wanted,
+                COMPLETION_GUESS["critique"] * wanted,
+                calls=wanted,
+            )
+    return estimate
+
+
+def _planned(
+    documents: Iterable[Document], options: GenerationOptions, estimate: Estimate
+) -> Iterator[ChunkReady]:
+    """Each chunk as the chunker would hand it to the generator (a document at a time when
+    every question is a factoid; after reading every chunk, to relate them, otherwise)."""
+    chunks: list[Chunk] = []
     for document in documents:
         estimate.items["documents"] += 1
-        chunks = chunk_document(
-            document,
-            chunk_size=options.chunk_size,
-            overlap=options.chunk_overlap,
-            whole=options.whole_documents,
-        )
-        estimate.items["chunks"] += len(chunks)
-        for chunk in chunks:
-            messages = generator.render(
-                context=chunk.text,
-                source=chunk.source,
-                questions_per_chunk=wanted,
-                answer_style=options.answer_style,
-            )
-            estimate.stage("generator", model).add(
-                _prompt(messages, DraftedPairs), pair_guess * wanted
-            )
-            for role, prompt, schema, extra in critics:
-                messages = prompt.render(
-                    question=_TYPICAL_QUESTION,
-                    answer=_TYPICAL_ANSWER[options.answer_style],
-                    context=chunk.text,
-                    **extra,
-                )
-                estimate.stage(role, model).add(
-                    _prompt(messages, schema) * wanted,
-                    COMPLETION_GUESS["critique"] * wanted,
-                    calls=wanted,
-                )
-    return estimate
+        found = chunks_of(document, options)
+        estimate.items["chunks"] += len(found)
+        if not options.typed:
+            yield from (ChunkReady(chunk=chunk) for chunk in found)
+        else:
+            chunks.extend(found)
+    if not chunks:
+        return
+    index = RelatedChunks.of(chunks)
+    by_id = {chunk.id: chunk for chunk in chunks}
+    for chunk in chunks:
+        kind = drawn_type(chunk, options)
+        relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
+        related = by_id.get(relation.chunk_id) if relation is not None else None
+        yield ChunkReady(chunk=chunk, plan=draft_plan(kind, relation, related))
 
 
 def estimate_evaluation(

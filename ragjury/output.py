@@ -62,8 +62,11 @@ def output_format(path: Path, flag: OutputFormat | None, option: str = "--out") 
     return chosen
 
 
-def pair_record(judged: PairJudged) -> dict[str, Any]:
-    """The exported form of a judged pair (the README documents these fields)."""
+def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
+    """The exported form of a judged pair (the README documents these fields). ``typed``
+    (a job with ``--question-types``): it also says its ``question_type`` and lists every
+    chunk it was drafted from (``chunk_ids``, ``contexts``, ``sources``), and a pair of
+    several chunks the terms that related them (``shared_terms``)."""
     pair = judged.pair
     record: dict[str, Any] = {
         "id": pair.id,
@@ -72,6 +75,15 @@ def pair_record(judged: PairJudged) -> dict[str, Any]:
         "context": pair.context,
         "source": pair.source,
         "chunk_id": pair.chunk_id,
+    }
+    if typed or pair.question_type != "factoid" or pair.related:
+        record["question_type"] = pair.question_type
+        record["chunk_ids"] = list(pair.chunk_ids)
+        record["contexts"] = list(pair.contexts)
+        record["sources"] = [pair.source, *(chunk.source for chunk in pair.related)]
+        if pair.related:
+            record["shared_terms"] = list(pair.shared_terms)
+    record |= {
         "critiques": {
             criterion: critique.model_dump() for criterion, critique in judged.critiques.items()
         },
@@ -139,6 +151,23 @@ PAIR_TABLE = Table(
     ),
     row=_pair_row,
 )
+
+_TYPED_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("question_type", "str"),
+    ("chunk_ids", "list"),
+    ("contexts", "list"),
+    ("sources", "list"),
+    ("shared_terms", "list"),
+)
+
+TYPED_PAIR_TABLE = Table(
+    columns=(*PAIR_TABLE.columns[:7], *_TYPED_COLUMNS, *PAIR_TABLE.columns[7:]),
+    row=lambda record: {
+        **_pair_row(record),
+        **{name: record.get(name) for name, _ in _TYPED_COLUMNS},
+    },
+)
+"""The pairs of a job with ``--question-types``: each says its type and its chunks."""
 
 FAILED_CHUNK_TABLE = Table(
     columns=(("chunk_id", "str"), ("source", "str"), ("outcome", "str"), ("error", "str")),

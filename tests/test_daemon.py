@@ -24,6 +24,7 @@ from ragjury.cli import main
 
 from conftest import CRITIC_AGENTS, critic_reply, generator_reply, read_jsonl, write_qa_document
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply
+from typed_corpus import typed_generator_reply, write_topics
 
 DEADLINE = 60.0
 
@@ -330,3 +331,31 @@ def test_serve_works_a_judge_file_job_from_what_the_job_kept(
     [record] = read_jsonl(out)
     assert record["metrics"]["politeness"]["score"] == 5.0
     assert len(fake.requests_for(AGENT)) == 1
+
+
+def test_two_daemons_plan_a_typed_job_as_one_generate_process_does(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    fake.route("generator", typed_generator_reply)
+    for agent in CRITIC_AGENTS:
+        fake.route(agent, critic_reply())
+    docs = write_topics(tmp_path / "docs", 5)
+    typed = ["--whole-documents", "--question-types", "factoid=1,multi_hop=1,comparative=1"]
+    db = tmp_path / "queue.db"
+    assert main(["submit", str(docs), "--db", str(db), *typed, "--seed", "9"]) == 0
+    pair = [serve(daemons, fake, db, "one"), serve(daemons, fake, db, "two")]
+    until(lambda: states(db)["done"] == 10, "every item done")
+    for daemon in pair:
+        daemon.signal(signal.SIGTERM)
+    assert [daemon.wait() for daemon in pair] == [0, 0]
+    out, other = tmp_path / "one-process.jsonl", str(tmp_path / "one-process.db")
+    args = ["generate", str(docs), "--out", str(out), "--db", other, *endpoint(fake)]
+    assert main([*args, *typed, "--seed", "9"]) == 0
+
+    def plans(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["question_type"], r["chunk_ids"]) for r in records)
+
+    served = exported(db, tmp_path)
+    assert len(served) == 10
+    assert plans(served) == plans(read_jsonl(out))  # each process built the same index
+    assert any(len(r["chunk_ids"]) == 2 for r in served)

@@ -75,6 +75,21 @@ def test_rerunning_after_endpoint_failures_asks_again_only_the_steps_that_failed
     assert sum(len(fake.requests_for(agent)) for agent in before) == sum(before.values()) + 3
 
 
+def test_rerunning_after_the_endpoint_failed_the_drafts_drafts_those_chunks_again(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    fake.route("generator", error(503, "overloaded"))  # every chunk fails at the endpoint
+    run(fake, tmp_path, "--max-transport-retries", "0")
+    assert read_summary(tmp_path)["chunks_failed"] == 3
+
+    script_happy_path(fake)  # the endpoint is back: the same command again
+    assert run(fake, tmp_path) == 0
+
+    assert len(_outputs(tmp_path)[0]) == 3
+    assert read_summary(tmp_path)["chunks_failed"] == 0
+
+
 def test_a_step_whose_output_never_validated_is_not_retried_by_a_rerun(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from ragjury.schemas import (
     DocumentChunked,
     DocumentJudged,
     DocumentSubmitted,
+    DraftPlan,
     DuplicateDropped,
     Envelope,
     Event,
@@ -43,6 +44,16 @@ PAIR = QAPair(
     source=DOC.source,
     chunk_id=CHUNK.id,
 )
+OTHER = Chunk(id="docs/b.md::2", document_id="docs/b.md", source="docs/b.md", index=2, text="Beta.")
+PLAN = DraftPlan(question_type="multi_hop", related=(OTHER,), shared_terms=("beta",))
+MULTI_HOP = PAIR.model_copy(
+    update={
+        "id": "p2",
+        "question_type": "multi_hop",
+        "related": (OTHER,),
+        "shared_terms": ("beta",),
+    }
+)
 FAILURE = Failure(stage="generator", attempts=4, last_raw_output="{not json", message="bad")
 CRITIQUE = CritiqueResult(rating=4, rationale="fine")
 SAMPLE = Sample(
@@ -65,10 +76,13 @@ SCORED = MetricResult(
 SAMPLES: list[Event] = [
     DocumentSubmitted(document=DOC),
     ChunkReady(chunk=CHUNK),
-    QuestionsDrafted(chunk=CHUNK, pairs=(PAIR,)),
+    ChunkReady(chunk=CHUNK, plan=PLAN),
+    ChunkReady(chunk=CHUNK, plan=DraftPlan(question_type="reasoning")),
+    QuestionsDrafted(chunk=CHUNK, pairs=(PAIR, MULTI_HOP)),
     ChunkFailed(chunk=CHUNK, error=FAILURE),
     DuplicateDropped(pair=PAIR, duplicate_of="p0", similarity=0.97),
     PairDrafted(pair=PAIR),
+    PairDrafted(pair=MULTI_HOP),
     CritiqueIssued(pair_id="p1", criterion="groundedness", critique=CRITIQUE),
     CritiqueIssued(pair_id="p1", criterion="relevance", error=FAILURE),
     PairJudged(pair=PAIR, outcome="kept", critiques={"groundedness": CRITIQUE}),

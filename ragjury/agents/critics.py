@@ -55,8 +55,14 @@ class _Critic:
         self._llm, self._prompt, self._variables = llm, prompt, variables
 
     def render(self, pair: QAPair) -> list[dict[str, str]]:
+        """The prompt for ``pair``: a pair drafted from several chunks is judged against all
+        of them (``context`` holds each, with its source; ``contexts`` lists their texts)."""
         return self._prompt.render(
-            question=pair.question, answer=pair.answer, context=pair.context, **self._variables
+            question=pair.question,
+            answer=pair.answer,
+            context=pair_context(pair),
+            contexts=list(pair.contexts),
+            **self._variables,
         )
 
     async def handle(self, event: PairDrafted) -> list[CritiqueIssued]:
@@ -73,6 +79,18 @@ class _Critic:
             ]
         result = CritiqueResult(rating=critique.rating, rationale=critique.rationale)
         return [CritiqueIssued(pair_id=pair.id, criterion=self.criterion, critique=result)]
+
+
+def pair_context(pair: QAPair) -> str:
+    """The text a critic judges ``pair`` against: its chunk's, or, for a pair drafted from
+    several chunks, each one headed by its number and source."""
+    if not pair.related:
+        return pair.context
+    sources = (pair.source, *(chunk.source for chunk in pair.related))
+    return "\n\n".join(
+        f"[{number}] (source: {source})\n{text}"
+        for number, (source, text) in enumerate(zip(sources, pair.contexts, strict=True), 1)
+    )
 
 
 class GroundednessCritic(_Critic):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from ragjury.calibration.correct_with import CorrectWith
 from ragjury.calibration.labels import LabelledSamples, load_labelled
@@ -23,6 +23,29 @@ from ragjury.errors import ConfigurationError
 from ragjury.intervals import Corrected, corrected_mean, mean_interval
 from ragjury.metrics import Scale
 from ragjury.schemas import MetricResult
+
+
+class CorrectedFigure(TypedDict):
+    """One figure (a pass rate or a mean): the judge's own and the corrected one."""
+
+    judge: float | None
+    judge_interval: list[float] | None
+    corrected: float | None
+    interval: list[float] | None
+    judge_bias: float | None
+    labelled: int
+
+
+class Correction(TypedDict):
+    """What the summary keeps under ``corrected``, per metric."""
+
+    labels: str
+    label_field: str
+    labelled: int
+    matched: int
+    unmatched: int
+    pass_rate: CorrectedFigure
+    mean: NotRequired[CorrectedFigure]
 
 
 def load_correction(
@@ -112,17 +135,17 @@ class CorrectionTally:
                 self.matched.add(sample_id)
                 self.labelled_scores.append((result.score, float(label[0])))
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> Correction:
         """What the summary keeps: the labels used, and per corrected figure the judge's
         own value and interval beside the corrected value and interval."""
-        found: dict[str, Any] = {
+        found: Correction = {
             "labels": self.labels.source,
             "label_field": self.labels.label_field,
             "labelled": len(self.labels.items),
             "matched": len(self.matched),
             "unmatched": len(self.labels.items) - len(self.matched),
+            "pass_rate": _figure(self.judge_passes, self.labelled_passes, (0.0, 1.0)),
         }
-        found["pass_rate"] = _figure(self.judge_passes, self.labelled_passes, (0.0, 1.0))
         if self.corrects_mean:
             bounds = (self.scale.low, self.scale.high or math.inf)
             found["mean"] = _figure(self.judge_scores, self.labelled_scores, bounds)
@@ -133,7 +156,7 @@ def _figure(
     judge: Sequence[float],
     labelled: Sequence[tuple[float, float]],
     bounds: tuple[float, float],
-) -> dict[str, Any]:
+) -> CorrectedFigure:
     """The judge's figure and the corrected one; the corrected value and interval are
     clipped to ``bounds`` (a pass rate lies in 0..1 however few the labels)."""
     raw = mean_interval(judge)
@@ -154,15 +177,14 @@ def _figure(
     }
 
 
-def correction_lines(metric: str, figures: Mapping[str, Any]) -> list[str]:
+def correction_lines(metric: str, figures: Correction) -> list[str]:
     """The corrected figures as the terminal shows them, one line each."""
     lines = []
-    names = {"pass_rate": "pass rate", "mean": "mean"}
-    for key, name in names.items():
-        f = figures.get(key)
+    shown = (("pass rate", figures["pass_rate"]), ("mean", figures.get("mean")))
+    for name, f in shown:
         if f is None:
             continue
-        if f["corrected"] is None:
+        if f["corrected"] is None or f["interval"] is None or f["judge_interval"] is None:
             lines.append(
                 f"{metric} {name}: no labelled sample of {figures['labels']} was scored in "
                 "this run, so nothing to correct with (labels match samples by id)"

@@ -8,14 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
-from ragjury.report.audit import AuditOptions, audit_dataset, summary_lines
+from ragjury.report.audit import Audit, AuditOptions, audit_dataset, summary_lines
 from ragjury.report.audit_input import load_corpus, read_dataset
 
 _ROWS_SHOWN = 10
@@ -33,7 +32,8 @@ def audit_command(args: argparse.Namespace, settings: Settings) -> int:
     unknown = audit.get("unknown_chunk_ids")
     if corpus is not None and unknown is not None:
         kept = audit["records"].get("kept", 0)
-        known = audit["coverage"]["chunks_covered"]
+        coverage = audit["coverage"]
+        known = coverage["chunks_covered"] if coverage is not None else 0
         message = (
             f"{unknown['count']} source chunk id(s) of the set are not chunks of --corpus "
             f"(e.g. {unknown['examples'][0]!r}); give the same paths as to generate, and its "
@@ -52,10 +52,10 @@ def audit_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def audit_view(audit: dict[str, Any]) -> RenderableType:
+def audit_view(audit: Audit) -> RenderableType:
     """The audit as tables (:func:`~ragjury.report.audit.summary_lines` says it in short)."""
     parts: list[RenderableType] = [_documents_table(audit)]
-    coverage = audit.get("coverage")
+    coverage = audit["coverage"]
     if coverage and coverage.get("largest_uncovered"):
         table = Table(title="largest documents without a kept pair", title_justify="left")
         table.add_column("document", overflow="fold")
@@ -98,7 +98,7 @@ def audit_view(audit: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def _documents_table(audit: dict[str, Any]) -> Table:
+def _documents_table(audit: Audit) -> Table:
     rows = audit["by_document"]
     table = Table(
         title=f"kept pairs per document ({len(rows)} documents with a pair"
@@ -115,7 +115,7 @@ def _documents_table(audit: dict[str, Any]) -> Table:
     return table
 
 
-def _counts_table(audit: dict[str, Any]) -> Table:
+def _counts_table(audit: Audit) -> Table:
     table = Table(title="kept pairs per question type and persona", title_justify="left")
     for column in ("question type", "pairs", "persona", "pairs "):
         table.add_column(column, justify="right" if column.startswith("pairs") else "left")

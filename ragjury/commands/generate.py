@@ -31,12 +31,14 @@ from ragjury.ingest import DocumentReader
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
+    PAIR_TABLE,
+    TYPED_PAIR_TABLE,
     RecordWriter,
     failed_chunk_record,
     output_format,
     write_text_atomically,
 )
-from ragjury.pipelines.generation import generation_counts, report_of, summarise
+from ragjury.pipelines.generation import PROMPT_NAMES, generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
 from ragjury.report.audit import audit_dataset, summary_lines
 from ragjury.report.audit_input import AuditRecord, audit_record
@@ -46,12 +48,10 @@ from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.generate")
 
-_PROMPT_NAMES = ("generator", "groundedness", "relevance", "standalone")
-
 
 async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     options = settings.generate
-    prompts = load_overrides(args.prompt, _PROMPT_NAMES)
+    prompts = load_overrides(args.prompt, PROMPT_NAMES)
     console = Console(stderr=True)
     documents = DocumentReader(
         args.paths, globs=options.globs, text_field=options.text_field, id_field=options.id_field
@@ -86,9 +86,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     }
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
-        kept = stack.enter_context(RecordWriter(args.out, formats["--out"]))
+        pairs = TYPED_PAIR_TABLE if options.typed else PAIR_TABLE
+        kept = stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
         rejected = (
-            stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
+            stack.enter_context(RecordWriter(args.rejected, formats["--rejected"], pairs))
             if args.rejected
             else None
         )

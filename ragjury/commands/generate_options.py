@@ -54,6 +54,15 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     drafting = parser.add_argument_group("generation")
     drafting.add_argument("--questions-per-chunk", type=int, help="pairs per chunk (default 1)")
     drafting.add_argument(
+        "--question-types",
+        metavar="TYPE=WEIGHT,...",
+        help="the share of each question type, e.g. "
+        "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1 (default factoid=1)",
+    )
+    drafting.add_argument(
+        "--seed", type=int, help="seeds each chunk's draw of its question type (default 0)"
+    )
+    drafting.add_argument(
         "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"
     )
     drafting.add_argument(

@@ -21,8 +21,15 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
+from ragjury.job_spec import GenerationSpec
 from ragjury.llm.resolve import choose_llm
-from ragjury.output import RecordWriter, output_format, sample_table
+from ragjury.output import (
+    PAIR_TABLE,
+    TYPED_PAIR_TABLE,
+    RecordWriter,
+    output_format,
+    sample_table,
+)
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
@@ -266,12 +273,15 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     written = {"kept": 0, "rejected": 0, "samples": 0}
     async with open_store(settings.db, concurrency=settings.concurrency) as store:
         counts = await store.counts(args.jobs)
+        pairs = TYPED_PAIR_TABLE if await _typed(store, args.jobs) else PAIR_TABLE
         with contextlib.ExitStack() as stack:
             kept_writer = (
-                stack.enter_context(RecordWriter(args.out, formats["--out"])) if args.out else None
+                stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
+                if args.out
+                else None
             )
             rejected_writer = (
-                stack.enter_context(RecordWriter(args.rejected, formats["--rejected"]))
+                stack.enter_context(RecordWriter(args.rejected, formats["--rejected"], pairs))
                 if args.rejected
                 else None
             )
@@ -299,6 +309,16 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
         markup=False,
     )
     return 0
+
+
+async def _typed(store: Store, jobs: list[str] | None) -> bool:
+    """Whether a generation job exported drafted question types (its pairs then have the
+    columns of :data:`TYPED_PAIR_TABLE`)."""
+    return any(
+        GenerationSpec.model_validate(job.options).generate.typed
+        for job in await store.jobs()
+        if job.kind == "generate" and (jobs is None or job.id in jobs)
+    )
 
 
 async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:

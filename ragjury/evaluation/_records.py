@@ -94,8 +94,12 @@ class SampleBuilder:
         generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
         if generated and not self.mapped:
             fields["reference"] = _text(record, ("answer",))
-            fields["reference_contexts"] = _texts(record, ("context",), split=False)
-            fields["reference_context_ids"] = _ids(record, ("chunk_id",), split=False)
+            # every chunk a question was drafted from (``--question-types``), else its one
+            several = _pick(record, ("chunk_ids",)) is not None
+            split = self.from_csv and several
+            texts, chunk_ids = ("contexts", "chunk_ids") if several else ("context", "chunk_id")
+            fields["reference_contexts"] = _texts(record, (texts,), split=split)
+            fields["reference_context_ids"] = _ids(record, (chunk_ids,), split=split)
         else:
             fields["answer"] = _text(record, names("answer", ANSWER_FIELDS))
             contexts = names("contexts", CONTEXTS_FIELDS)

@@ -25,8 +25,9 @@ In CSV a list field may be a JSON array, a Python or numpy list as pandas writes
 
 A record with ``critiques``, or with both ``outcome`` and ``chunk_id``, was written by
 ``ragjury generate``: its ``answer`` is the reference answer, its ``context`` and ``chunk_id``
-the reference context the question came from, and it has no answer or retrieved contexts yet
-(a ``--target`` gives them).
+the reference context the question came from (``contexts`` and ``chunk_ids`` when it lists
+several, as a question drafted with ``--question-types`` does), and it has no answer or
+retrieved contexts yet (a ``--target`` gives them).
 
 The file itself must be usable (it exists, has a known suffix and, for JSON, parses), or
 :class:`~ragjury.errors.InputError` is raised. Inside it nothing raises: a record that cannot

@@ -24,14 +24,23 @@ from ragjury.agents import (
     RelevanceCritic,
     StandaloneCritic,
 )
+from ragjury.agents.generator import TYPE_PROMPTS
 from ragjury.agents.joins import JoinState
 from ragjury.config import Settings
 from ragjury.job_spec import GenerationSpec, prompt_sources
 from ragjury.llm import LLM
 from ragjury.output import pair_record
 from ragjury.pipelines.base import Step, Steps, transient_failures
+from ragjury.pipelines.job_corpus import JobCorpus
 from ragjury.prompts import GENERATION_PROMPTS, Prompt
-from ragjury.schemas import BusEvent, Document, DocumentJudged, DocumentSubmitted, PairJudged
+from ragjury.schemas import (
+    QUESTION_TYPES,
+    BusEvent,
+    Document,
+    DocumentJudged,
+    DocumentSubmitted,
+    PairJudged,
+)
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import fingerprint, llm_fingerprint
 
@@ -117,17 +126,27 @@ class GenerationPipeline(Steps):
 
         joins = JoinState(store, job.id)
         model = llm_fingerprint(settings)
+        self._typed = options.typed
+        typed = {
+            kind: prompt(TYPE_PROMPTS[kind])
+            for kind in QUESTION_TYPES[1:]
+            if kind in options.question_types
+        }
+        drafting: list[object] = [
+            model,
+            prompt("generator").version,
+            options.questions_per_chunk,
+            options.answer_style,
+        ]
+        if typed:  # a default job's fingerprint stays what it always was
+            drafting.append({kind: p.version for kind, p in typed.items()})
+        corpus = JobCorpus(store, job.id, options) if options.typed else None
         super().__init__(
             {
-                "chunker": Step(Chunker(options)),
+                "chunker": Step(Chunker(options, corpus)),
                 "generator": Step(
-                    Generator(llm, prompt("generator"), options),
-                    fingerprint(
-                        model,
-                        prompt("generator").version,
-                        options.questions_per_chunk,
-                        options.answer_style,
-                    ),
+                    Generator(llm, prompt("generator"), options, typed),
+                    fingerprint(*drafting),
                 ),
                 "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
                 "groundedness_critic": Step(
@@ -161,9 +180,11 @@ class GenerationPipeline(Steps):
 
     def results(self, terminal: DocumentJudged) -> ItemResults:
         return ItemResults(
-            pairs=[pair_record(judged) for judged in terminal.pairs],
+            pairs=[pair_record(judged, typed=self._typed) for judged in terminal.pairs],
             report=report_of(terminal),
-            transient_failures=transient_failures([terminal]),
+            # a chunk the endpoint failed is kept as a plain record, its Failure's fields
+            transient_failures=transient_failures([terminal])
+            + sum(bool(chunk.get("transient")) for chunk in terminal.failed_chunks),
         )
 
     def failed(

@@ -108,8 +108,17 @@ def builtin_names() -> tuple[str, ...]:
     )
 
 
-GENERATION_PROMPTS = ("generator", "groundedness", "relevance", "standalone")
-"""The templates dataset generation renders: the generator's and its critics'."""
+GENERATION_PROMPTS = (
+    "generator",
+    "generator_reasoning",
+    "generator_multi_hop",
+    "generator_comparative",
+    "groundedness",
+    "relevance",
+    "standalone",
+)
+"""The templates dataset generation renders: the generator's (factoids, then the other
+question types) and its critics'."""
 
 
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from rapidfuzz.distance import Indel
 
@@ -52,34 +52,153 @@ class AuditOptions:
     largest_uncovered: int = 5
 
 
+class UncoveredDocument(TypedDict):
+    document: str
+    characters: int
+    chunks: int
+
+
+class Coverage(TypedDict):
+    documents: int
+    documents_covered: int
+    document_share: float | None
+    chunks: int
+    chunks_covered: int
+    chunk_share: float | None
+    largest_uncovered: NotRequired[list[UncoveredDocument]]
+
+
+class DocumentRow(TypedDict):
+    document: str
+    kept: int
+    share: float | None
+    not_kept: int
+
+
+class Skew(TypedDict):
+    document: str
+    kept: int
+    share: float
+    documents: int
+    even_share: float
+    times_even: float
+
+
+class NearDuplicate(TypedDict):
+    first: str
+    second: str
+    similarity: float
+    first_question: str
+    second_question: str
+
+
+class NearDuplicates(TypedDict):
+    threshold: float
+    pairs: list[NearDuplicate]
+
+
+class Leak(TypedDict):
+    id: str
+    question: str
+    words: int
+    question_words: int
+    span: str
+
+
+class Leakage(TypedDict):
+    min_words: int
+    checked: int
+    not_checked: int
+    questions: list[Leak]
+
+
+class SourceRank(TypedDict):
+    id: str
+    rank: int | None
+
+
+class Difficulty(TypedDict):
+    ranked: int
+    chunks_searched: int
+    rank_1: int
+    top_5: int
+    beyond_5: int
+    no_shared_word: int
+    share_rank_1: float | None
+    share_top_5: float | None
+    share_beyond_5: float | None
+    ranks: list[SourceRank]
+
+
+class UnknownChunks(TypedDict):
+    count: int
+    examples: list[str]
+
+
+class Audit(TypedDict):
+    """What :func:`audit_dataset` finds (``ragjury audit --json`` prints it)."""
+
+    records: dict[str, int]
+    options: dict[str, float]
+    coverage: Coverage | None
+    coverage_note: NotRequired[str]
+    unknown_chunk_ids: NotRequired[UnknownChunks]
+    by_document: list[DocumentRow]
+    by_question_type: dict[str, int]
+    by_persona: dict[str, int]
+    skew: Skew | None
+    near_duplicates: NearDuplicates
+    leakage: Leakage
+    difficulty: Difficulty | None
+    difficulty_note: NotRequired[str]
+
+
+class PageAudit(TypedDict):
+    lines: list[str]
+    types: dict[str, int]
+    personas: dict[str, int]
+    duplicates: list[NearDuplicate]
+    leaks: list[Leak]
+
+
 def audit_dataset(
     records: Sequence[AuditRecord],
     corpus: Corpus | None = None,
     options: AuditOptions | None = None,
     *,
     totals: tuple[int, int] | None = None,
-) -> dict[str, Any]:
+) -> Audit:
     """The audit of ``records``; ``totals`` (documents, chunks) gives coverage figures when
     the corpus is known only by its counts (the end of a ``generate`` run)."""
     options = options or AuditOptions()
     kept = [r for r in records if r.outcome == "kept"]
     resolved, unknown = _resolve(kept, corpus)
     documents = [_documents_of(r, chunks, corpus) for r, chunks in zip(kept, resolved, strict=True)]
-    result: dict[str, Any] = {
-        "records": dict(Counter(r.outcome for r in records)),
-        "options": {
+    coverage, coverage_note = _coverage(kept, resolved, documents, corpus, totals, options)
+    among = len(corpus.documents) if corpus is not None else totals[0] if totals else None
+    rows, by_type, by_persona, skew = _spread(records, documents, among)
+    difficulty, difficulty_note = _difficulty(kept, resolved, corpus)
+    result = Audit(
+        records=dict(Counter(r.outcome for r in records)),
+        options={
             "near_duplicate_threshold": options.near_duplicate,
             "leak_words": options.leak_words,
         },
-    }
-    result.update(_coverage(kept, resolved, documents, corpus, totals, options))
+        coverage=coverage,
+        by_document=rows,
+        by_question_type=by_type,
+        by_persona=by_persona,
+        skew=skew,
+        near_duplicates=near_duplicates(kept, options.near_duplicate),
+        leakage=leakage(kept, resolved, corpus, options.leak_words),
+        difficulty=difficulty,
+    )
+    if coverage_note:
+        result["coverage_note"] = coverage_note
     if unknown:
         result["unknown_chunk_ids"] = {"count": len(unknown), "examples": unknown[:5]}
-    among = len(corpus.documents) if corpus is not None else totals[0] if totals else None
-    result.update(_spread(records, documents, among))
-    result["near_duplicates"] = near_duplicates(kept, options.near_duplicate)
-    result["leakage"] = leakage(kept, resolved, corpus, options.leak_words)
-    result.update(_difficulty(kept, resolved, corpus))
+    if difficulty_note:
+        result["difficulty_note"] = difficulty_note
     return result
 
 
@@ -122,17 +241,17 @@ def _coverage(
     corpus: Corpus | None,
     totals: tuple[int, int] | None,
     options: AuditOptions,
-) -> dict[str, Any]:
+) -> tuple[Coverage | None, str | None]:
     covered_documents = {d for found in documents for d in found}
     covered_chunks = {c for found in resolved for c in found}
     if corpus is None and totals is None:
-        return {"coverage": None, "coverage_note": NO_CORPUS}
+        return None, NO_CORPUS
     if corpus is not None:
         total_documents, total_chunks = len(corpus.documents), len(corpus.chunks)
     else:
         assert totals is not None
         total_documents, total_chunks = totals
-    coverage: dict[str, Any] = {
+    coverage: Coverage = {
         "documents": total_documents,
         "documents_covered": len(covered_documents),
         "document_share": _share(len(covered_documents), total_documents),
@@ -151,12 +270,12 @@ def _coverage(
             }
             for d in left[: options.largest_uncovered]
         ]
-    return {"coverage": coverage}
+    return coverage, None
 
 
 def _spread(
     records: Sequence[AuditRecord], documents: Sequence[tuple[str, ...]], among: int | None
-) -> dict[str, Any]:
+) -> tuple[list[DocumentRow], dict[str, int], dict[str, int], Skew | None]:
     """Counts per document, type and persona of the kept pairs, and the worst skew against
     an even share over ``among`` documents (those of the set when not known)."""
     kept = [r for r in records if r.outcome == "kept"]
@@ -165,7 +284,7 @@ def _spread(
         d for r in records if r.outcome != "kept" for d in _documents_of(r, r.chunk_ids, None)
     )
     names = list(per_document) + [d for d in others if d not in per_document]
-    rows: list[dict[str, Any]] = [
+    rows: list[DocumentRow] = [
         {
             "document": d,
             "kept": per_document[d],
@@ -175,17 +294,14 @@ def _spread(
         for d in names
     ]
     rows.sort(key=lambda row: (-row["kept"], -row["not_kept"], row["document"]))
-    spread: dict[str, Any] = {
-        "by_document": rows,
-        "by_question_type": dict(Counter(r.question_type for r in kept).most_common()),
-        "by_persona": dict(Counter(r.persona or "(none)" for r in kept).most_common()),
-        "skew": None,
-    }
+    by_type = dict(Counter(r.question_type for r in kept).most_common())
+    by_persona = dict(Counter(r.persona or "(none)" for r in kept).most_common())
+    skew: Skew | None = None
     if kept and per_document:
         document, count = min(per_document.items(), key=lambda item: (-item[1], item[0]))
         among = among or len(per_document)
         share = count / len(kept)
-        spread["skew"] = {
+        skew = {
             "document": document,
             "kept": count,
             "share": round(share, 4),
@@ -193,16 +309,16 @@ def _spread(
             "even_share": round(1 / among, 4),
             "times_even": round(share * among, 2),
         }
-    return spread
+    return rows, by_type, by_persona, skew
 
 
-def near_duplicates(kept: Sequence[AuditRecord], threshold: float) -> dict[str, Any]:
+def near_duplicates(kept: Sequence[AuditRecord], threshold: float) -> NearDuplicates:
     """Pairs of questions at or above ``threshold`` (the deduplicator's word-level measure),
     found through its index keys so that not every pair is compared."""
     index = QuestionIndex(threshold)
     by_key: defaultdict[str, list[int]] = defaultdict(list)
     tokens = [words(r.question) for r in kept]
-    pairs: list[dict[str, Any]] = []
+    pairs: list[NearDuplicate] = []
     for i, record in enumerate(kept):
         candidates = sorted({j for key in index.keys(record.question) for j in by_key[key]})
         for j in candidates:
@@ -228,10 +344,10 @@ def leakage(
     resolved: Sequence[tuple[str, ...]],
     corpus: Corpus | None,
     leak_words: int,
-) -> dict[str, Any]:
+) -> Leakage:
     """Questions with a run of at least ``leak_words`` words found verbatim in a source
     chunk (the record's contexts, else the corpus's text of its chunks)."""
-    found: list[dict[str, Any]] = []
+    found: list[Leak] = []
     checked = 0
     for record, chunks in zip(kept, resolved, strict=True):
         texts = record.contexts
@@ -270,34 +386,31 @@ def leakage(
 
 def _difficulty(
     kept: Sequence[AuditRecord], resolved: Sequence[tuple[str, ...]], corpus: Corpus | None
-) -> dict[str, Any]:
+) -> tuple[Difficulty | None, str | None]:
     if corpus is None:
-        return {"difficulty": None, "difficulty_note": NO_CORPUS_DIFFICULTY}
+        return None, NO_CORPUS_DIFFICULTY
     try:
         from ragjury.report._bm25 import source_ranks
     except ImportError:
-        return {"difficulty": None, "difficulty_note": BM25_MISSING}
+        return None, BM25_MISSING
     ranked = [(r, chunks) for r, chunks in zip(kept, resolved, strict=True) if chunks]
     ranks = source_ranks(corpus, [(r.question, chunks) for r, chunks in ranked])
     first = sum(1 for rank in ranks if rank == 1)
     top = sum(1 for rank in ranks if rank is not None and rank <= 5)
     n = len(ranks)
-    return {
-        "difficulty": {
-            "ranked": n,
-            "chunks_searched": len(corpus.chunks),
-            "rank_1": first,
-            "top_5": top,
-            "beyond_5": n - top,
-            "no_shared_word": sum(1 for rank in ranks if rank is None),
-            "share_rank_1": _share(first, n),
-            "share_top_5": _share(top, n),
-            "share_beyond_5": _share(n - top, n),
-            "ranks": [
-                {"id": r.id, "rank": rank} for (r, _), rank in zip(ranked, ranks, strict=True)
-            ],
-        }
+    difficulty: Difficulty = {
+        "ranked": n,
+        "chunks_searched": len(corpus.chunks),
+        "rank_1": first,
+        "top_5": top,
+        "beyond_5": n - top,
+        "no_shared_word": sum(1 for rank in ranks if rank is None),
+        "share_rank_1": _share(first, n),
+        "share_top_5": _share(top, n),
+        "share_beyond_5": _share(n - top, n),
+        "ranks": [{"id": r.id, "rank": rank} for (r, _), rank in zip(ranked, ranks, strict=True)],
     }
+    return difficulty, None
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -308,10 +421,10 @@ def _percent(share: float | None) -> str:
     return "n/a" if share is None else f"{share:.0%}"
 
 
-def summary_lines(audit: dict[str, Any]) -> list[str]:
+def summary_lines(audit: Audit) -> list[str]:
     """A few lines: coverage, the worst skew, near-duplicates, leakage and difficulty."""
     lines = []
-    coverage = audit.get("coverage")
+    coverage = audit["coverage"]
     if coverage is not None:
         lines.append(
             f"coverage: {coverage['documents_covered']} of {coverage['documents']} documents "
@@ -319,8 +432,8 @@ def summary_lines(audit: dict[str, Any]) -> list[str]:
             f"{coverage['chunks']} chunks ({_percent(coverage['chunk_share'])}) have a kept pair"
         )
     else:
-        lines.append(f"coverage: {audit['coverage_note']}")
-    skew = audit.get("skew")
+        lines.append(f"coverage: {audit.get('coverage_note', NO_CORPUS)}")
+    skew = audit["skew"]
     if skew is not None:
         lines.append(
             f"skew: {skew['document']} holds {_percent(skew['share'])} of the kept pairs "
@@ -334,7 +447,7 @@ def summary_lines(audit: dict[str, Any]) -> list[str]:
         f"{duplicates['threshold']}; leakage: {len(leaks['questions'])} question(s) copy "
         f"{leaks['min_words']}+ words of their chunk verbatim"
     )
-    difficulty = audit.get("difficulty")
+    difficulty = audit["difficulty"]
     if difficulty is not None:
         lines.append(
             f"difficulty: BM25 finds the source chunk at rank 1 for "
@@ -343,14 +456,14 @@ def summary_lines(audit: dict[str, Any]) -> list[str]:
             f"{_percent(difficulty['share_beyond_5'])}"
         )
     else:
-        lines.append(audit["difficulty_note"])
+        lines.append(audit.get("difficulty_note", NO_CORPUS_DIFFICULTY))
     return lines
 
 
 _PAGE_ROWS = 10
 
 
-def page_audit(pairs: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> dict[str, Any]:
+def page_audit(pairs: Sequence[Mapping[str, object]], summary: Mapping[str, object]) -> PageAudit:
     """What the audit finds without the corpus (coverage from the run summary's counts, when
     given), for the Audit section of the dataset's HTML page."""
     records = []

@@ -19,7 +19,6 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ragjury.config import GenerationOptions
 from ragjury.errors import InputError
@@ -133,7 +132,7 @@ def read_dataset(paths: Sequence[Path]) -> list[AuditRecord]:
     return records
 
 
-def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+def _rows(path: Path) -> Iterator[tuple[int, object]]:
     if not path.exists():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise InputError(f"dataset file {str(path)!r} does not exist{where}; check the path")
@@ -148,7 +147,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     return read(path)
 
 
-def audit_record(raw: Any, where: str) -> AuditRecord:
+def audit_record(raw: object, where: str) -> AuditRecord:
     """One record as the audit reads it; InputError naming ``where`` and the fix if it
     cannot be."""
     if not isinstance(raw, Mapping):
@@ -176,7 +175,7 @@ def audit_record(raw: Any, where: str) -> AuditRecord:
     )
 
 
-def _source_ids(raw: Mapping[str, Any], where: str) -> tuple[str, ...]:
+def _source_ids(raw: Mapping[str, object], where: str) -> tuple[str, ...]:
     for name in CHUNK_ID_FIELDS:
         if raw.get(name) in (None, "", []):
             continue
@@ -189,7 +188,7 @@ def _source_ids(raw: Mapping[str, Any], where: str) -> tuple[str, ...]:
     raise InputError(f"{where}: no 'chunk_id' or 'chunk_ids' ({keys_text(raw)})")
 
 
-def _strings(value: Any) -> tuple[str, ...]:
+def _strings(value: object) -> tuple[str, ...]:
     """A string, a list of strings, or (a CSV cell) the JSON text of a list of strings."""
     if isinstance(value, str):
         text = value.strip()
@@ -197,7 +196,7 @@ def _strings(value: Any) -> tuple[str, ...]:
             try:
                 value = json.loads(text)
             except json.JSONDecodeError:
-                return (value,)
+                return (text,)
         else:
             return (value,) if text else ()
     if isinstance(value, list | tuple):
@@ -205,7 +204,7 @@ def _strings(value: Any) -> tuple[str, ...]:
     return ()
 
 
-def _flat(values: Iterable[Any]) -> Iterator[str]:
+def _flat(values: Iterable[object]) -> Iterator[str]:
     for value in values:
         if isinstance(value, str):
             yield value
@@ -213,7 +212,7 @@ def _flat(values: Iterable[Any]) -> Iterator[str]:
             yield value["text"]
 
 
-def _persona(value: Any) -> str | None:
+def _persona(value: object) -> str | None:
     if isinstance(value, str):
         return value.strip() or None
     if isinstance(value, Mapping) and isinstance(value.get("name"), str):

@@ -11,7 +11,14 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from ragjury.schemas.evaluation import (
     MetricScored,
@@ -24,9 +31,11 @@ from ragjury.schemas.records import (
     Criterion,
     CritiqueResult,
     Document,
+    DraftPlan,
     Failure,
     PairOutcome,
     QAPair,
+    without_defaults,
 )
 
 
@@ -46,6 +55,13 @@ class ChunkReady(_Event):
 
     kind: Literal["chunk_ready"] = "chunk_ready"
     chunk: Chunk
+    plan: DraftPlan | None = Field(
+        default=None, description="None: a factoid question from this chunk alone."
+    )
+
+    @model_serializer(mode="wrap")
+    def _plan_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("plan",))
 
 
 class QuestionsDrafted(_Event):

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 Criterion = Literal["groundedness", "relevance", "standalone"]
 CRITERIA: tuple[Criterion, ...] = ("groundedness", "relevance", "standalone")
+
+QuestionType = Literal["factoid", "reasoning", "multi_hop", "comparative"]
+QUESTION_TYPES: tuple[QuestionType, ...] = ("factoid", "reasoning", "multi_hop", "comparative")
+"""The kinds of question the generator drafts, in the order a chunk's draw goes through them."""
+MULTI_CHUNK_TYPES: frozenset[QuestionType] = frozenset({"multi_hop", "comparative"})
+"""The types drafted from a chunk and the related chunk found for it."""
 
 PairOutcome = Literal["kept", "rejected", "failed"]
 
@@ -36,8 +49,34 @@ class Chunk(Record):
     text: str
 
 
+def without_defaults(
+    record: BaseModel, handler: SerializerFunctionWrapHandler, names: tuple[str, ...]
+) -> dict[str, object]:
+    """``record`` serialised without the fields ``names`` that hold their default: fields
+    added after the record was first stored, so that a record that does not use them dumps
+    as it always did (the step cache and the job keys hash those dumps)."""
+    data: dict[str, object] = handler(record)
+    fields = type(record).model_fields
+    for name in names:
+        if getattr(record, name) == fields[name].get_default(call_default_factory=True):
+            data.pop(name, None)
+    return data
+
+
+class DraftPlan(Record):
+    """What kind of question to draft from a chunk, and from which related chunks too."""
+
+    question_type: QuestionType
+    related: tuple[Chunk, ...] = Field(
+        default=(), description="Chunks of the job related to this one (multi_hop, comparative)."
+    )
+    shared_terms: tuple[str, ...] = Field(
+        default=(), description="The rare terms the chunks share: why they were related."
+    )
+
+
 class QAPair(Record):
-    """A drafted question/answer pair with the chunk it was drafted from."""
+    """A drafted question/answer pair with the chunk(s) it was drafted from."""
 
     id: str
     question: str
@@ -45,6 +84,25 @@ class QAPair(Record):
     context: str
     source: str
     chunk_id: str
+    question_type: QuestionType = "factoid"
+    related: tuple[Chunk, ...] = Field(
+        default=(), description="The chunks drafted from besides the first (``chunk_id``)."
+    )
+    shared_terms: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("question_type", "related", "shared_terms"))
+
+    @property
+    def chunk_ids(self) -> tuple[str, ...]:
+        """Every source chunk's id, the first one first."""
+        return (self.chunk_id, *(chunk.id for chunk in self.related))
+
+    @property
+    def contexts(self) -> tuple[str, ...]:
+        """Every source chunk's text, in the order of :attr:`chunk_ids`."""
+        return (self.context, *(chunk.text for chunk in self.related))
 
 
 class Failure(Record):

@@ -273,6 +273,11 @@ class Queue(Protocol):
         """The submitted document or sample of an item."""
         ...
 
+    def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, dict[str, object]]]:
+        """Every item of a job as (key, submitted payload), in the order they were
+        submitted, a page at a time."""
+        ...
+
 
 class Results(Protocol):
     """What finished items left, for outputs and reports."""

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ragjury.store._common import (
+    PAGE,
     abandoned,
     encode,
     iso,
@@ -196,6 +197,20 @@ class QueueSQL(Driven):
             "SELECT payload FROM items WHERE job_id = ? AND key = ?", (job_id, key)
         )
         return json.loads(rows[0][0]) if rows else None
+
+    async def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, dict[str, object]]]:
+        page = (
+            "SELECT key, payload, id FROM items WHERE job_id = ? AND id > ? "
+            f"ORDER BY id LIMIT {PAGE}"
+        )
+        after = -1
+        while True:
+            rows = await self.read(page, (job_id, after))
+            for key, payload, _ in rows:
+                yield str(key), json.loads(payload)
+            if len(rows) < PAGE:
+                return
+            after = int(rows[-1][2])
 
     async def counts(self, job_ids: Sequence[str] | None = None) -> dict[str, int]:
         jobs, params = of_jobs(job_ids)

@@ -30,7 +30,7 @@ _COMMON = frozenset(
 
 def sections(folder: Path) -> list[dict[str, str]]:
     """Every section of every Markdown file under ``folder``, with an id ``file#n``."""
-    found = []
+    found: list[dict[str, str]] = []
     for path in sorted(folder.rglob("*.md")):
         parts = [p.strip() for p in _HEADING.split(path.read_text(encoding="utf-8")) if p.strip()]
         found.extend({"id": f"{path.name}#{n}", "text": part} for n, part in enumerate(parts))

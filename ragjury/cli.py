@@ -21,6 +21,7 @@ from ragjury.commands import (
     generate_options,
     queue_options,
     report_options,
+    review_options,
 )
 from ragjury.commands.common_options import add_llm_options, add_run_options, declared
 from ragjury.errors import ConfigurationError, InputError, RagjuryError
@@ -255,6 +256,12 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
         description=audit_options.DESCRIPTION,
         fill=audit_options.add_audit_arguments,
     )
+    commands.add_command(
+        "review",
+        help=review_options.HELP,
+        description=review_options.DESCRIPTION,
+        fill=review_options.add_review_arguments,
+    )
     if not lazy:
         commands.fill_all()
     return parser
@@ -399,6 +406,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         from ragjury.commands.metrics import metrics_command
 
         return metrics_command(args, settings)
+    if args.command == "review":
+        from ragjury.commands.review import review_command
+
+        return anyio.run(review_command, args, settings)
     if args.command == "audit":
         from ragjury.commands.audit import audit_command
 

@@ -27,6 +27,7 @@ def test_a_set_skewed_to_one_document_reports_the_skew_and_the_documents_left_ou
     audit = audit_dataset(as_records(skewed_set(folder)), load_corpus([folder], WHOLE))
 
     skew = audit["skew"]
+    assert skew is not None
     assert skew["document"] == str(folder / "ports.md")
     assert (skew["kept"], skew["share"], skew["documents"], skew["times_even"]) == (
         8,
@@ -35,6 +36,7 @@ def test_a_set_skewed_to_one_document_reports_the_skew_and_the_documents_left_ou
         3.56,
     )
     coverage = audit["coverage"]
+    assert coverage is not None
     assert (coverage["documents_covered"], coverage["documents"]) == (2, 4)
     assert (coverage["chunks_covered"], coverage["chunks"]) == (2, 4)
     assert [d["document"] for d in coverage["largest_uncovered"]] == [
@@ -119,9 +121,12 @@ def test_difficulty_ranks_the_source_chunk_under_bm25(tmp_path: Path) -> None:
 
     audit = audit_dataset(as_records(raw), load_corpus([folder], WHOLE))
 
-    ranks = {row["id"]: row["rank"] for row in audit["difficulty"]["ranks"]}
+    difficulty = audit["difficulty"]
+    assert difficulty is not None
+    ranks = {row["id"]: row["rank"] for row in difficulty["ranks"]}
     assert ranks == {"q1": 1, "q2": None, "q3": 1}
     figures = audit["difficulty"]
+    assert figures is not None
     assert (figures["rank_1"], figures["top_5"], figures["beyond_5"]) == (2, 2, 1)
     assert figures["no_shared_word"] == 1
 
@@ -133,7 +138,9 @@ def test_without_the_corpus_coverage_and_difficulty_say_what_they_need(tmp_path:
     assert audit["difficulty"] is None
     assert "--corpus" in audit["coverage_note"]
     assert "--corpus" in audit["difficulty_note"]
-    assert audit["skew"]["documents"] == 2  # only the documents the set names
+    skew = audit["skew"]
+    assert skew is not None
+    assert skew["documents"] == 2  # only the documents the set names
 
 
 @pytest.mark.skipif(not ANTHROPIC.exists(), reason="needs ../shared/data beside the project")
@@ -147,10 +154,12 @@ def test_on_the_anthropic_docs_human_questions_it_reports_coverage_and_difficult
 
     needed = {link for q in questions for link in q["correct_chunks"]}
     coverage = audit["coverage"]
+    assert coverage is not None
     assert (coverage["documents"], coverage["chunks"]) == (len(chunks), len(chunks))
     assert coverage["documents_covered"] == coverage["chunks_covered"] == len(needed)
     assert "unknown_chunk_ids" not in audit
     figures = audit["difficulty"]
+    assert figures is not None
     assert figures["ranked"] == len(questions) == len(figures["ranks"])
     assert figures["rank_1"] + (figures["top_5"] - figures["rank_1"]) + figures["beyond_5"] == 100
     # people wrote these questions: keyword search finds some sources first, not all

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_evaluate import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 
 from ragjury.commands._run import EXIT_GATE
 
+from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 

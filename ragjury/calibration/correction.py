@@ -56,9 +56,11 @@ def load_correction(
     label_field: str | None,
     pass_at: int | None,
     fields: Mapping[str, str],
+    reviewed: LabelledSamples | None = None,
 ) -> CorrectionTally | None:
     """The labels of ``--correct-with`` read and checked (before any LLM call), ready to
-    tally; None without ``--correct-with``."""
+    tally; None without ``--correct-with``. ``reviewed``: the labels ``review import``
+    stored, when ``--correct-with`` names them."""
     if given is None:
         extra = [
             flag
@@ -72,7 +74,9 @@ def load_correction(
             )
         return None
     metric = corrected_metric(given, metrics)
-    labels = load_labelled(given.path, label_field or LABEL_FIELD, fields=fields, pass_at=pass_at)
+    labels = reviewed or load_labelled(
+        given.path, label_field or LABEL_FIELD, fields=fields, pass_at=pass_at
+    )
     return CorrectionTally(metric, labels, scales[metric])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -72,7 +73,7 @@ class LabelledSamples:
         return replace(self, items=[self.items[i] for i in chosen])
 
 
-def _parsed(value: object) -> bool | int | None:
+def parse_label(value: object) -> bool | int | None:
     """A label as pass/fail or a whole number; None when it is neither."""
     if isinstance(value, bool):
         return value
@@ -148,13 +149,26 @@ def load_labelled(
                 seen_fields.update(str(key) for key in record)
             samples.append((line, sample, -1))  # checked below, with every record seen
             continue
-        label = _parsed(raw)
+        label = parse_label(raw)
         if label is None:
             raise InputError(
                 f"{source}:{line}: label {raw!r} in {label_field!r} is not a human label; "
                 f"a label is {_KINDS}"
             )
         samples.append((line, sample, label))
+    return labelled_samples(source, label_field, samples, invalid, pass_at, seen_fields)
+
+
+def labelled_samples(
+    source: str,
+    label_field: str,
+    samples: Sequence[tuple[int, Sample, bool | int]],
+    invalid: list[InvalidRecord],
+    pass_at: int | None,
+    seen_fields: AbstractSet[str] = frozenset(),
+) -> LabelledSamples:
+    """Samples with their labels (-1: none), checked: every one labelled, one kind of
+    label, a pass mark on the scale. ``samples`` are (line, sample, label)."""
     unlabelled = [line for line, _, label in samples if label == -1]
     if unlabelled and len(unlabelled) == len(samples):
         raise InputError(

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from ragjury.calibration.labels import LabelledSamples, load_labelled
 from ragjury.calibration.results import SUMMARY_KEY, Calibration, calibrate
+from ragjury.calibration.review import is_reviewed, reviewed_labels
 from ragjury.calibration.sets import LABEL_FIELD, bundled_set, bundled_sets
 from ragjury.commands._calibration_display import (
     calibration_tables,
@@ -48,6 +49,7 @@ from ragjury.report.ci import run_details
 from ragjury.report.load import declarations
 from ragjury.runner import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
+from ragjury.store import open_store
 from ragjury.store.base import Job
 
 
@@ -101,22 +103,30 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
             "or `ragjury calibrate labels.jsonl --metric faithfulness`; `ragjury calibrate "
             "--list` names the bundled sets"
         )
-    path, shown, default_metric = _source(args)
+    reviewed = is_reviewed(args.source)
+    path, shown, default_metric = (Path(args.source), "", None) if reviewed else _source(args)
     metric_name = args.metric or default_metric
     if not metric_name:
         raise ConfigurationError(
-            f"--metric: name the judge to calibrate on {shown}, e.g. --metric faithfulness "
+            f"--metric: name the judge to calibrate on {shown or 'the reviewed labels'}, e.g. "
+            "--metric faithfulness "
             "(`ragjury metrics` lists them)"
         )
     if args.resamples < 1:
         raise ConfigurationError(f"--resamples {args.resamples}: give at least 1, e.g. 1000")
-    labelled = load_labelled(
-        path,
-        args.label_field or LABEL_FIELD,
-        fields=parse_fields(args.fields),
-        pass_at=args.label_pass_at,
-        shown=shown,
-    ).drawn(args.sample, args.seed)
+    if reviewed:
+        async with open_store(settings.db) as store:
+            found = await reviewed_labels(store, metric_name, args.label_pass_at, settings.db_shown)
+        shown = found.source
+    else:
+        found = load_labelled(
+            path,
+            args.label_field or LABEL_FIELD,
+            fields=parse_fields(args.fields),
+            pass_at=args.label_pass_at,
+            shown=shown,
+        )
+    labelled = found.drawn(args.sample, args.seed)
     for record in labelled.invalid:
         console.print(
             f"ragjury: {shown}:{record.line}: skipped: {record.reason}",

@@ -11,7 +11,8 @@ import anyio.to_thread
 import structlog
 from rich.console import Console
 
-from ragjury.calibration.correction import correction_lines, load_correction
+from ragjury.calibration.correction import corrected_metric, correction_lines, load_correction
+from ragjury.calibration.review import is_reviewed, reviewed_labels
 from ragjury.commands._display import (
     cost_text,
     evaluation_table,
@@ -43,6 +44,7 @@ from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
 from ragjury.runner import submit_samples
 from ragjury.schemas import SampleScored
+from ragjury.store import open_store
 
 log = structlog.get_logger("ragjury.evaluate")
 
@@ -88,6 +90,15 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     metrics = plan.names
     prompts = load_overrides(args.prompt, plan.prompt_names())
     check_gates(args.fail_under, plan.metrics, metrics)  # before any LLM call
+    reviewed = None
+    if args.correct_with is not None and is_reviewed(args.correct_with.path):
+        async with open_store(settings.db) as labels_store:
+            reviewed = await reviewed_labels(
+                labels_store,
+                corrected_metric(args.correct_with, metrics),
+                args.label_pass_at,
+                settings.db_shown,
+            )
     correction = load_correction(
         args.correct_with,
         metrics,
@@ -95,6 +106,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         label_field=args.label_field,
         pass_at=args.label_pass_at,
         fields=parse_fields(args.fields),
+        reviewed=reviewed,
     )
     if args.dry_run:
         estimate = estimate_evaluation(

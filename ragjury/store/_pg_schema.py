@@ -10,7 +10,8 @@ cache); version 2 adds what lets processes on many machines share the work: the 
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
 processes (``rate_buckets``), and indexes that read a job's results in item order a page
-at a time.
+at a time; version 4 the deduplicator's index of kept questions; version 5 the human labels
+``ragjury review import`` reads back (``labels``).
 """
 
 from __future__ import annotations
@@ -186,6 +187,21 @@ CREATE TABLE question_indexes (
     signature TEXT NOT NULL
 );
 CREATE INDEX items_order ON items(job_id, id);
+""",
+    ),
+    (
+        5,
+        """
+CREATE TABLE labels (
+    metric TEXT NOT NULL,
+    sample_id TEXT NOT NULL,
+    label TEXT NOT NULL,
+    sample TEXT NOT NULL,
+    source TEXT NOT NULL,
+    labelled_by TEXT,
+    imported_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (metric, sample_id)
+);
 """,
     ),
 )

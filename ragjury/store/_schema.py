@@ -5,14 +5,15 @@ jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bu
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``); 4 adds the
 deduplicator's index of kept questions (``question_keys``, built per job at the signature in
-``question_indexes``; a job from before it is indexed when next deduplicated). A newer
+``question_indexes``; a job from before it is indexed when next deduplicated); 5 adds the
+human labels ``ragjury review import`` reads back (``labels``). A newer
 ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
 saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 4
+VERSION = 5
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -145,6 +146,16 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     key TEXT PRIMARY KEY,
     level REAL NOT NULL,
     stamp REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS labels (
+    metric TEXT NOT NULL,
+    sample_id TEXT NOT NULL,
+    label TEXT NOT NULL,
+    sample TEXT NOT NULL,
+    source TEXT NOT NULL,
+    labelled_by TEXT,
+    imported_at REAL NOT NULL,
+    PRIMARY KEY (metric, sample_id)
 );
 """
 

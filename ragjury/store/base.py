@@ -398,7 +398,33 @@ class Workers(Protocol):
         ...
 
 
-class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Protocol):
+@dataclass(frozen=True)
+class StoredLabel:
+    """A person's verdict on one sample for one metric (``ragjury review import``)."""
+
+    metric: str
+    sample_id: str
+    label: str
+    """As the person gave it: true/false, pass/fail or a 1-5 rating, as text."""
+    sample: str
+    """The sample (JSON) the verdict is on, so it can be judged again."""
+    source: str
+    labelled_by: str | None = None
+
+
+class Labels(Protocol):
+    """People's verdicts, read back from a review (``calibrate`` and ``--correct-with``)."""
+
+    async def put_labels(self, labels: Sequence[StoredLabel]) -> None:
+        """Store (or replace) one label per metric and sample."""
+        ...
+
+    async def labels(self, metric: str | None = None) -> list[StoredLabel]:
+        """The stored labels (of ``metric``), in import order."""
+        ...
+
+
+class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Labels, Protocol):
     """Every role on one database. Open with ``async with``; callers that need one role
     take that role's protocol instead."""
 

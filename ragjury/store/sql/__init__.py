@@ -10,10 +10,11 @@ core's SQL for their database.
 One module per role a caller depends on (the protocols of :mod:`ragjury.store.base`):
 ``queue`` (jobs and items), ``mailbox`` (the durable bus), ``joins`` (aggregators' join
 state, the deduplicator), ``results``, ``calls`` (runs, LLM calls, the step cache, rate
-buckets) and ``workers`` (processes, status, pruning); ``items`` holds the steps several of
-them take on one item. Claims take rows with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL
-(SQLite's writer lock serialises them), and what reads then writes one item's state takes
-the item's lock first. Leases and "now" are on the database's clock.
+buckets), ``workers`` (processes, status, pruning) and ``labels`` (people's verdicts from a
+review); ``items`` holds the steps several of them take on one item. Claims take rows with
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL (SQLite's writer lock serialises them), and what
+reads then writes one item's state takes the item's lock first. Leases and "now" are on the
+database's clock.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from typing import Any
 from ragjury.store.sql.calls import CallLogSQL
 from ragjury.store.sql.driven import Operation
 from ragjury.store.sql.joins import JoinsSQL
+from ragjury.store.sql.labels import LabelsSQL
 from ragjury.store.sql.mailbox import MailboxSQL
 from ragjury.store.sql.queue import QueueSQL
 from ragjury.store.sql.results import ResultsSQL
 from ragjury.store.sql.workers import WorkersSQL
 
 
-class SQLStore(CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL):
+class SQLStore(CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL, LabelsSQL):
     """Every role of a store on one database, for a driver to connect."""
 
     async def status(self) -> dict[str, Any]:

@@ -118,6 +118,27 @@ def test_max_tokens_stops_an_evaluation_and_writes_what_finished(
     assert [r["id"] for r in written] == [f"s{i}" for i in range(s["samples"])]
     assert all(r["metrics"]["faithfulness"]["outcome"] == "scored" for r in written)
 
+    # the same command without the budget resumes the job: its figures are the job's
+    # samples, its LLM use this run's, with the job's totals over both runs beside them
+    first = s
+    markdown = tmp_path / "summary.md"
+    assert evaluate(fake, tmp_path, samples, "--markdown", str(markdown)) == 0
+    second = read_summary(tmp_path)
+    assert second["resumed"] is True
+    assert second["samples"] == 200
+    assert second["items_done_now"] == first["samples_not_submitted"]
+    totals = second["job_totals"]
+    assert totals["runs"] == 2
+    for key in ("llm_calls", "prompt_tokens", "completion_tokens"):
+        assert totals[key] == first[key] + second[key]
+        assert second[key] < totals[key]
+    err = capsys.readouterr().err
+    assert (
+        f"resumed job {second['job']}: this run judged {second['items_done_now']} sample(s)" in err
+    )
+    assert f"the job over 2 runs: 200 samples, {totals['llm_calls']} LLM calls" in err
+    assert "the job over 2 runs" in markdown.read_text(encoding="utf-8")
+
 
 # -- dry run ----------------------------------------------------------------------------------
 

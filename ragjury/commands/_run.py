@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 import anyio.to_thread
@@ -96,6 +96,16 @@ def results_gate(
     return code
 
 
+class JobTotals(TypedDict):
+    """A resumed job's LLM use over all its runs (``job_totals`` in ``--summary``)."""
+
+    runs: int
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+
+
 @dataclass
 class RecordedRun:
     store: Store
@@ -132,10 +142,34 @@ class RecordedRun:
             run_id=self.run_id,
             db=self.store.location,
         )
+        if summary.get("resumed") and isinstance(summary.get("job"), str):
+            summary["job_totals"] = await self._job_totals(summary["job"], summary)
         await self.store.finish_run(self.run_id, summary)
         if path is not None:
             text = json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
             await anyio.to_thread.run_sync(write_text_atomically, path, text)
+
+    async def _job_totals(self, job_id: str, summary: Mapping[str, object]) -> JobTotals:
+        """What a resumed job took over every run so far: the earlier runs' stored
+        summaries and this one's (whose own figures stay beside them)."""
+        runs: list[Mapping[str, object]] = [
+            r.summary for r in await self.store.job_runs(job_id) if r.summary
+        ]
+        runs.append(summary)
+
+        def total(key: str) -> float | None:
+            values = [run.get(key) for run in runs]
+            known = [float(v) for v in values if isinstance(v, int | float)]
+            return sum(known) if len(known) == len(values) else None
+
+        cost = total("cost_usd")  # None when a run had no price: the job's cost is not known
+        return JobTotals(
+            runs=len(runs),
+            llm_calls=int(total("llm_calls") or 0),
+            prompt_tokens=int(total("prompt_tokens") or 0),
+            completion_tokens=int(total("completion_tokens") or 0),
+            cost_usd=None if cost is None else round(cost, 6),
+        )
 
 
 async def report_estimate(

@@ -227,6 +227,19 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
+    totals = summary.get("job_totals")
+    if totals is not None:
+        console.print(
+            f"ragjury evaluate: resumed job {summary['job']}: this run judged "
+            f"{summary['items_done_now']} sample(s) with {summary['llm_calls']} LLM calls; "
+            f"the job over {totals['runs']} runs: {summary['samples']} samples, "
+            f"{totals['llm_calls']} LLM calls, {totals['prompt_tokens']}+"
+            f"{totals['completion_tokens']} tokens"
+            + ("" if totals["cost_usd"] is None else f", ${totals['cost_usd']:.4f}"),
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     for metric, corrected in (summary.get("corrected") or {}).items():
         for line in correction_lines(metric, corrected):
             console.print(

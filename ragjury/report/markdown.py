@@ -57,7 +57,18 @@ def _run_line(summary: Mapping[str, Any]) -> str:
         parts.append(f"${cost:.4f}")
     if "wall_seconds" in summary:
         parts.append(f"{summary['wall_seconds']:.1f} s")
-    return ", ".join(parts)
+    line = ", ".join(parts)
+    totals = summary.get("job_totals")
+    if summary.get("resumed") and isinstance(totals, Mapping):
+        cost = totals.get("cost_usd")
+        line += (
+            f" (this run, which resumed job `{inline(summary.get('job'), 40)}` and judged "
+            f"{summary.get('items_done_now', '?')} of its samples; the job over "
+            f"{totals.get('runs')} runs: {totals.get('llm_calls')} LLM calls"
+            + (f", ${cost:.4f}" if isinstance(cost, int | float) else "")
+            + ")"
+        )
+    return line
 
 
 def markdown_summary(

@@ -195,6 +195,10 @@ class CallLog(Protocol):
         time ``since`` (all processes: what a shared budget counts)."""
         ...
 
+    async def job_runs(self, job_id: str) -> list[RunRecord]:
+        """Every finished run that worked on ``job_id``, oldest first."""
+        ...
+
     async def latest_run(self, job_id: str) -> RunRecord | None:
         """The newest finished run that worked on ``job_id`` (its summary names the job), or
         None."""

@@ -20,6 +20,7 @@ from ragjury.store._common import (
     iso,
     job_summary_pattern,
     latest_run_of,
+    run_record,
     totals,
 )
 from ragjury.store.base import (
@@ -27,6 +28,7 @@ from ragjury.store.base import (
 )
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import (
+    Row,
     Steps,
     execute,
     fetch,
@@ -137,12 +139,19 @@ class CallLogSQL(Driven):
         await self._write(lambda: execute(sql, *row, stats.record), single=True)
 
     async def latest_run(self, job_id: str) -> RunRecord | None:
-        rows = await self.read(
+        return latest_run_of(await self._runs_naming(job_id), job_id)
+
+    async def job_runs(self, job_id: str) -> list[RunRecord]:
+        runs = (run_record(row) for row in reversed(await self._runs_naming(job_id)))
+        return [r for r in runs if r.summary and r.summary.get("job") == job_id]
+
+    async def _runs_naming(self, job_id: str) -> list[Row]:
+        """The finished runs whose summary may name ``job_id``, newest first."""
+        return await self.read(
             "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
             "WHERE summary LIKE ? ORDER BY finished_at DESC, started_at DESC",
             (job_summary_pattern(job_id),),
         )
-        return latest_run_of(rows, job_id)
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None

@@ -165,6 +165,8 @@ def test_generate_ends_with_the_audit_and_its_set_audits_against_the_same_corpus
             "kept.jsonl",
             "--db",
             "r.db",
+            "--summary",
+            "summary.json",
         ],
         capture_output=True,
         text=True,
@@ -175,6 +177,12 @@ def test_generate_ends_with_the_audit_and_its_set_audits_against_the_same_corpus
     )
 
     assert len(read_jsonl(tmp_path / "kept.jsonl")) == 3, done.stderr
+    kept_audit = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))["audit"]
+    assert (kept_audit["coverage"]["documents_covered"], kept_audit["coverage"]["documents"]) == (
+        2,
+        3,
+    )
+    assert kept_audit["skew"]["kept"] == 2
     lines = done.stderr.splitlines()
     assert (
         "ragjury audit: coverage: 2 of 3 documents (67%) and 2 of 3 chunks (67%) have a kept pair"
@@ -195,6 +203,15 @@ def test_generate_ends_with_the_audit_and_its_set_audits_against_the_same_corpus
     assert audit["coverage"]["largest_uncovered"] == [
         {"document": str(docs / "blank.md"), "characters": len(blank), "chunks": 1}
     ]
+
+    # the same set as CSV (lists as JSON text in their cells) audits the same
+    exported = ragjury("export", "--db", "r.db", "--out", "kept.csv", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    from_csv = ragjury(
+        "audit", "kept.csv", "--corpus", str(docs), "--whole-documents", "--json", cwd=tmp_path
+    )
+    assert from_csv.returncode == 0, from_csv.stderr
+    assert json.loads(from_csv.stdout) == audit
 
 
 def test_the_dataset_report_has_an_audit_section(tmp_path: Path) -> None:

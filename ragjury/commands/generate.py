@@ -127,9 +127,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             )
             summary["stopped_by_budget"] = stop is not None
             budget_reason = run.llm.budget.reason
+            audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
+            summary["audit"] = audit  # what `ragjury audit` finds without the corpus
             await run.finish(summary, args.summary)
     _report(console, summary, args)
-    audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
     lines = [line for line in summary_lines(audit) if not line.startswith("difficulty needs")]
     lines.append(f"difficulty, and the documents without a pair: {_audit_command(args, options)}")
     for line in lines:

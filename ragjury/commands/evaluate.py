@@ -18,6 +18,7 @@ from ragjury.commands._display import (
     interval_text,
     retrieval_table,
 )
+from ragjury.commands._panel import panel_from, panel_lines
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     budget_stop,
@@ -32,6 +33,8 @@ from ragjury.commands._signals import judge_samples
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
+from ragjury.evaluation.panel import panel_metrics
+from ragjury.evaluation.panel_summary import PanelTally
 from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.llm.resolve import choose_llm
@@ -88,6 +91,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     metrics = plan.names
     prompts = load_overrides(args.prompt, plan.prompt_names())
     check_gates(args.fail_under, plan.metrics, metrics)  # before any LLM call
+    panel = panel_from(args, settings, plan.chosen)
     correction = load_correction(
         args.correct_with,
         metrics,
@@ -128,6 +132,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             # the target answers only the samples without an answer: only then is it part
             # of what is judged
             target=target.name if target is not None and loaded.unanswered else None,
+            panel=panel,
         )
         note = await new_job_note(run.store, job, "sample")
         if note is not None:
@@ -141,10 +146,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
         tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
+        panel_tally = PanelTally(panel, panel_metrics(plan.chosen)) if panel is not None else None
         answered_by_target = 0
         async for text in run.store.scored(job.id):
             scored = SampleScored.model_validate_json(text)
             tally.add(scored)
+            if panel_tally is not None:
+                panel_tally.add(scored)
             if correction is not None:
                 correction.add(scored.sample.id, scored.metrics.get(correction.metric))
             answered_by_target += scored.answered_by_target
@@ -157,6 +165,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             model=settings.model,
         )
         summary["answered_by_target"] = answered_by_target
+        if panel_tally is not None:
+            panel_tally.widen(summary["metrics"])
+            summary["panel"] = panel_tally.figures(run.llm.usage.by_stage())
         if correction is not None:
             summary["corrected"] = {correction.metric: correction.figures()}
         summary.update(result.summary())
@@ -215,6 +226,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
+    for line in panel_lines(summary):
+        console.print(f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False)
     for metric, corrected in (summary.get("corrected") or {}).items():
         for line in correction_lines(metric, corrected):
             console.print(

@@ -1,0 +1,112 @@
+"""How much judges agree, and how much a repeated judge wavers: pure functions.
+
+- :func:`fleiss_kappa`: agreement of several judges on pass/fail beyond chance (Fleiss,
+  1971); every sample rated by the same number of judges.
+- :func:`krippendorff_alpha`: agreement on scores, the interval metric (squared
+  differences), with missing ratings allowed (Krippendorff, 2011).
+- :func:`nested_mean_interval` and :func:`repeat_stderr`: a mean over samples that were each
+  judged several times, with the spread between samples and the spread within a sample's
+  repeats both counted (a two-stage bootstrap: samples, then each drawn sample's repeats).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from statistics import NormalDist, fmean
+
+from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, RESAMPLES, Interval
+from ragjury.intervals import percentile_interval as _percentile_interval
+
+
+def fleiss_kappa(subjects: Sequence[Sequence[bool]]) -> float | None:
+    """Fleiss' kappa of pass/fail votes: ``subjects[i]`` holds sample i's votes, one per
+    judge, the same number for every sample (at least two). None when it is undefined (no
+    sample, or every vote the same, so chance agreement is already perfect)."""
+    if not subjects:
+        return None
+    raters = len(subjects[0])
+    if raters < 2 or any(len(votes) != raters for votes in subjects):
+        raise ValueError(
+            "fleiss_kappa needs the same number (>= 2) of votes for every sample, got "
+            f"{sorted({len(v) for v in subjects})}; leave out the samples a judge missed"
+        )
+    n, total = len(subjects), len(subjects) * raters
+    passes = [sum(votes) for votes in subjects]
+    agreement = [
+        (p * p + (raters - p) * (raters - p) - raters) / (raters * (raters - 1)) for p in passes
+    ]
+    share = sum(passes) / total
+    chance = share * share + (1 - share) * (1 - share)
+    if chance >= 1:
+        return None
+    return (sum(agreement) / n - chance) / (1 - chance)
+
+
+def krippendorff_alpha(units: Sequence[Sequence[float]]) -> float | None:
+    """Krippendorff's alpha with the interval metric: ``units[i]`` holds the scores the
+    judges gave sample i (any number; a sample with fewer than two is not pairable and left
+    out). None when undefined (fewer than two pairable scores, or all scores equal)."""
+    pairable = [list(u) for u in units if len(u) >= 2]
+    values = [v for u in pairable for v in u]
+    n = len(values)
+    if n < 2:
+        return None
+    observed = sum(sum((a - b) ** 2 for a in u for b in u) / (len(u) - 1) for u in pairable) / n
+    expected = sum((a - b) ** 2 for a in values for b in values) / (n * (n - 1))
+    if expected == 0:
+        return None
+    return 1 - observed / expected
+
+
+def _variance(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = fmean(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def repeat_stderr(groups: Sequence[Sequence[float]]) -> float | None:
+    """The standard error of the mean of the samples' means, ``groups[i]`` holding sample
+    i's repeats: sqrt(var(means) / n + mean(var within) / (n * repeats)). The second term
+    keeps a judge whose repeats disagree from looking certain when its means happen to
+    agree (it counts the within-sample variance twice at worst: a cautious figure)."""
+    kept = [list(g) for g in groups if g]
+    if not kept:
+        return None
+    n = len(kept)
+    means = [fmean(g) for g in kept]
+    within = fmean(_variance(g) for g in kept)
+    repeats = fmean(len(g) for g in kept)
+    return math.sqrt(_variance(means) / n + within / (n * repeats))
+
+
+def nested_mean_interval(
+    groups: Sequence[Sequence[float]],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+    bootstrap_at_most: int = BOOTSTRAP_AT_MOST,
+) -> Interval | None:
+    """The interval of the mean of the samples' means, ``groups[i]`` holding sample i's
+    repeats: a two-stage percentile bootstrap (draw samples, then each drawn sample's
+    repeats), seeded; above ``bootstrap_at_most`` samples the normal interval with
+    :func:`repeat_stderr`."""
+    kept = [list(g) for g in groups if g]
+    if not kept:
+        return None
+    n = len(kept)
+    if n > bootstrap_at_most:
+        mean = fmean(fmean(g) for g in kept)
+        half = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * (repeat_stderr(kept) or 0.0)
+        return mean - half, mean + half
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        total = 0.0
+        for group in rng.choices(kept, k=n):
+            total += sum(rng.choices(group, k=len(group))) / len(group)
+        draws.append(total / n)
+    return _percentile_interval(draws, confidence)

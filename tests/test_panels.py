@@ -12,12 +12,14 @@ from typing import Any
 
 import anyio
 import pytest
+from test_report import page_data
 
+from ragjury.cli import main
 from ragjury.store import open_store
 from ragjury.store.base import Job
 
-from evalcli import evaluate, results, write_jsonl
-from evalfakes import user_message
+from evalcli import EIFFEL, evaluate, results, write_jsonl
+from evalfakes import splitter_reply, user_message, verdict_reply
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
 
 QUESTIONS = {f"s{i}": f"What is fact number {i}?" for i in range(1, 5)}
@@ -234,3 +236,43 @@ def test_the_panel_is_stored_with_the_job(endpoints: dict[str, FakeOpenAI], tmp_
     assert [j["name"] for j in panel["judges"]] == ["a", "b", "c"]
     assert panel["combine"] == "median"
     assert panel["repeats"] == 1
+
+
+def test_a_two_step_metric_and_a_keyword_test_beside_a_panel(tmp_path: Path) -> None:
+    """faithfulness (split, then verdicts: two agents per judge) goes to each judge on its own
+    endpoint; the keyword test, which no LLM judges, runs once on the sample itself."""
+    with FakeOpenAI() as one, FakeOpenAI() as two:
+        for name, fake in (("one", one), ("two", two)):
+            fake.route(f"statement_splitter@{name}", splitter_reply)
+            fake.route(f"verdict_judge@{name}", verdict_reply)
+        path = write_jsonl(tmp_path / "samples.jsonl", [EIFFEL])
+        code = evaluate(
+            one,
+            tmp_path,
+            path,
+            "--metrics",
+            "faithfulness,keywords",
+            "--judges",
+            f"one=m1@{one.base_url},two=m2@{two.base_url}",
+        )
+        assert len(two.requests_for("verdict_judge@two")) == 1
+        assert len(one.requests_for("verdict_judge@one")) == 1
+    assert code == 5 or code == 0
+    entry = results(tmp_path)["eiffel"]["metrics"]
+    # one of two statements is supported, for both judges
+    assert entry["faithfulness"]["score"] == 0.5
+    assert entry["faithfulness"]["panel"]["answered"] == 2
+    assert len(entry["faithfulness"]["statements"]) == 2  # the details of a judge are kept
+    assert entry["keywords"]["outcome"] == "scored"
+    assert "panel" not in entry["keywords"]
+
+
+def test_the_report_shows_the_samples_the_judges_disagree_on_first(
+    endpoints: dict[str, FakeOpenAI], tmp_path: Path
+) -> None:
+    run_panel(endpoints, tmp_path)
+    out = tmp_path / "report.html"
+    assert main(["report", "--db", str(tmp_path / "ragjury.db"), "--out", str(out)]) == 0
+    shown = [s["id"] for s in page_data(out.read_text(encoding="utf-8"))["samples"]]
+    assert set(shown[:3]) == {"s2", "s3", "s4"}  # a judge dissented on each
+    assert shown[3] == "s1"

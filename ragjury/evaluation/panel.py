@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from statistics import fmean, median
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ragjury.schemas import MetricResult
 from ragjury.schemas.panel import Combine, Panel
@@ -156,3 +156,23 @@ def combine_results(
         details={**shown.details, "details_from": source, "panel": summary},
         llm_calls=calls,
     )
+
+
+def _disagreed(record: Mapping[str, object]) -> bool:
+    metrics = record.get("metrics")
+    if not isinstance(metrics, Mapping):
+        return False
+    for entry in metrics.values():
+        panel = entry.get("panel") if isinstance(entry, Mapping) else None
+        if isinstance(panel, Mapping) and panel.get("dissenters"):
+            return True
+    return False
+
+
+Record = TypeVar("Record", bound=Mapping[str, object])
+
+
+def disagreeing_first(records: Sequence[Record]) -> list[Record]:
+    """Exported records with the samples whose judges disagree first (the HTML report's
+    order), the others after them, each group in its own order."""
+    return sorted(records, key=lambda record: not _disagreed(record))

@@ -12,10 +12,12 @@ from ragjury.agents.judges import CORRECTNESS
 from ragjury.config import EvaluationOptions
 from ragjury.evaluation.panel import combine_results
 from ragjury.evaluation.panel_stats import (
+    aggregate_stderr,
     fleiss_kappa,
     krippendorff_alpha,
-    nested_mean_interval,
     repeat_stderr,
+    widened,
+    within_variance,
 )
 from ragjury.schemas import Failure, MetricResult
 from ragjury.schemas.panel import Panel, PanelJudge, lane_id, parse_judges, split_lane
@@ -62,14 +64,20 @@ def test_repeat_stderr_by_hand() -> None:
     assert repeat_stderr(groups) == pytest.approx(math.sqrt(0.125 / 2 + (1 / 6) / (2 * 4)))
 
 
-def test_the_interval_counts_the_spread_within_samples() -> None:
-    steady = nested_mean_interval([[1.0, 1.0]] * 10 + [[0.0, 0.0]] * 10)
-    wavering = nested_mean_interval([[1.0, 0.0]] * 20)
-    assert steady is not None
-    assert wavering is not None
-    assert wavering[1] - wavering[0] > 0  # each sample's mean is 0.5, yet it is not certain
-    assert nested_mean_interval([[1.0, 1.0]] * 5) == (1.0, 1.0)
-    assert nested_mean_interval([]) is None
+def test_the_repeats_spread_widens_an_interval_and_keeps_it_on_the_scale() -> None:
+    # within variances 1/3 (1,0,1,0) and 0, over 2 samples x 4 repeats -> (1/6) / 8
+    assert within_variance([[1, 0, 1, 0], [1, 1, 1, 1]]) == pytest.approx((1 / 6) / 8)
+    assert within_variance([[1.0], [0.0]]) == 0
+    add = 1.959964 * math.sqrt(0.01)
+    low, high = widened(0.5, [0.4, 0.7], 0.01, bounds=(0.0, 1.0))
+    assert low == pytest.approx(0.5 - math.hypot(0.1, add), abs=1e-5)
+    assert high == pytest.approx(0.5 + math.hypot(0.2, add), abs=1e-5)
+    assert widened(1.0, [1.0, 1.0], 0.25, bounds=(0.0, 1.0))[1] == 1.0  # kept on the scale
+    assert widened(1.0, [1.0, 1.0], 0.0, bounds=(0.0, 1.0)) == (1.0, 1.0)
+    # sample-level variance 0.125/2 plus the repeats' term
+    assert aggregate_stderr([0.5, 1.0], [[1, 0, 1, 0], [1, 1, 1, 1]]) == pytest.approx(
+        math.sqrt(0.125 / 2 + (1 / 6) / 8)
+    )
 
 
 PANEL = Panel(judges=tuple(PanelJudge(name=n, model=f"m-{n}") for n in "abc"))

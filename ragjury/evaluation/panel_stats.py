@@ -4,20 +4,18 @@
   1971); every sample rated by the same number of judges.
 - :func:`krippendorff_alpha`: agreement on scores, the interval metric (squared
   differences), with missing ratings allowed (Krippendorff, 2011).
-- :func:`nested_mean_interval` and :func:`repeat_stderr`: a mean over samples that were each
-  judged several times, with the spread between samples and the spread within a sample's
-  repeats both counted (a two-stage bootstrap: samples, then each drawn sample's repeats).
+- :func:`repeat_stderr`, :func:`aggregate_stderr` and :func:`widened`: a mean over samples
+  that were each judged several times, with the spread between samples and the spread
+  within a sample's repeats both counted.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from statistics import NormalDist, fmean
 
-from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, RESAMPLES, Interval
-from ragjury.intervals import percentile_interval as _percentile_interval
+from ragjury.intervals import CONFIDENCE, Interval
 
 
 def fleiss_kappa(subjects: Sequence[Sequence[bool]]) -> float | None:
@@ -82,31 +80,36 @@ def repeat_stderr(groups: Sequence[Sequence[float]]) -> float | None:
     return math.sqrt(_variance(means) / n + within / (n * repeats))
 
 
-def nested_mean_interval(
-    groups: Sequence[Sequence[float]],
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-    confidence: float = CONFIDENCE,
-    bootstrap_at_most: int = BOOTSTRAP_AT_MOST,
-) -> Interval | None:
-    """The interval of the mean of the samples' means, ``groups[i]`` holding sample i's
-    repeats: a two-stage percentile bootstrap (draw samples, then each drawn sample's
-    repeats), seeded; above ``bootstrap_at_most`` samples the normal interval with
-    :func:`repeat_stderr`."""
+def within_variance(groups: Sequence[Sequence[float]]) -> float:
+    """What the repeats add to the variance of a mean over samples: the mean within-sample
+    variance over (samples x repeats); 0 without repeats."""
     kept = [list(g) for g in groups if g]
     if not kept:
+        return 0.0
+    return fmean(_variance(g) for g in kept) / (len(kept) * fmean(len(g) for g in kept))
+
+
+def aggregate_stderr(values: Sequence[float], groups: Sequence[Sequence[float]]) -> float | None:
+    """The standard error of the mean of ``values`` (one per sample), the repeats' spread
+    (``groups``, each sample's repeats) added: sqrt(var(values) / n + within_variance)."""
+    if not values:
         return None
-    n = len(kept)
-    if n > bootstrap_at_most:
-        mean = fmean(fmean(g) for g in kept)
-        half = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * (repeat_stderr(kept) or 0.0)
-        return mean - half, mean + half
-    rng = random.Random(seed)
-    draws = []
-    for _ in range(resamples):
-        total = 0.0
-        for group in rng.choices(kept, k=n):
-            total += sum(rng.choices(group, k=len(group))) / len(group)
-        draws.append(total / n)
-    return _percentile_interval(draws, confidence)
+    return math.sqrt(_variance(values) / len(values) + within_variance(groups))
+
+
+def widened(
+    point: float,
+    interval: Sequence[float],
+    extra_variance: float,
+    *,
+    bounds: tuple[float, float | None],
+    confidence: float = CONFIDENCE,
+) -> Interval:
+    """``interval`` (over samples, around ``point``) with ``extra_variance`` added: each
+    half-width combined in quadrature with z * sqrt(extra_variance), kept within ``bounds``
+    (the scale's; None: unbounded above)."""
+    add = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * math.sqrt(extra_variance)
+    low = point - math.hypot(point - interval[0], add)
+    high = point + math.hypot(interval[1] - point, add)
+    top = bounds[1]
+    return max(low, bounds[0]), high if top is None else min(high, top)

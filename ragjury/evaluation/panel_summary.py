@@ -13,13 +13,16 @@ from statistics import fmean
 from typing import TypedDict
 
 from ragjury.evaluation.panel_stats import (
+    aggregate_stderr,
     fleiss_kappa,
     krippendorff_alpha,
-    nested_mean_interval,
-    repeat_stderr,
+    widened,
+    within_variance,
 )
+from ragjury.metrics import Scale, scale_of
 from ragjury.schemas import MetricResult, SampleScored
 from ragjury.schemas.panel import Panel
+from ragjury.urls import redacted
 
 _IDS_KEPT = 100
 
@@ -86,6 +89,9 @@ class _MetricPanel:
     score_groups: list[list[float]] = field(default_factory=list)
     """Per sample: every (judge, repeat) score, for the intervals that count the repeats."""
     pass_groups: list[list[float]] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    """Per sample: the combined score (what the summary's mean is over)."""
+    passes: list[float] = field(default_factory=list)
     judges: dict[str, _JudgeTally] = field(default_factory=dict)
 
     def add(self, sample_id: str, result: MetricResult) -> None:
@@ -99,6 +105,10 @@ class _MetricPanel:
         }
         dissenters = [str(n) for n in panel.get("dissenters") or []]
         self.samples += 1
+        if result.score is not None:
+            self.scores.append(result.score)
+        if result.passing is not None:
+            self.passes.append(float(result.passing))
         if dissenters:
             self.disagreements += 1
             if len(self.disagreeing) < _IDS_KEPT:
@@ -149,8 +159,8 @@ class _MetricPanel:
             "flaky_share": _rounded(self.flaky / n) if n else None,
             "flaky_ids": list(self.flaky_ids),
             "stderr": {
-                "mean": _rounded(repeat_stderr(self.score_groups)),
-                "pass_rate": _rounded(repeat_stderr(self.pass_groups)),
+                "mean": _rounded(aggregate_stderr(self.scores, self.score_groups)),
+                "pass_rate": _rounded(aggregate_stderr(self.passes, self.pass_groups)),
             },
             "judges": {name: tally.figures() for name, tally in self.judges.items()},
         }
@@ -162,6 +172,8 @@ class PanelTally:
 
     panel: Panel
     metrics: Sequence[str]
+    scales: Mapping[str, Scale] = field(default_factory=dict)
+    """Each metric's scale (a judge file's is not installed): where its intervals end."""
     tallies: dict[str, _MetricPanel] = field(default_factory=dict)
 
     def add(self, scored: SampleScored) -> None:
@@ -174,7 +186,10 @@ class PanelTally:
         """The summary's ``panel``: the judges, each metric's figures, each judge's cost
         (from the run's usage by stage: a judge's calls are its stages ``role@judge``)."""
         return {
-            "judges": [j.model_dump() for j in self.panel.judges],
+            "judges": [  # a password in an endpoint's URL is never written
+                {"name": j.name, "model": j.model, "base_url": j.base_url and redacted(j.base_url)}
+                for j in self.panel.judges
+            ],
             "repeats": self.panel.repeats,
             "combine": self.panel.combine,
             "temperature": self.panel.temperature,
@@ -185,23 +200,29 @@ class PanelTally:
         }
 
     def widen(self, metrics: dict[str, dict[str, object]]) -> None:
-        """With repeats, the summary's intervals of each panel metric count the spread of a
-        sample's repeats too (a two-stage bootstrap), and its standard errors are added."""
+        """Each panel metric's standard errors, and, with repeats, its intervals widened by
+        the spread of a sample's repeats (:func:`ragjury.evaluation.panel_stats.widened`)."""
         for name, tally in self.tallies.items():
             figures = metrics.get(name)
             if figures is None:
                 continue
-            figures["stderr"] = _rounded(repeat_stderr(tally.score_groups))
-            figures["pass_rate_stderr"] = _rounded(repeat_stderr(tally.pass_groups))
+            figures["stderr"] = _rounded(aggregate_stderr(tally.scores, tally.score_groups))
+            figures["pass_rate_stderr"] = _rounded(
+                aggregate_stderr(tally.passes, tally.pass_groups)
+            )
             if self.panel.repeats <= 1:
                 continue
-            for key, groups in (
-                ("mean_interval", tally.score_groups),
-                ("pass_rate_interval", tally.pass_groups),
+            scale = self.scales.get(name) or scale_of(name)
+            for point, key, groups, bounds in (
+                ("mean", "mean_interval", tally.score_groups, (scale.low, scale.high)),
+                ("pass_rate", "pass_rate_interval", tally.pass_groups, (0.0, 1.0)),
             ):
-                interval = nested_mean_interval(groups)
-                if interval is not None:
-                    figures[key] = [round(interval[0], 4), round(interval[1], 4)]
+                value, interval = figures.get(point), figures.get(key)
+                if isinstance(value, int | float) and isinstance(interval, list):
+                    low, high = widened(
+                        float(value), interval, within_variance(groups), bounds=bounds
+                    )
+                    figures[key] = [round(low, 4), round(high, 4)]
 
 
 def judge_costs(

@@ -15,7 +15,6 @@ from ragjury.evaluation.panel_stats import (
     aggregate_stderr,
     fleiss_kappa,
     krippendorff_alpha,
-    repeat_stderr,
     widened,
     within_variance,
 )
@@ -56,12 +55,6 @@ def test_krippendorff_alpha_is_one_when_judges_agree_and_none_without_variation(
     assert krippendorff_alpha([[1, 1], [4, 4], [2, 2]]) == pytest.approx(1.0)
     assert krippendorff_alpha([[3, 3], [3, 3]]) is None
     assert krippendorff_alpha([[3]]) is None
-
-
-def test_repeat_stderr_by_hand() -> None:
-    # means 0.5 and 1.0: variance 0.125; within variances 1/3 and 0 -> mean 1/6; 4 repeats
-    groups = [[1, 0, 1, 0], [1, 1, 1, 1]]
-    assert repeat_stderr(groups) == pytest.approx(math.sqrt(0.125 / 2 + (1 / 6) / (2 * 4)))
 
 
 def test_the_repeats_spread_widens_an_interval_and_keeps_it_on_the_scale() -> None:

@@ -4,7 +4,7 @@
   1971); every sample rated by the same number of judges.
 - :func:`krippendorff_alpha`: agreement on scores, the interval metric (squared
   differences), with missing ratings allowed (Krippendorff, 2011).
-- :func:`repeat_stderr`, :func:`aggregate_stderr` and :func:`widened`: a mean over samples
+- :func:`within_variance`, :func:`aggregate_stderr` and :func:`widened`: a mean over samples
   that were each judged several times, with the spread between samples and the spread
   within a sample's repeats both counted.
 """
@@ -63,21 +63,6 @@ def _variance(values: Sequence[float]) -> float:
         return 0.0
     mean = fmean(values)
     return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-
-
-def repeat_stderr(groups: Sequence[Sequence[float]]) -> float | None:
-    """The standard error of the mean of the samples' means, ``groups[i]`` holding sample
-    i's repeats: sqrt(var(means) / n + mean(var within) / (n * repeats)). The second term
-    keeps a judge whose repeats disagree from looking certain when its means happen to
-    agree (it counts the within-sample variance twice at worst: a cautious figure)."""
-    kept = [list(g) for g in groups if g]
-    if not kept:
-        return None
-    n = len(kept)
-    means = [fmean(g) for g in kept]
-    within = fmean(_variance(g) for g in kept)
-    repeats = fmean(len(g) for g in kept)
-    return math.sqrt(_variance(means) / n + within / (n * repeats))
 
 
 def within_variance(groups: Sequence[Sequence[float]]) -> float:

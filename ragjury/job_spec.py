@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragjury.config import EvaluationOptions, GenerationOptions
 from ragjury.prompts import Prompt
+from ragjury.schemas.panel import Panel
 from ragjury.store.base import Job
 
 
@@ -56,6 +57,9 @@ class EvaluationSpec(JobSpec):
     judges: tuple[dict[str, Any], ...] | None = None
     """The judge files its metrics come from, whole, so a worker needs no file
     (``ragjury.agents.custom_judge.from_stored`` makes them metrics again)."""
+    panel: Panel | None = None
+    """The judges each LLM-judged metric is asked of, and how many times (``--judges``,
+    ``--repeats``, ``--combine``); None: the run's one model, once."""
     target: str | None = None
     """The RAG system that answers the samples without an answer (``--target``: its URL
     without a password, or ``module:function``), so another target is another job."""

@@ -19,6 +19,7 @@ from ragjury.commands._display import (
     interval_text,
     retrieval_table,
 )
+from ragjury.commands._panel import panel_from, panel_lines
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     budget_stop,
@@ -33,6 +34,8 @@ from ragjury.commands._signals import judge_samples
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
+from ragjury.evaluation.panel import panel_metrics
+from ragjury.evaluation.panel_summary import PanelTally
 from ragjury.evaluation.summary import SummaryTally, summarise
 from ragjury.evaluation.targets import Target, target_from_spec
 from ragjury.llm.resolve import choose_llm
@@ -99,6 +102,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                 args.label_pass_at,
                 settings.db_shown,
             )
+    panel = panel_from(args, settings, plan.chosen)
     correction = load_correction(
         args.correct_with,
         metrics,
@@ -140,6 +144,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             # the target answers only the samples without an answer: only then is it part
             # of what is judged
             target=target.name if target is not None and loaded.unanswered else None,
+            panel=panel,
         )
         note = await new_job_note(run.store, job, "sample")
         if note is not None:
@@ -153,10 +158,13 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             async for record in run.store.samples([job.id]):
                 writer.write(record)
         tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
+        panel_tally = PanelTally(panel, panel_metrics(plan.chosen)) if panel is not None else None
         answered_by_target = 0
         async for text in run.store.scored(job.id):
             scored = SampleScored.model_validate_json(text)
             tally.add(scored)
+            if panel_tally is not None:
+                panel_tally.add(scored)
             if correction is not None:
                 correction.add(scored.sample.id, scored.metrics.get(correction.metric))
             answered_by_target += scored.answered_by_target
@@ -169,6 +177,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             model=settings.model,
         )
         summary["answered_by_target"] = answered_by_target
+        if panel_tally is not None:
+            panel_tally.widen(summary["metrics"])
+            summary["panel"] = panel_tally.figures(run.llm.usage.by_stage())
         if correction is not None:
             summary["corrected"] = {correction.metric: correction.figures()}
         summary.update(result.summary())
@@ -240,6 +251,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             markup=False,
             highlight=False,
         )
+    for line in panel_lines(summary):
+        console.print(f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False)
     for metric, corrected in (summary.get("corrected") or {}).items():
         for line in correction_lines(metric, corrected):
             console.print(

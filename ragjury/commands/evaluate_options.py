@@ -63,6 +63,9 @@ def add_evaluate_arguments(ev: argparse.ArgumentParser) -> None:
     from ragjury.calibration.correct_with import add_correction_options
 
     add_correction_options(ev)
+    from ragjury.commands.panel_options import add_panel_options
+
+    add_panel_options(ev)
     target = ev.add_argument_group("live RAG system")
     target.add_argument(
         "--target",

@@ -129,6 +129,12 @@ class LLM:
             )
         self.budget = Budget(settings.max_tokens, settings.max_cost)
         self._sleep = sleep
+        self._clock = clock
+        self._ledger = ledger
+        self._siblings: dict[str, LLM] = {}
+        self.judge: str | None = None
+        """The panel judge this client is (its calls' stages end in ``@judge``); None for
+        the run's own client."""
         self._on_call = on_call
         self._on_start = on_start
         self._rng = random.Random(seed)
@@ -172,7 +178,30 @@ class LLM:
         call can succeed, so the run stops and leaves its work queued."""
         self._reached = False  # has any request ever been answered?
 
+    def sibling(self, judge: str, model: str, base_url: str | None, temperature: float) -> LLM:
+        """A client of another model or endpoint for the same run (``judge`` of a panel):
+        its own limiter, breaker and prices, the run's budget, usage ledger and call records;
+        its calls' stages end in ``@judge``, so the books show each judge's calls and cost.
+        Made once per judge and closed with this one."""
+        key = f"{judge}\n{model}\n{base_url}\n{temperature}"
+        found = self._siblings.get(key)
+        if found is None:
+            update = {"model": model, "base_url": base_url, "temperature": temperature}
+            found = LLM(
+                self.settings.model_copy(update=update),
+                sleep=self._sleep,
+                clock=self._clock,
+                on_call=self._on_call,
+                on_start=self._on_start,
+                ledger=self._ledger,
+            )
+            found.usage, found.budget, found.judge = self.usage, self.budget, judge
+            self._siblings[key] = found
+        return found
+
     async def aclose(self) -> None:
+        for sibling in self._siblings.values():
+            await sibling.aclose()
         await self._backend.aclose()
 
     async def __aenter__(self) -> LLM:
@@ -211,6 +240,8 @@ class LLM:
         context: dict[str, Any] | None = None,
     ) -> tuple[T, CallStats]:
         """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
+        if self.judge is not None:
+            stage = f"{stage}@{self.judge}"
         stats = CallStats(stage=stage, model=self.settings.model)
         if self._on_start is not None:
             stats.record = await self._on_start(stats)
@@ -274,6 +305,8 @@ class LLM:
         """
         if self._backend.embeddings_unavailable is not None:
             raise LLMUnavailableError(f"{stage}: {self._backend.embeddings_unavailable}")
+        if self.judge is not None:
+            stage = f"{stage}@{self.judge}"
         stats = CallStats(stage=stage, model=self.embedding_model)
         token = _current_call.set(stats)
         error: str | None = "cancelled"

@@ -25,13 +25,16 @@ from ragjury.agents.sample_aggregator import SampleAggregator
 from ragjury.config import EvaluationOptions, Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import filled_fields
+from ragjury.evaluation.panel import panel_metrics
 from ragjury.evaluation.targets import Target, TargetError
 from ragjury.job_spec import EvaluationSpec, prompt_sources
 from ragjury.llm import LLM
 from ragjury.metrics import Metric, Registry, registry
 from ragjury.pipelines.base import Step, Steps, transient_failures
+from ragjury.pipelines.panel_steps import PanelAggregator, lane_events, panel_steps
 from ragjury.prompts import Prompt
 from ragjury.schemas import BusEvent, Failure, MetricResult, Sample, SampleScored, SampleSubmitted
+from ragjury.schemas.panel import Panel
 from ragjury.store.base import Item, ItemResults, Job, JobKind, Store
 from ragjury.store.cache import llm_fingerprint
 from ragjury.urls import redact_text
@@ -165,15 +168,34 @@ class EvaluationPipeline(Steps):
         judges = custom_judge.from_stored(spec.judges or ())
         metrics = registry(judges)
         self.metrics: tuple[str, ...] = spec.metrics
-        context = _Context(
-            llm, settings, spec.evaluate, spec.custom_prompts(job.id), metrics, judges
-        )
+        prompts = spec.custom_prompts(job.id)
+
+        def context_for(client: LLM, given: Settings) -> _Context:
+            return _Context(client, given, spec.evaluate, prompts, metrics, judges)
+
+        self._panel = spec.panel
+        self._judged = panel_metrics([metrics[name] for name in self.metrics])
         steps: dict[str, Step] = {}
-        for name in self.metrics:
-            for role, build in metrics[name].agents.items():
-                if role not in steps:  # several metrics may share an agent
-                    steps[role] = build(context)
-        steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
+        if self._panel is not None:
+            steps = panel_steps(
+                metrics, self.metrics, self._judged, self._panel, llm, settings, context_for
+            )
+            aggregator = PanelAggregator(
+                JoinState(store, job.id),
+                metrics,
+                self.metrics,
+                self._judged,
+                self._panel,
+                spec.evaluate,
+            )
+            steps["sample_aggregator"] = Step(aggregator)
+        else:
+            context = context_for(llm, settings)
+            for name in self.metrics:
+                for role, build in metrics[name].agents.items():
+                    if role not in steps:  # several metrics may share an agent
+                        steps[role] = build(context)
+            steps["sample_aggregator"] = Step(SampleAggregator(JoinState(store, job.id)))
         super().__init__(steps)
         self._target = target
         self._target_limiter = target_limiter or anyio.CapacityLimiter(settings.concurrency)
@@ -194,9 +216,11 @@ class EvaluationPipeline(Steps):
         prompts: Mapping[str, Prompt],
         judges: Sequence[Metric] = (),
         target: str | None = None,
+        panel: Panel | None = None,
     ) -> EvaluationSpec:
         """What an evaluation job is: options, metrics, custom prompts, the judge files its
-        metrics come from, and the target that answers its unanswered samples."""
+        metrics come from, the target that answers its unanswered samples, and its judge
+        panel and repeats."""
         used = [judge for judge in judges if judge.name in metrics]
         return EvaluationSpec(
             evaluate=settings.evaluate,
@@ -204,6 +228,7 @@ class EvaluationPipeline(Steps):
             prompts=prompt_sources(prompts),
             judges=tuple(custom_judge.stored(used)) or None,
             target=target,
+            panel=panel,
         )
 
     @staticmethod
@@ -230,8 +255,13 @@ class EvaluationPipeline(Steps):
                     "answer_logprobs": reply.logprobs,
                 }
             )
-            return [SampleSubmitted(sample=sample, metrics=self.metrics, answered_by_target=True)]
-        return [SampleSubmitted(sample=sample, metrics=self.metrics)]
+            return self._submitted(sample, True)
+        return self._submitted(sample, False)
+
+    def _submitted(self, sample: Sample, by_target: bool) -> list[BusEvent]:
+        if self._panel is not None:
+            return lane_events(sample, self.metrics, self._judged, self._panel, by_target)
+        return [SampleSubmitted(sample=sample, metrics=self.metrics, answered_by_target=by_target)]
 
     def results(self, terminal: SampleScored) -> ItemResults:
         return ItemResults(

@@ -30,6 +30,7 @@ import jinja2
 from markupsafe import Markup
 
 from ragjury import __version__
+from ragjury.evaluation.panel import disagreeing_first
 from ragjury.metrics import Scale, registry, scale_of
 from ragjury.report.audit import page_audit
 from ragjury.report.compare import Comparison
@@ -320,7 +321,8 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
         data={
             "kind": "evaluation",
             "metrics": list(stats),
-            "samples": [_sample_data(r) for r in records],
+            # where a panel's judges disagree comes first: what a person should look at
+            "samples": [_sample_data(r) for r in disagreeing_first(records)],
         },
         source=loaded.source,
         samples=len(records),

@@ -20,6 +20,7 @@ from ragjury.metrics import Metric
 from ragjury.pipelines import EvaluationPipeline, GenerationPipeline
 from ragjury.prompts import Prompt
 from ragjury.schemas import Document, Sample, SampleScored
+from ragjury.schemas.panel import Panel
 from ragjury.store import Store
 from ragjury.store.base import Job
 from ragjury.store.cache import llm_fingerprint
@@ -59,6 +60,7 @@ async def submit_samples(
     pin_model: bool = True,
     judges: Sequence[Metric] = (),
     target: str | None = None,
+    panel: Panel | None = None,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
@@ -66,7 +68,7 @@ async def submit_samples(
     a one-shot iterator is taken into a list first. ``target`` names the RAG system that
     answers the samples without an answer: part of the job, so another one is another job."""
     spec = _pinned(
-        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target),
+        EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target, panel),
         settings,
         pin_model,
     )

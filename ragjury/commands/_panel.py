@@ -1,0 +1,67 @@
+"""``evaluate``'s judge panel: the panel from ``--judges``, ``--repeats`` and ``--combine``,
+checked before anything runs, and its lines for a person at the end of a run."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from ragjury.config import Settings
+from ragjury.errors import ConfigurationError
+from ragjury.evaluation.panel import panel_metrics
+from ragjury.metrics import Metric
+from ragjury.schemas.panel import Panel, PanelJudge, panel_of, parse_judges
+
+
+def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric]) -> Panel | None:
+    """The run's panel (None without ``--judges`` and ``--repeats``); a clear error when the
+    flags are wrong or no chosen metric is judged by an LLM."""
+    judges: tuple[PanelJudge, ...] = ()
+    if args.judges:
+        try:
+            judges = parse_judges(args.judges)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from exc
+    repeats = int(args.repeats or 1)
+    if repeats < 1 or repeats > 50:
+        raise ConfigurationError(f"--repeats must be 1 to 50, got {repeats}")
+    panel = panel_of(
+        judges, repeats, args.combine, model=settings.model, temperature=settings.temperature
+    )
+    if panel is not None and not panel_metrics(chosen):
+        raise ConfigurationError(
+            f"--judges and --repeats ask LLM judges again, but none of the metrics chosen "
+            f"({', '.join(m.name for m in chosen)}) is judged by an LLM; choose one with "
+            "--metrics (e.g. faithfulness or correctness)"
+        )
+    return panel
+
+
+def _figure(value: object) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def panel_lines(summary: Mapping[str, object]) -> list[str]:
+    """One line per panel metric (agreement, dissent, flips) and one of cost per judge."""
+    panel = summary.get("panel")
+    if not isinstance(panel, dict):
+        return []
+    lines = []
+    for name, figures in (panel.get("metrics") or {}).items():
+        lines.append(
+            f"panel {name}: Fleiss' kappa {_figure(figures.get('fleiss_kappa'))}, "
+            f"Krippendorff's alpha {_figure(figures.get('krippendorff_alpha'))}, judges "
+            f"disagree on {figures.get('disagreements')} of {figures.get('samples')} sample(s), "
+            f"flaky {figures.get('flaky_samples')} ({_figure(figures.get('flaky_share'))})"
+        )
+    costs = panel.get("cost_by_judge") or {}
+    if costs:
+        lines.append(
+            "judges: "
+            + "; ".join(
+                f"{judge} {c['llm_calls']} calls, "
+                + ("cost unknown" if c["cost_usd"] is None else f"${c['cost_usd']:.4f}")
+                for judge, c in costs.items()
+            )
+        )
+    return lines

@@ -1,0 +1,131 @@
+"""A judge panel and repeats as a job stores them (``--judges``, ``--repeats``, ``--combine``),
+and the lane ids that keep each (judge, repeat) apart: plain data, below the job spec.
+
+Each LLM-judged metric of a job with a panel is asked of every judge (its own model and
+endpoint) ``repeats`` times; each (judge, repeat) is a *lane*, whose copy of the sample
+carries the lane in its id (``<id>@@<judge>#<repeat>``), so each lane's steps are cached
+apart and a repeat is never served another repeat's answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Combine = Literal["majority", "mean", "median", "min"]
+COMBINE: tuple[Combine, ...] = ("majority", "mean", "median", "min")
+LANE_MARK = "@@"
+REPEAT_TEMPERATURE = 0.7
+"""The temperature repeats are asked at when ``--temperature`` is 0 (repeats of a
+deterministic judge would only measure the cache)."""
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+_EXAMPLE = "e.g. --judges a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1"
+
+
+class PanelJudge(BaseModel):
+    """One judge of a panel: a name, a model, and the endpoint when it is not the run's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    model: str
+    base_url: str | None = None
+
+
+class Panel(BaseModel):
+    """A job's judges and repeats (stored with the job, so a resumed run asks the same)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judges: tuple[PanelJudge, ...] = Field(min_length=1)
+    repeats: int = Field(default=1, ge=1, le=50)
+    combine: Combine = "majority"
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> Panel:
+        names = [j.name for j in self.judges]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"judge name(s) {', '.join(twice)} given twice; name each judge once")
+        return self
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(j.name for j in self.judges)
+
+    def lanes(self) -> list[tuple[str, int]]:
+        """Every (judge, repeat) of the panel, in order."""
+        return [(j.name, r) for j in self.judges for r in range(self.repeats)]
+
+
+def parse_judges(text: str) -> tuple[PanelJudge, ...]:
+    """``--judges NAME=MODEL[@BASE_URL],...`` as judges; a clear error naming the bad part."""
+    judges: list[PanelJudge] = []
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, rest = part.partition("=")
+        name, rest = name.strip(), rest.strip()
+        if not sep or not rest:
+            raise ValueError(f"{part!r} in --judges is not NAME=MODEL[@BASE_URL] ({_EXAMPLE})")
+        if not _NAME.match(name):
+            raise ValueError(
+                f"judge name {name!r} must be 1-40 letters, digits, '_' or '-' ({_EXAMPLE})"
+            )
+        model, at, url = rest.partition("@")
+        model, url = model.strip(), url.strip()
+        if not model or (at and not url.startswith(("http://", "https://"))):
+            raise ValueError(
+                f"{part!r} in --judges: the endpoint after '@' must be an http(s) URL ({_EXAMPLE})"
+            )
+        if url:
+            _check_stored_url(name, url)
+        judges.append(PanelJudge(name=name, model=model, base_url=url or None))
+    return tuple(judges)
+
+
+def _check_stored_url(name: str, url: str) -> None:
+    """A judge's endpoint is kept with the job (workers connect to it), so it may hold no
+    secret: no user or password, no query string (the error does not repeat them)."""
+    parts = urlsplit(url)
+    if parts.username or parts.password or parts.query:
+        host = parts.hostname or "?"
+        raise ValueError(
+            f"the endpoint of judge {name!r} (on {host}) has a user, password or query string "
+            "in its URL; ragjury keeps each judge's URL with the job, so give the key with "
+            "--api-key or OPENAI_API_KEY and the URL without it"
+        )
+
+
+def panel_of(
+    judges: Sequence[PanelJudge],
+    repeats: int,
+    combine: Combine,
+    *,
+    model: str,
+    temperature: float,
+) -> Panel | None:
+    """The run's panel: None without ``--judges`` and repeats; a panel of the run's own
+    model (named ``judge``) for repeats alone. Repeats are asked above temperature 0."""
+    if not judges and repeats <= 1:
+        return None
+    chosen = tuple(judges) or (PanelJudge(name="judge", model=model),)
+    if repeats > 1 and temperature == 0:
+        temperature = REPEAT_TEMPERATURE
+    return Panel(judges=chosen, repeats=repeats, combine=combine, temperature=temperature)
+
+
+def lane_id(sample_id: str, judge: str, repeat: int) -> str:
+    return f"{sample_id}{LANE_MARK}{judge}#{repeat}"
+
+
+def split_lane(lane: str) -> tuple[str, str, int] | None:
+    """``(sample id, judge, repeat)`` of a lane's sample id; None for a sample's own id."""
+    base, mark, rest = lane.rpartition(LANE_MARK)
+    judge, hash_, repeat = rest.rpartition("#")
+    if not mark or not hash_ or not repeat.isdigit():
+        return None
+    return base, judge, int(repeat)

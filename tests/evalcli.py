@@ -46,21 +46,25 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 def evaluate(fake: FakeOpenAI | None, tmp_path: Path, samples: Path, *extra: str) -> int:
     """``ragjury evaluate`` on ``samples`` against ``fake`` (None: no endpoint at all)."""
+    return main(evaluate_args(fake, tmp_path, samples, *extra))
+
+
+def evaluate_args(fake: FakeOpenAI | None, tmp_path: Path, samples: Path, *extra: str) -> list[str]:
+    """The arguments of :func:`evaluate` (a subprocess runs ``python -m ragjury`` with them):
+    results, summary and database in ``tmp_path``."""
     endpoint = ["--base-url", fake.base_url, "--api-key", "test-key"] if fake else []
-    return main(
-        [
-            "evaluate",
-            str(samples),
-            "--out",
-            str(tmp_path / "results.jsonl"),
-            "--summary",
-            str(tmp_path / "summary.json"),
-            "--db",
-            str(tmp_path / "ragjury.db"),
-            *endpoint,
-            *extra,
-        ]
-    )
+    return [
+        "evaluate",
+        str(samples),
+        "--out",
+        str(tmp_path / "results.jsonl"),
+        "--summary",
+        str(tmp_path / "summary.json"),
+        "--db",
+        str(tmp_path / "ragjury.db"),
+        *endpoint,
+        *extra,
+    ]
 
 
 def results(tmp_path: Path) -> dict[str, dict[str, Any]]:

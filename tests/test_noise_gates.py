@@ -15,7 +15,7 @@ import pytest
 
 from ragjury.commands._run import EXIT_GATE
 
-from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, write_jsonl
+from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, evaluate_args, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 
@@ -29,26 +29,8 @@ def evaluate_subprocess(
     fake: FakeOpenAI, tmp_path: Path, *flags: str
 ) -> subprocess.CompletedProcess[str]:
     samples = write_jsonl(tmp_path / "samples.jsonl", SAMPLES)
-    command = [
-        sys.executable,
-        "-m",
-        "ragjury",
-        "evaluate",
-        str(samples),
-        "--out",
-        str(tmp_path / "results.jsonl"),
-        "--summary",
-        str(tmp_path / "summary.json"),
-        "--db",
-        str(tmp_path / "ragjury.db"),
-        "--base-url",
-        fake.base_url,
-        "--api-key",
-        "test-key",
-        "--metrics",
-        "faithfulness",
-        *flags,
-    ]
+    args = evaluate_args(fake, tmp_path, samples, "--metrics", "faithfulness", *flags)
+    command = [sys.executable, "-m", "ragjury", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 

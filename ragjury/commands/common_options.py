@@ -112,6 +112,19 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_field_option(parser: argparse.ArgumentParser) -> None:
+    """``--field NAME=SOURCE``: where a sample's fields are read from (evaluate, submit)."""
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        dest="fields",
+        metavar="NAME=SOURCE",
+        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
+        "the record field SOURCE (repeatable), e.g. --field question=query",
+    )
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The database, logging, the step cache and shutdown: shared by the working commands."""
     parser.add_argument(

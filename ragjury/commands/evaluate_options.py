@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragjury.commands.common_options import (
+    add_field_option,
     add_llm_options,
     add_log_level,
     add_run_options,
@@ -29,15 +30,7 @@ def add_evaluate_arguments(ev: argparse.ArgumentParser) -> None:
         type=Path,
         help="JSONL, JSON, CSV or Parquet of samples, or a Hugging Face dataset folder",
     )
-    ev.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        dest="fields",
-        metavar="NAME=SOURCE",
-        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
-        "the record field SOURCE (repeatable), e.g. --field question=query",
-    )
+    add_field_option(ev)
     ev.add_argument(
         "--out", type=Path, required=True, help="per-sample results (JSONL, CSV or Parquet)"
     )

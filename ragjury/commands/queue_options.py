@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragjury.commands.common_options import add_llm_options, add_log_level, add_run_options
+from ragjury.commands.common_options import (
+    add_field_option,
+    add_llm_options,
+    add_log_level,
+    add_run_options,
+)
 from ragjury.commands.evaluate_options import add_evaluation_options
 from ragjury.commands.generate_options import add_generation_options
 
@@ -16,15 +21,7 @@ def add_submit_arguments(submit: argparse.ArgumentParser) -> None:
     submit.add_argument(
         "--samples", type=Path, help="JSONL, JSON, CSV or Parquet of samples to judge"
     )
-    submit.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        dest="fields",
-        metavar="NAME=SOURCE",
-        help="read sample field NAME (question, answer, contexts, reference, id, ...) from "
-        "the record field SOURCE (repeatable), e.g. --field question=query",
-    )
+    add_field_option(submit)
     submit.add_argument("--db", help="SQLite file or postgresql:// URL (default ragjury.db)")
     add_log_level(submit)
     submit.add_argument(

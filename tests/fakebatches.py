@@ -3,7 +3,7 @@
 ``FakeBatches(fake)`` attaches itself to a :class:`~fakeopenai.FakeOpenAI`; from then on the
 fake also answers
 
-* ``POST /v1/files`` (a multipart upload: ``purpose`` and ``file``) and
+* ``POST /v1/files`` (a multipart upload: ``purpose`` and ``file``), ``GET /v1/files`` and
   ``GET /v1/files/{id}`` / ``GET /v1/files/{id}/content``;
 * ``POST /v1/batches`` (create, with ``metadata``), ``GET /v1/batches`` (list, newest
   first), ``GET /v1/batches/{id}`` (retrieve) and ``POST /v1/batches/{id}/cancel``.
@@ -13,7 +13,8 @@ line of its input file is answered as the same chat request would be, by the fak
 script for the agent named before the ``:`` of the line's ``custom_id`` (the batch line has
 no ``x-ragjury-agent`` header to say it). What can go wrong is scripted too:
 
-* ``fail(custom_id) -> str | None``: that line goes to the error file with this message;
+* ``fail(custom_id) -> str | None``: that line goes to the error file as a 400 with this
+  message;
 * ``malformed(custom_id) -> bool``: that line's output is not JSON;
 * ``expire_after``: the batch answers only that many lines and then ends ``expired``;
 * ``refuse_create``: ``POST /v1/batches`` answers this error once (a provider hiccup).
@@ -36,7 +37,10 @@ from typing import Any
 
 from fakeopenai import AGENT_HEADER, RecordedRequest, Reply, error
 
-__all__ = ["FakeBatches"]
+__all__ = ["BATCH_HEADER", "FakeBatches", "batched"]
+
+BATCH_HEADER = "x-fake-batch"
+"""Set on the recorded chat request of a batch line: the id of the batch that answered it."""
 
 _ids = itertools.count(1)
 
@@ -119,6 +123,9 @@ class FakeBatches:
             file_id = f"file-fake{next(_ids)}"
             self.files[file_id] = content
             return Reply(body=_file_body(file_id, name, purpose, content))
+        if not rest and request.method == "GET":
+            data = [_file_body(i, "file.jsonl", "batch", c) for i, c in self.files.items()]
+            return Reply(body={"object": "list", "data": data, "has_more": False})
         if rest and rest[0] in self.files:
             content = self.files[rest[0]]
             if len(rest) == 1 and request.method == "GET":
@@ -187,7 +194,7 @@ class FakeBatches:
                 errors.append(json.dumps(_error_line(custom_id, message)))
                 batch.counts["failed"] += 1
                 continue
-            outputs.append(self._answer(custom_id, line))
+            outputs.append(self._answer(batch.id, custom_id, line))
             batch.counts["completed"] += 1
         batch.status = "expired" if self.expire_after is not None else "completed"
         if outputs:
@@ -195,14 +202,14 @@ class FakeBatches:
         if errors:
             batch.error_file_id = self._store_file(errors)
 
-    def _answer(self, custom_id: str, line: dict[str, Any]) -> str:
+    def _answer(self, batch_id: str, custom_id: str, line: dict[str, Any]) -> str:
         if self.malformed(custom_id):
             return '{"custom_id": "' + custom_id + '", "response": {"status_code": 200, "bo'
         agent = custom_id.split(":", 1)[0]
         chat = RecordedRequest(
             method="POST",
             path="/v1/chat/completions",
-            headers={AGENT_HEADER: agent},
+            headers={AGENT_HEADER: agent, BATCH_HEADER: batch_id},
             body=line.get("body"),
             agent=agent,
             received_at=time.monotonic(),
@@ -222,16 +229,22 @@ class FakeBatches:
         return file_id
 
 
+def batched(request: RecordedRequest) -> bool:
+    """Whether a recorded chat request came in a batch (else directly)."""
+    return BATCH_HEADER in request.headers
+
+
 def _lines(content: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()]
 
 
 def _error_line(custom_id: str, message: str) -> dict[str, Any]:
+    body = {"error": {"message": message, "type": "invalid_request_error"}}
     return {
         "id": f"batch_req_{next(_ids)}",
         "custom_id": custom_id,
-        "response": None,
-        "error": {"code": "server_error", "message": message},
+        "response": {"status_code": 400, "request_id": f"req_{next(_ids)}", "body": body},
+        "error": None,
     }
 
 

@@ -89,7 +89,7 @@ async def test_failed_malformed_and_expired_lines_are_scripted(fake: FakeOpenAI)
     with pytest.raises(json.JSONDecodeError, match="Unterminated string"):
         json.loads(output[1])
     assert len(output) == 2  # judge:d was never answered: the batch expired first
-    assert json.loads(errors[0])["error"]["message"] == "boom"
+    assert json.loads(errors[0])["response"]["body"]["error"]["message"] == "boom"
 
 
 async def test_a_cancelled_batch_is_not_run(fake: FakeOpenAI) -> None:

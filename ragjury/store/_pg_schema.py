@@ -10,7 +10,7 @@ cache); version 2 adds what lets processes on many machines share the work: the 
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
 processes (``rate_buckets``), and indexes that read a job's results in item order a page
-at a time.
+at a time; version 5 batch mode's requests, batches and parked messages.
 """
 
 from __future__ import annotations
@@ -186,6 +186,48 @@ CREATE TABLE question_indexes (
     signature TEXT NOT NULL
 );
 CREATE INDEX items_order ON items(job_id, id);
+""",
+    ),
+    (
+        5,
+        """
+CREATE TABLE batch_requests (
+    key TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submission TEXT,
+    tries INTEGER NOT NULL DEFAULT 0,
+    booked INTEGER NOT NULL DEFAULT 0,
+    response TEXT,
+    error TEXT,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX batch_requests_state ON batch_requests(state, job_id, created_at);
+CREATE INDEX batch_requests_submission ON batch_requests(submission);
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    provider_id TEXT,
+    state TEXT NOT NULL,
+    status TEXT,
+    requests INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    next_poll DOUBLE PRECISION NOT NULL DEFAULT 0,
+    polls INTEGER NOT NULL DEFAULT 0,
+    created_at DOUBLE PRECISION NOT NULL,
+    ended_at DOUBLE PRECISION
+);
+CREATE INDEX batches_state ON batches(state, next_poll);
+CREATE TABLE batch_waits (
+    message_id BIGINT NOT NULL,
+    request_key TEXT NOT NULL,
+    PRIMARY KEY (message_id, request_key)
+);
+CREATE INDEX batch_waits_request ON batch_waits(request_key);
 """,
     ),
 )

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
 
 JobKind = Literal["generate", "evaluate"]
@@ -398,7 +399,7 @@ class Workers(Protocol):
         ...
 
 
-class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Protocol):
+class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, BatchLedger, Protocol):
     """Every role on one database. Open with ``async with``; callers that need one role
     take that role's protocol instead."""
 

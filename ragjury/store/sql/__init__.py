@@ -11,7 +11,8 @@ One module per role a caller depends on (the protocols of :mod:`ragjury.store.ba
 ``queue`` (jobs and items), ``mailbox`` (the durable bus), ``joins`` (aggregators' join
 state, the deduplicator), ``results``, ``calls`` (runs, LLM calls, the step cache, rate
 buckets) and ``workers`` (processes, status, pruning); ``items`` holds the steps several of
-them take on one item. Claims take rows with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL
+them take on one item; ``batches`` holds batch mode's requests, batches and parked
+messages. Claims take rows with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL
 (SQLite's writer lock serialises them), and what reads then writes one item's state takes
 the item's lock first. Leases and "now" are on the database's clock.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragjury.store.sql.batches import BatchesSQL
 from ragjury.store.sql.calls import CallLogSQL
 from ragjury.store.sql.driven import Operation
 from ragjury.store.sql.joins import JoinsSQL
@@ -29,7 +31,7 @@ from ragjury.store.sql.results import ResultsSQL
 from ragjury.store.sql.workers import WorkersSQL
 
 
-class SQLStore(CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL):
+class SQLStore(CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL, BatchesSQL):
     """Every role of a store on one database, for a driver to connect."""
 
     async def status(self) -> dict[str, Any]:

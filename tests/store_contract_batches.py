@@ -61,4 +61,6 @@ async def test_an_unanswered_request_is_queued_again_then_failed_after_its_tries
         found = await store.batch_request("k1")
         assert found is not None
         assert found.state == state
-    assert found.error == "the batch ended expired without answering it"
+    final = await store.batch_request("k1")
+    assert final is not None
+    assert final.error == "the batch ended expired without answering it"

@@ -20,7 +20,8 @@ no ``x-ragjury-agent`` header to say it). What can go wrong is scripted too:
 * ``refuse_create``: ``POST /v1/batches`` answers this error once (a provider hiccup).
 
 ``created`` lists the batches in creation order, so a test can see that nothing was
-submitted twice; ``lines_answered`` counts the chat lines answered.
+submitted twice; ``polls`` counts retrieves; ``lines_answered`` counts the chat lines
+answered.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class FakeBatches:
         self.batches: dict[str, _Batch] = {}
         self.created: list[str] = []
         self.lines_answered = 0
+        self.polls = 0
         self._lock = threading.RLock()
         fake.batches = self
 
@@ -167,6 +169,7 @@ class FakeBatches:
         if found is None:
             return error(404, f"no batch {'/'.join(rest)!r}")
         if len(rest) == 1 and request.method == "GET":
+            self.polls += 1
             self._advance(found)
             return Reply(body=found.body())
         if rest[1:] == ["cancel"] and request.method == "POST":

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from fakebatches import FakeBatches, batched
 
+from ragjury.cli import main
+
 from conftest import read_summary
 from evalcli import EIFFEL, REFUSAL, TOKYO, evaluate, results, write_jsonl
 from evalfakes import script_judges
@@ -118,7 +120,7 @@ def test_an_endpoint_without_a_batch_api_is_named_in_a_clear_error(
 
 
 def test_killing_the_run_while_batches_are_out_loses_nothing_and_submits_nothing_twice(
-    fake: FakeOpenAI, tmp_path: Path
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script_judges(fake)
     samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL, TOKYO, REFUSAL])
@@ -137,16 +139,20 @@ def test_killing_the_run_while_batches_are_out_loses_nothing_and_submits_nothing
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
-        while not batches.created and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert batches.created, "the first run submitted no batch"
-        time.sleep(0.5)  # let it poll a batch that is still running
+        while not batches.polls and time.monotonic() < deadline:
+            time.sleep(0.05)  # a real process on its own clock: nothing here to await
+        assert batches.polls, "the first run submitted and polled no batch"
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     with sqlite3.connect(tmp_path / "ragjury.db") as db:
         parked = db.execute("SELECT COUNT(*) FROM batch_waits").fetchone()[0]
     assert parked > 0
+    capsys.readouterr()
+    assert main(["status", "--json", "--db", str(tmp_path / "ragjury.db")]) == 0
+    in_flight = json.loads(capsys.readouterr().out)["batches"]
+    assert {b["batch"] for b in in_flight} <= {*batches.created, None}
+    assert in_flight
     batches.delay = 0
 
     assert evaluate(fake, tmp_path, samples, *FAST) == 0

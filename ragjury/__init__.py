@@ -67,6 +67,9 @@ if _typing.TYPE_CHECKING:
         Scale as Scale,
     )
     from ragjury.pricing import (
+        BatchPrice as BatchPrice,
+    )
+    from ragjury.pricing import (
         ModelPrice as ModelPrice,
     )
     from ragjury.prompts import (
@@ -212,6 +215,7 @@ _WHERE = {
     "MetricOutcome": "ragjury.schemas",
     "MetricResult": "ragjury.schemas",
     "ModelPrice": "ragjury.pricing",
+    "BatchPrice": "ragjury.pricing",
     "PairJudged": "ragjury.schemas",
     "PairOutcome": "ragjury.schemas",
     "Prompt": "ragjury.prompts",
@@ -238,6 +242,7 @@ __getattr__ = _lazy_names(__name__, _WHERE)
 __all__ = [
     "LLM",
     "AnswerRelevanceResult",
+    "BatchPrice",
     "BusError",
     "Chunk",
     "ChunkFailed",

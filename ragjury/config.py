@@ -248,6 +248,23 @@ class Settings(BaseSettings):
         "none of its --max-transport-retries.",
     )
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
+    batch: bool = Field(
+        default=False,
+        description="Send LLM calls through the endpoint's batch API (about half price, "
+        "answers within hours); the asking steps wait in the store, holding no worker.",
+    )
+    batch_size: int = Field(default=1000, ge=1, description="Requests per batch, at most.")
+    batch_wait: float = Field(
+        default=60.0, ge=0, description="Seconds a queued request waits for a fuller batch."
+    )
+    batch_poll: float = Field(
+        default=30.0, gt=0, description="Seconds between polls of a batch (backing off)."
+    )
+    batch_reask: Literal["batch", "direct"] = Field(
+        default="batch",
+        description="Where a re-ask (an answer that did not validate) goes: the next batch, "
+        "or straight to the endpoint.",
+    )
     max_prompt_tokens: int | None = Field(
         default=None,
         ge=1,

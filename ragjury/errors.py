@@ -17,6 +17,9 @@ and what to do next.
         ├── LLMOutputError        output that never parsed or validated
         └── LLMUnavailableError   the configured model cannot do this (embeddings on --llm local)
 
+Outside the tree, ``Parked`` is no error: in batch mode it tells the runner that a step
+waits for a batch's answer, and the runner parks the step's message in the store.
+
 A result that is not a number is not an exception: a judgement that failed is a
 ``MetricResult`` with ``outcome="failed"`` and its ``Failure`` record.
 """
@@ -96,3 +99,12 @@ class LLMOutputError(LLMError):
 
 class LLMUnavailableError(LLMError):
     """The configured backend cannot do what was asked (no request was sent)."""
+
+
+class Parked(Exception):
+    """Batch mode: the step asked for a request no batch has answered yet (it is queued)."""
+
+    def __init__(self, key: str, stage: str) -> None:
+        super().__init__(f"{stage}: waiting for the answer to batched request {key[:12]}")
+        self.key = key
+        self.stage = stage

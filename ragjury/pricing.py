@@ -32,8 +32,8 @@ PRICES_AS_OF = "2026-03-21"
 checked against copies of that page published between March and June 2026, which agree."""
 
 
-class ModelPrice(BaseModel):
-    """USD per million tokens."""
+class BatchPrice(BaseModel):
+    """USD per million tokens through a batch API."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,6 +42,33 @@ class ModelPrice(BaseModel):
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
+class ModelPrice(BaseModel):
+    """USD per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0, description="USD per million prompt (input) tokens.")
+    output: float = Field(default=0.0, ge=0, description="USD per million completion tokens.")
+    batch: BatchPrice | None = Field(
+        default=None,
+        description="USD per million tokens through the batch API (--batch); "
+        "default: half the direct price, OpenAI's batch discount.",
+    )
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+    def batch_cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        if self.batch is not None:
+            return self.batch.cost(prompt_tokens, completion_tokens)
+        return self.cost(prompt_tokens, completion_tokens) * BATCH_DISCOUNT
+
+
+BATCH_DISCOUNT = 0.5
+"""What a batch-answered token costs, of the direct price, for a model with no ``batch``
+price (OpenAI's Batch API is half price)."""
 
 
 BUILTIN_PRICES: dict[str, ModelPrice] = {
@@ -86,6 +113,11 @@ class PriceTable:
     def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         price = self.price(model)
         return None if price is None else price.cost(prompt_tokens, completion_tokens)
+
+    def batch_cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """The cost through a batch API: the model's ``batch`` price, else half its price."""
+        price = self.price(model)
+        return None if price is None else price.batch_cost(prompt_tokens, completion_tokens)
 
 
 def load_price_file(path: Path) -> dict[str, ModelPrice]:

@@ -639,6 +639,8 @@ class FakeOpenAI:
         self._down_clock: Callable[[], float] = time.monotonic
         self._first_ok = self._last_ok = 0.0
         self._first_arrival = 0.0
+        self.batches: Any = None
+        """The Files and Batch APIs, when a ``fakebatches.FakeBatches`` is attached."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -926,6 +928,10 @@ class FakeOpenAI:
         path = request.path.rstrip("/")
         if path.startswith("/v1/") or path == "/v1":
             path = path[3:]
+        if self.batches is not None:
+            answer: Reply | None = self.batches.reply(request)
+            if answer is not None:
+                return answer
         with self._lock:
             if path == "/chat/completions" and request.method == "POST":
                 if isinstance(request.body, dict) and request.body.get("stream"):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
+from store_contract_batches import *  # noqa: F403 - and batch mode's
 from store_contract_items import *  # noqa: F403 - and these
 from store_contract_text import *  # noqa: F403 - and these
 

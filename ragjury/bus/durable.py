@@ -111,6 +111,10 @@ class Backing(Mailbox, Queue, Protocol):
     """What the durable bus needs of a store: its messages, and to fail the item of one
     that reached the delivery limit."""
 
+    async def park_message(self, message_id: int, key: str) -> None:
+        """Batch mode: keep the message until the batched request ``key`` has ended."""
+        ...
+
 
 class DurableBus:
     """A :class:`~ragjury.bus.base.Bus` whose messages live in ``store``."""
@@ -183,6 +187,12 @@ class DurableBus:
         )
         self.held.discard(delivery.receipt)
         return dead
+
+    async def park(self, delivery: Delivery, key: str) -> None:
+        """Batch mode: the message waits in the store for the answer to request ``key``,
+        holding no worker; the answer's arrival offers it again (its attempt not counted)."""
+        await self.store.park_message(delivery.receipt, key)
+        self.held.discard(delivery.receipt)
 
     async def renew(self) -> None:
         ids = sorted(self.held.union(*(s.buffered for s in self._subscriptions.values())))

@@ -61,6 +61,34 @@ def add_llm_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tpm", type=int, help="tokens per minute, at most, estimated before each request"
     )
+    batch = parser.add_argument_group("batch mode (about half price, answers within hours)")
+    batch.add_argument(
+        "--batch",
+        action="store_true",
+        default=None,
+        help="send the LLM calls through the endpoint's batch API (/v1/files, /v1/batches)",
+    )
+    batch.add_argument(
+        "--batch-size", type=int, metavar="N", help="requests per batch, at most (default 1000)"
+    )
+    batch.add_argument(
+        "--batch-wait",
+        type=float,
+        metavar="SECONDS",
+        help="longest a queued request waits for a fuller batch (default 60)",
+    )
+    batch.add_argument(
+        "--batch-poll",
+        type=float,
+        metavar="SECONDS",
+        help="first wait between polls of a batch, doubling up to 600 (default 30)",
+    )
+    batch.add_argument(
+        "--batch-reask",
+        choices=["batch", "direct"],
+        help="send a re-ask (output that did not validate) in the next batch or directly "
+        "(default batch)",
+    )
     cost = parser.add_argument_group("cost and budget")
     cost.add_argument(
         "--max-tokens",

@@ -222,6 +222,11 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
             f"agent {name}: {agent['messages_waiting']} message(s) waiting"
             + ("" if agent["served"] else " [bold red]- no worker is serving it[/]")
         )
+    for batch in status.get("batches", []):
+        console.print(
+            f"batch {batch['batch'] or '(being submitted)'} of job {batch['job']}: "
+            f"{batch['status']}, {batch['requests']} request(s), {batch['age_seconds']:.0f} s old"
+        )
     if status["waiting_for_workers"]:
         console.print(
             "waiting for workers: "

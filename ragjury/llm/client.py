@@ -48,6 +48,7 @@ from ragjury.errors import (
 from ragjury.llm import tracing
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.backends import ChatBackend
+from ragjury.llm.batches import BatchChannel, Parked
 from ragjury.llm.breaker import CircuitBreaker, Health
 from ragjury.llm.budget import Budget
 from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
@@ -177,6 +178,8 @@ class LLM:
         at all (every request of a call failed to connect and none has ever succeeded): no
         call can succeed, so the run stops and leaves its work queued."""
         self._reached = False  # has any request ever been answered?
+        self.batch: BatchChannel | None = None
+        """Batch mode's channel (the runner attaches one with ``--batch``); None: direct."""
 
     def sibling(self, judge: str, model: str, base_url: str | None, temperature: float) -> LLM:
         """A client of another model or endpoint for the same run (``judge`` of a panel):
@@ -243,10 +246,12 @@ class LLM:
         if self.judge is not None:
             stage = f"{stage}@{self.judge}"
         stats = CallStats(stage=stage, model=self.settings.model)
-        if self._on_start is not None:
+        if self._on_start is not None and self.batch is None:
+            # (in batch mode a call is recorded when it ends: most calls park at first)
             stats.record = await self._on_start(stats)
         token = _current_call.set(stats)
         error: str | None = None
+        parked = False
         extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
         try:
             with checking(context):
@@ -261,6 +266,9 @@ class LLM:
             return result, stats
         except InstructorRetryException as exc:
             cause = exc.__cause__
+            if isinstance(cause, Parked):
+                parked = True
+                raise cause from None
             if isinstance(cause, LLMTransportError):
                 error = cause.message
                 raise LLMTransportError(
@@ -291,7 +299,8 @@ class LLM:
             raise
         finally:
             _current_call.reset(token)
-            await self._close_call(stats, error)
+            if not parked:
+                await self._close_call(stats, error)
 
     @property
     def embedding_model(self) -> str:
@@ -358,6 +367,10 @@ class LLM:
         stats = _current_call.get()
         if stats is None:
             raise ConfigurationError("LLM._send was called outside LLM.structured")
+        if self.batch is not None:
+            answered = await self.batch.answer(stats, kwargs)
+            if answered is not None:
+                return self._batch_answer(stats, *answered)
         prompt = estimate_prompt_tokens(kwargs.get("messages", ()))
         if prompt > self.max_prompt_tokens:
             raise LLMTransportError(
@@ -525,10 +538,29 @@ class LLM:
             "--max-transport-retries or lower --concurrency"
         )
 
-    def _add_tokens(self, stats: CallStats, prompt: int, completion: int) -> None:
+    def _batch_answer(
+        self, stats: CallStats, response: ChatCompletion, first: bool
+    ) -> ChatCompletion:
+        """A batch's answer, booked at batch prices the first time it is used."""
+        stats.statuses.append("batch")
+        if first:
+            stats.requests += 1
+            usage = self.usage.stage(stats.stage)
+            usage.requests += 1
+            usage.model = stats.model
+            usage.batch_requests += 1
+        self._account(stats, response, batch=True, count=first)
+        return response
+
+    def _add_tokens(
+        self, stats: CallStats, prompt: int, completion: int, *, batch: bool = False
+    ) -> None:
         """Book one response's tokens and cost on the call, its stage and the budget."""
         usage = self.usage.stage(stats.stage)
-        cost = self.prices.cost(stats.model or self.settings.model, prompt, completion)
+        model = stats.model or self.settings.model
+        cost = (self.prices.batch_cost if batch else self.prices.cost)(model, prompt, completion)
+        if batch:
+            usage.add_batch_cost(cost)
         stats.prompt_tokens += prompt
         stats.completion_tokens += completion
         stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + cost
@@ -537,9 +569,12 @@ class LLM:
         usage.add_cost(cost)
         self.budget.add(prompt + completion, cost)
 
-    def _account(self, stats: CallStats, response: ChatCompletion) -> None:
-        if response.usage is not None:
-            self._add_tokens(stats, response.usage.prompt_tokens, response.usage.completion_tokens)
+    def _account(
+        self, stats: CallStats, response: ChatCompletion, *, batch: bool = False, count: bool = True
+    ) -> None:
+        if response.usage is not None and count:
+            tokens = response.usage
+            self._add_tokens(stats, tokens.prompt_tokens, tokens.completion_tokens, batch=batch)
         if response.choices:
             message = response.choices[0].message
             raw = message.content

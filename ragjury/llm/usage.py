@@ -21,9 +21,17 @@ class StageUsage:
     latency_seconds: float = 0.0
     model: str | None = None
     cost_usd: float | None = 0.0
+    batch_requests: int = 0
+    """Of ``requests``, those answered through a batch API (``--batch``)."""
+    batch_cost_usd: float | None = 0.0
+    """Of ``cost_usd``, what the batch-answered requests cost."""
 
     def add_cost(self, cost: float | None) -> None:
         self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
+
+    def add_batch_cost(self, cost: float | None) -> None:
+        total = self.batch_cost_usd
+        self.batch_cost_usd = None if cost is None or total is None else total + cost
 
     def as_dict(self) -> dict[str, int | float | str | None]:
         return {

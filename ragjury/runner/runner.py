@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -42,6 +43,9 @@ from ragjury.schemas import Sample, SampleScored
 from ragjury.store import SQLiteStore
 from ragjury.store.base import Item, Job, Store
 from ragjury.store.cache import StepCache
+
+if TYPE_CHECKING:
+    from ragjury.llm.batch_poller import BatchPoller
 
 log = structlog.get_logger("ragjury.runner")
 
@@ -133,7 +137,10 @@ class Runner:
             log.info("released_from_dead_processes", count=released)
         refused = False
         try:
+            poller = await self._batch_poller() if self.settings.batch else None
             async with anyio.create_task_group() as tg:
+                if poller is not None:
+                    tg.start_soon(self._batches, poller)
                 await tg.start(self.workers.run)
                 tg.start_soon(self._heartbeat)
                 if stop is not None:
@@ -168,6 +175,36 @@ class Runner:
                 f"in {self.store.location}, and the same command resumes it."
             ) from self.llm.fatal_error
         return self.counts
+
+    async def _batch_poller(self) -> BatchPoller:
+        """Batch mode: the LLM's calls go through the endpoint's batch API, whose batches
+        this process submits and polls (as every process on the database may)."""
+        from ragjury.llm.batch_poller import BatchPoller
+        from ragjury.llm.batches import BatchChannel
+
+        if not isinstance(self.bus, DurableBus):
+            raise ConfigurationError(
+                "--batch needs a job in the store (--db); Jury.evaluate_one and other "
+                "in-memory runs call the endpoint directly"
+            )
+        poller = BatchPoller(self.store, self.settings, owner=f"{self.owner}:batches")
+        try:
+            await poller.check()
+        except BaseException:
+            await poller.aclose()
+            raise
+        self.llm.batch = BatchChannel(
+            self.store, endpoint=poller.endpoint, reask=self.settings.batch_reask
+        )
+        return poller
+
+    async def _batches(self, poller: BatchPoller) -> None:
+        try:
+            await poller.run()
+        finally:
+            self.llm.batch = None
+            with anyio.CancelScope(shield=True):
+                await poller.aclose()
 
     async def _stop_when_set(self, stop: anyio.Event) -> None:
         await stop.wait()

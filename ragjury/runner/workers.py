@@ -31,11 +31,12 @@ import structlog
 from anyio.abc import TaskStatus
 
 from ragjury.agents.joins import current_item
-from ragjury.bus import Bus, Delivery, Message, Subscription
+from ragjury.bus import Bus, Delivery, DurableBus, Message, Subscription
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import tracing
+from ragjury.llm.batches import Parked, current_job
 from ragjury.llm.client import LLM, current_step
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
@@ -144,6 +145,8 @@ class Workers:
         calls: list[CallStats] = []
         step_token = current_step.set(calls)
         item_token = current_item.set(envelope.correlation_id)
+        if self.llm.batch is not None:
+            current_job.set(envelope.job_id or "")
         started = time.perf_counter()
         try:
             with (
@@ -168,6 +171,9 @@ class Workers:
                         pipeline, job_id, envelope.correlation_id, events, envelope
                     )
                     await self.bus.ack(delivery, replies)
+                except Parked as parked:  # batch mode: the step waits for a batch's answer
+                    await self._park(delivery, parked)
+                    return
                 except Exception as exc:  # an agent bug, a bad message: never the whole run
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
                     await self._retry_or_fail(role, delivery, exc)
@@ -188,6 +194,14 @@ class Workers:
         finally:
             current_item.reset(item_token)
             current_step.reset(step_token)
+
+    async def _park(self, delivery: Delivery, parked: Parked) -> None:
+        if not isinstance(self.bus, DurableBus):
+            raise ConfigurationError(
+                "--batch needs the durable bus (a job in --db), not an in-memory one"
+            )
+        await self.bus.park(delivery, parked.key)
+        log.info("message_parked", kind=delivery.envelope.kind, request=parked.key[:12])
 
     async def _retry_or_fail(self, role: str, delivery: Delivery, exc: Exception) -> None:
         """Give a failed delivery back with its error; past the delivery limit its item ends

@@ -11,7 +11,8 @@ cache); version 2 adds what lets processes on many machines share the work: the 
 running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
 processes (``rate_buckets``), and indexes that read a job's results in item order a page
 at a time; version 4 the deduplicator's index of kept questions; version 5 the human labels
-``ragjury review import`` reads back (``labels``).
+``ragjury review import`` reads back (``labels``); version 6 batch mode's requests, batches
+and parked messages.
 """
 
 from __future__ import annotations
@@ -202,6 +203,48 @@ CREATE TABLE labels (
     imported_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (metric, sample_id)
 );
+""",
+    ),
+    (
+        6,
+        """
+CREATE TABLE batch_requests (
+    key TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submission TEXT,
+    tries INTEGER NOT NULL DEFAULT 0,
+    booked INTEGER NOT NULL DEFAULT 0,
+    response TEXT,
+    error TEXT,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX batch_requests_state ON batch_requests(state, job_id, created_at);
+CREATE INDEX batch_requests_submission ON batch_requests(submission);
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    provider_id TEXT,
+    state TEXT NOT NULL,
+    status TEXT,
+    requests INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    next_poll DOUBLE PRECISION NOT NULL DEFAULT 0,
+    polls INTEGER NOT NULL DEFAULT 0,
+    created_at DOUBLE PRECISION NOT NULL,
+    ended_at DOUBLE PRECISION
+);
+CREATE INDEX batches_state ON batches(state, next_poll);
+CREATE TABLE batch_waits (
+    message_id BIGINT NOT NULL,
+    request_key TEXT NOT NULL,
+    PRIMARY KEY (message_id, request_key)
+);
+CREATE INDEX batch_waits_request ON batch_waits(request_key);
 """,
     ),
 )

@@ -6,14 +6,15 @@ jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bu
 running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``); 4 adds the
 deduplicator's index of kept questions (``question_keys``, built per job at the signature in
 ``question_indexes``; a job from before it is indexed when next deduplicated); 5 adds the
-human labels ``ragjury review import`` reads back (``labels``). A newer
-ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
-saying so.
+human labels ``ragjury review import`` reads back (``labels``); 6 adds batch mode's
+requests, batches and parked messages (``batch_requests``, ``batches``, ``batch_waits``).
+A newer ragjury upgrades an older file on open; an older ragjury refuses a newer file with a
+message saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 5
+VERSION = 6
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -157,6 +158,43 @@ CREATE TABLE IF NOT EXISTS labels (
     imported_at REAL NOT NULL,
     PRIMARY KEY (metric, sample_id)
 );
+CREATE TABLE IF NOT EXISTS batch_requests (
+    key TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submission TEXT,
+    tries INTEGER NOT NULL DEFAULT 0,
+    booked INTEGER NOT NULL DEFAULT 0,
+    response TEXT,
+    error TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS batch_requests_state ON batch_requests(state, job_id, created_at);
+CREATE INDEX IF NOT EXISTS batch_requests_submission ON batch_requests(submission);
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    provider_id TEXT,
+    state TEXT NOT NULL,
+    status TEXT,
+    requests INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until REAL NOT NULL DEFAULT 0,
+    next_poll REAL NOT NULL DEFAULT 0,
+    polls INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE INDEX IF NOT EXISTS batches_state ON batches(state, next_poll);
+CREATE TABLE IF NOT EXISTS batch_waits (
+    message_id INTEGER NOT NULL,
+    request_key TEXT NOT NULL,
+    PRIMARY KEY (message_id, request_key)
+);
+CREATE INDEX IF NOT EXISTS batch_waits_request ON batch_waits(request_key);
 """
 
 # Columns added after the first release: an older database gets them on open.

@@ -1,7 +1,7 @@
 """What a store holds, for ``ragjury status``: items per state and job, LLM use per stage,
 throughput, messages waiting per agent, and the workers (host, agents, leases held) serving
-them. The queries are in the SQL core's dialect (``?`` placeholders, ``seq``), which both
-drivers render."""
+them, and batch mode's batches in flight. The queries are in the SQL core's dialect (``?``
+placeholders, ``seq``), which both drivers render."""
 
 from __future__ import annotations
 
@@ -126,4 +126,12 @@ async def status(store: _Readable) -> dict[str, Any]:
         group: {"messages_waiting": n, "served": group in serving} for group, n in waiting.items()
     }
     doc["waiting_for_workers"] = sorted(g for g in waiting if g not in serving)
+    doc["batches"] = [
+        {"job": str(job), "batch": batch, "status": state or "submitting",
+         "requests": int(n), "age_seconds": round(float(age), 1)}
+        for job, batch, state, n, age in await store.read(
+            "SELECT job_id, provider_id, status, requests, now_epoch() - created_at "
+            "FROM batches WHERE state <> 'ended' ORDER BY created_at"
+        )
+    ]  # fmt: skip
     return doc

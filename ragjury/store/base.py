@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
 
 JobKind = Literal["generate", "evaluate"]
@@ -428,7 +429,7 @@ class Labels(Protocol):
         ...
 
 
-class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Labels, Protocol):
+class Store(CallLog, Queue, Results, Mailbox, Joins, Workers, Labels, BatchLedger, Protocol):
     """Every role on one database. Open with ``async with``; callers that need one role
     take that role's protocol instead."""
 

@@ -10,8 +10,9 @@ core's SQL for their database.
 One module per role a caller depends on (the protocols of :mod:`ragjury.store.base`):
 ``queue`` (jobs and items), ``mailbox`` (the durable bus), ``joins`` (aggregators' join
 state, the deduplicator), ``results``, ``calls`` (runs, LLM calls, the step cache, rate
-buckets), ``workers`` (processes, status, pruning) and ``labels`` (people's verdicts from a
-review); ``items`` holds the steps several of them take on one item. Claims take rows with
+buckets), ``workers`` (processes, status, pruning), ``labels`` (people's verdicts from a
+review) and ``batches`` (batch mode's requests, batches and parked messages); ``items``
+holds the steps several of them take on one item. Claims take rows with
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (SQLite's writer lock serialises them), and what
 reads then writes one item's state takes the item's lock first. Leases and "now" are on the
 database's clock.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragjury.store.sql.batches import BatchesSQL
 from ragjury.store.sql.calls import CallLogSQL
 from ragjury.store.sql.driven import Operation
 from ragjury.store.sql.joins import JoinsSQL
@@ -31,7 +33,9 @@ from ragjury.store.sql.results import ResultsSQL
 from ragjury.store.sql.workers import WorkersSQL
 
 
-class SQLStore(CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL, LabelsSQL):
+class SQLStore(
+    CallLogSQL, QueueSQL, ResultsSQL, MailboxSQL, JoinsSQL, WorkersSQL, LabelsSQL, BatchesSQL
+):
     """Every role of a store on one database, for a driver to connect."""
 
     async def status(self) -> dict[str, Any]:

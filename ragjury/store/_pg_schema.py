@@ -10,7 +10,9 @@ cache); version 2 adds what lets processes on many machines share the work: the 
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; version 3 the token buckets that share an endpoint's rate limit among
 processes (``rate_buckets``), and indexes that read a job's results in item order a page
-at a time.
+at a time; version 4 the deduplicator's index of kept questions; version 5 keeps an item's
+join state in one row (``item_joins``, a JSON object of its parts), so a join is one
+statement.
 """
 
 from __future__ import annotations
@@ -186,6 +188,20 @@ CREATE TABLE question_indexes (
     signature TEXT NOT NULL
 );
 CREATE INDEX items_order ON items(job_id, id);
+""",
+    ),
+    (
+        5,
+        """
+CREATE TABLE item_joins (
+    job_id TEXT NOT NULL,
+    item_key TEXT NOT NULL,
+    parts JSONB NOT NULL,
+    PRIMARY KEY (job_id, item_key)
+);
+INSERT INTO item_joins (job_id, item_key, parts)
+SELECT job_id, item_key, jsonb_object_agg(name, value) FROM joins GROUP BY job_id, item_key;
+DROP TABLE joins;
 """,
     ),
 )

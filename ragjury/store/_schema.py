@@ -5,14 +5,15 @@ jobs, items under leases, results, step cache, LLM calls); 2 adds the durable bu
 (``messages``), join state (``joins``), the deduplicator's decisions (``questions``) and the
 running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``); 4 adds the
 deduplicator's index of kept questions (``question_keys``, built per job at the signature in
-``question_indexes``; a job from before it is indexed when next deduplicated). A newer
+``question_indexes``; a job from before it is indexed when next deduplicated); 5 keeps an
+item's join state in one row (``item_joins``, a JSON object of its parts). A newer
 ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
 saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 4
+VERSION = 5
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -107,12 +108,11 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_ready ON messages(grp, available_at, id);
 CREATE INDEX IF NOT EXISTS messages_item ON messages(job_id, item_key);
-CREATE TABLE IF NOT EXISTS joins (
+CREATE TABLE IF NOT EXISTS item_joins (
     job_id TEXT NOT NULL,
     item_key TEXT NOT NULL,
-    name TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (job_id, item_key, name)
+    parts TEXT NOT NULL,
+    PRIMARY KEY (job_id, item_key)
 );
 CREATE TABLE IF NOT EXISTS questions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -174,4 +174,13 @@ FROM_VERSION_1 = (
     # What the 0.1 deduplicator was seeded with: the questions of stored pairs.
     "INSERT OR IGNORE INTO questions (job_id, pair_id, question) "
     "SELECT job_id, id, question FROM pairs ORDER BY item_id, position",
+)
+
+# Run when a version 2-4 database is opened: its join state, one row per part, becomes one
+# row per item.
+FROM_PART_JOINS = (
+    "INSERT OR IGNORE INTO item_joins (job_id, item_key, parts) "
+    "SELECT job_id, item_key, json_group_object(name, value) FROM joins "
+    "GROUP BY job_id, item_key",
+    "DROP TABLE joins",
 )

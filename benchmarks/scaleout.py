@@ -7,7 +7,8 @@ item done, and the ratio to one process. Also one process per agent (intake,
 statement_splitter, verdict_judge) against every agent in every process.
 On PostgreSQL it reads the server's CPU time (its processes' /proc counters) to give the
 database's cost per message handled, which says how many messages a second one server core
-could carry for a larger fleet.
+could carry for a larger fleet, and (where the server loads ``pg_stat_statements``, as the
+throwaway one does) the SQL statements it ran per message.
 
     python benchmarks/scaleout.py                  # 600 samples per run
     python benchmarks/scaleout.py --quick          # 120 samples per run
@@ -127,6 +128,7 @@ def run_once(
     subprocess.run(submit, check=True, stdout=subprocess.DEVNULL)
     endpoint = ["--base-url", base_url, "--api-key", "bench", "--model", "fake-model"]
     cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
+    counting = server_pid is not None and anyio.run(_statements, db, True) is not None
     started = time.perf_counter()
     processes = []
     for n, agents in enumerate(groups):
@@ -154,7 +156,36 @@ def run_once(
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)
         row["db_cpu_ms_per_message"] = round(1000 * db_cpu / messages, 3)
+    if counting:
+        statements = anyio.run(_statements, db, False) or 0
+        row["statements_per_message"] = round(statements / messages, 2)
     return row
+
+
+async def _statements(db: str, reset: bool) -> int | None:
+    """Statements the server ran in this database (``pg_stat_statements``; None when the
+    server does not load it), leaving out this benchmark's own polling; ``reset`` starts
+    the count again."""
+    import asyncpg
+
+    conn = await asyncpg.connect(db)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if reset:
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            return 0
+        return int(
+            await conn.fetchval(
+                "SELECT COALESCE(SUM(calls), 0) FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+                "AND s.query NOT LIKE '%pg_stat_statements%' "
+                "AND s.query NOT LIKE '%GROUP BY state%'"
+            )
+        )
+    except asyncpg.PostgresError:  # not loaded (shared_preload_libraries)
+        return None
+    finally:
+        await conn.close()
 
 
 def count_lines(path: Path) -> int:
@@ -250,13 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("scaleout", result, args.out)
     columns = [
         "store", "layout", "seconds", "items/s", "steady items/s", "ratio to 1 process",
-        "db CPU ms/message",
+        "db CPU ms/message", "statements/message",
     ]  # fmt: skip
     table = [
         [
             r["store"], r["layout"], r["seconds"], r["items_per_second"],
             r["steady_items_per_second"], r["ratio_to_one_process"],
-            r.get("db_cpu_ms_per_message", "-"),
+            r.get("db_cpu_ms_per_message", "-"), r.get("statements_per_message", "-"),
         ]
         for r in rows
     ]  # fmt: skip

@@ -86,11 +86,18 @@ class PostgresServer:
         if result.returncode != 0:
             raise RuntimeError(f"{tool} failed: {result.stdout}\n{result.stderr}")
 
+    @property
+    def counts_statements(self) -> bool:
+        """Whether the server loads ``pg_stat_statements`` (its statements can be counted)."""
+        return (self.bin.parent / "lib" / "pg_stat_statements.so").exists()
+
     def start(self) -> None:
         options = (
             f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c full_page_writes=off -c max_connections=200"
         )
+        if self.counts_statements:
+            options += " -c shared_preload_libraries=pg_stat_statements"
         self._run(
             "pg_ctl",
             "-D",

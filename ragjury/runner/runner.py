@@ -256,8 +256,9 @@ class Runner:
             pipeline = await workers.pipeline(item.job_id)
             events = await pipeline.first_events(item)
             messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
-            await self.bus.publish(messages)
-            await self.store.items_started([item.id])
+            if messages:  # none: the item has ended already (its agents ran here)
+                await self.bus.publish(messages)
+                await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others
             log.exception("item_start_failed", job=item.job_id, item=item.key)
             await workers.fail(item.job_id, item.key, f"{type(exc).__name__}: {exc}", item.payload)

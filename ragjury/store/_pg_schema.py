@@ -12,7 +12,8 @@ running ``workers``; version 3 the token buckets that share an endpoint's rate l
 processes (``rate_buckets``), and indexes that read a job's results in item order a page
 at a time; version 4 the deduplicator's index of kept questions; version 5 the human labels
 ``ragjury review import`` reads back (``labels``); version 6 batch mode's requests, batches
-and parked messages.
+and parked messages; version 7 keeps an item's join state in one row (``item_joins``, a JSON
+object of its parts), so a join is one statement.
 """
 
 from __future__ import annotations
@@ -245,6 +246,20 @@ CREATE TABLE batch_waits (
     PRIMARY KEY (message_id, request_key)
 );
 CREATE INDEX batch_waits_request ON batch_waits(request_key);
+""",
+    ),
+    (
+        7,
+        """
+CREATE TABLE item_joins (
+    job_id TEXT NOT NULL,
+    item_key TEXT NOT NULL,
+    parts JSONB NOT NULL,
+    PRIMARY KEY (job_id, item_key)
+);
+INSERT INTO item_joins (job_id, item_key, parts)
+SELECT job_id, item_key, jsonb_object_agg(name, value) FROM joins GROUP BY job_id, item_key;
+DROP TABLE joins;
 """,
     ),
 )

@@ -7,14 +7,15 @@ running ``workers``; 3 adds the shared rate-limit buckets (``rate_buckets``); 4 
 deduplicator's index of kept questions (``question_keys``, built per job at the signature in
 ``question_indexes``; a job from before it is indexed when next deduplicated); 5 adds the
 human labels ``ragjury review import`` reads back (``labels``); 6 adds batch mode's
-requests, batches and parked messages (``batch_requests``, ``batches``, ``batch_waits``).
-A newer ragjury upgrades an older file on open; an older ragjury refuses a newer file with a
-message saying so.
+requests, batches and parked messages (``batch_requests``, ``batches``, ``batch_waits``); 7
+keeps an item's join state in one row (``item_joins``, a JSON object of its parts). A newer
+ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
+saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 6
+VERSION = 7
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -109,12 +110,11 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_ready ON messages(grp, available_at, id);
 CREATE INDEX IF NOT EXISTS messages_item ON messages(job_id, item_key);
-CREATE TABLE IF NOT EXISTS joins (
+CREATE TABLE IF NOT EXISTS item_joins (
     job_id TEXT NOT NULL,
     item_key TEXT NOT NULL,
-    name TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (job_id, item_key, name)
+    parts TEXT NOT NULL,
+    PRIMARY KEY (job_id, item_key)
 );
 CREATE TABLE IF NOT EXISTS questions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -223,4 +223,13 @@ FROM_VERSION_1 = (
     # What the 0.1 deduplicator was seeded with: the questions of stored pairs.
     "INSERT OR IGNORE INTO questions (job_id, pair_id, question) "
     "SELECT job_id, id, question FROM pairs ORDER BY item_id, position",
+)
+
+# Run when a version 2-6 database is opened: its join state, one row per part, becomes one
+# row per item.
+FROM_PART_JOINS = (
+    "INSERT OR IGNORE INTO item_joins (job_id, item_key, parts) "
+    "SELECT job_id, item_key, json_group_object(name, value) FROM joins "
+    "GROUP BY job_id, item_key",
+    "DROP TABLE joins",
 )

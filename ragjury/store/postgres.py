@@ -21,7 +21,7 @@ import functools
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -29,8 +29,11 @@ import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
 from ragjury.store import _pg_schema
+from ragjury.store.base import OutgoingMessage
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.steps import (
+    Acknowledge,
+    EndItem,
     Execute,
     ExecuteMany,
     Fetch,
@@ -58,6 +61,44 @@ _INSERT_MESSAGES = (
     "RETURNING grp) "
     f"SELECT pg_notify('{CHANNEL}', grp) FROM (SELECT DISTINCT grp FROM new) AS groups"
 )
+_ENDED = "state IN ('done', 'failed')"
+_END_ITEM = (
+    "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
+    "report = $4, error = COALESCE($5, error), finished_at = $6, "
+    "transient_failures = COALESCE($7, transient_failures) "
+    f"WHERE job_id = $1 AND key = $2 AND NOT {_ENDED} RETURNING id, position), "
+    "new_pairs AS (INSERT INTO pairs "
+    "(job_id, id, item_id, position, outcome, question, source, record) "
+    "SELECT $1, p.id, ended.id, p.n, p.outcome, p.question, p.source, p.record FROM ended, "
+    "unnest($8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) "
+    "AS p(n, id, outcome, question, source, record) "
+    "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
+    "position = excluded.position, outcome = excluded.outcome, "
+    "question = excluded.question, source = excluded.source, record = excluded.record), "
+    "new_samples AS (INSERT INTO samples (job_id, id, item_id, position, record, scored) "
+    "SELECT $1, s.id, ended.id, ended.position, s.record, s.scored "
+    "FROM ended, unnest($14::text[], $15::text[], $16::text[]) AS s(id, record, scored) "
+    "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
+    "position = excluded.position, record = excluded.record, scored = excluded.scored), "
+    "no_joins AS (DELETE FROM item_joins WHERE job_id = $1 AND item_key = $2 "
+    "AND EXISTS (SELECT 1 FROM ended)), "
+    "no_messages AS (DELETE FROM messages WHERE job_id = $1 AND item_key = $2 "
+    "AND EXISTS (SELECT 1 FROM ended)) "
+    "SELECT COUNT(*) FROM ended"
+)
+"""An item's end in one statement (:class:`EndItem`): the update's check of the item's
+state, under its row lock, decides whether the rest happens."""
+_ACKNOWLEDGE = (
+    "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
+    "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
+    f"(SELECT 1 FROM items WHERE job_id = $2 AND key = $3 AND {_ENDED})), "
+    "new AS (INSERT INTO messages (grp, kind, job_id, item_key, body, available_at, created_at) "
+    f"SELECT g, k, j, i, b, {_NOW}, {_NOW} "
+    "FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) "
+    "AS t(g, k, j, i, b) WHERE EXISTS (SELECT 1 FROM open) RETURNING grp) "
+    f"SELECT pg_notify('{CHANNEL}', grp) FROM (SELECT DISTINCT grp FROM new) AS groups"
+)
+"""An acknowledgement with replies in one statement (:class:`Acknowledge`)."""
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 """A transaction-scoped lock on a name's hash (a collision only makes two wait)."""
 _ITEM_COLUMNS = ["job_id", "key", "position", "payload", "created_at"]
@@ -68,7 +109,12 @@ _RETRY_FIRST, _RETRY_MAX = 0.2, 5.0
 def render(sql: str) -> str:
     """The core's SQL as PostgreSQL runs it: ``$1, $2...`` placeholders and its clock."""
     count = iter(range(1, 10_000))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql.replace("now_epoch()", _NOW))
+    sql = _MERGE.sub(r"(\1 || \2)", sql.replace("now_epoch()", _NOW))
+    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+
+_MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
+"""``json_merge(a, b)``: the JSON objects' keys together, ``b``'s value for a key in both."""
 
 
 async def _apply(conn: Conn, step: Step) -> Any:
@@ -79,12 +125,14 @@ async def _apply(conn: Conn, step: Step) -> Any:
         return _affected(await conn.execute(render(step.sql), *step.params))
     if isinstance(step, ExecuteMany):
         await conn.executemany(render(step.sql), step.rows)
-    elif isinstance(step, Publish):
-        messages = step.messages
+    if isinstance(step, EndItem):
+        return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
+    if isinstance(step, Acknowledge):
         await conn.fetch(
-            _INSERT_MESSAGES,
-            *([getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS),
+            _ACKNOWLEDGE, step.message_id, step.job_id, step.key, *_columns(step.replies)
         )
+    elif isinstance(step, Publish):
+        await conn.fetch(_INSERT_MESSAGES, *_columns(step.messages))
     elif isinstance(step, InsertItems):
         await conn.copy_records_to_table(
             "items", records=step.rows, columns=_ITEM_COLUMNS, schema_name=_pg_schema.SCHEMA
@@ -97,6 +145,28 @@ async def _apply(conn: Conn, step: Step) -> Any:
 _MESSAGE_FIELDS = ("group", "kind", "job_id", "item_key", "body")
 
 
+def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str]]:
+    return [[getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS]
+
+
+def _end_item_params(step: EndItem) -> list[object]:
+    # one row per id, the last of a repeated one (as one upsert per row would leave it):
+    # a statement may not change a row twice
+    pairs = list({row[0]: (n, *row) for n, row in enumerate(step.pairs)}.values())
+    samples = list({row[0]: row for row in step.samples}.values())
+    return [
+        step.job_id,
+        step.key,
+        step.state,
+        step.report,
+        step.error,
+        step.finished_at,
+        step.transient_failures,
+        *([row[i] for row in pairs] for i in range(6)),
+        *([row[i] for row in samples] for i in range(3)),
+    ]
+
+
 async def drive(conn: Conn, steps: Steps[T]) -> T:
     """Run an operation of the core to its end on ``conn``."""
     try:
@@ -106,6 +176,14 @@ async def drive(conn: Conn, steps: Steps[T]) -> T:
     except StopIteration as done:
         result: T = done.value
         return result
+
+
+async def _keep_session(_conn: Conn) -> None:
+    """What a connection needs when it goes back to the pool: nothing. asyncpg rolls back a
+    transaction left open; its default reset would also send four statements (unlock
+    advisory locks, close cursors, unlisten, reset settings) at every release, for session
+    state ragjury never leaves: its locks end with their transactions, it opens no cursor,
+    listens on a connection of its own and changes no setting."""
 
 
 def pool_size_for(concurrency: int) -> int:
@@ -195,6 +273,7 @@ class PostgresStore(SQLStore):
                 max_size=self.pool_size,
                 command_timeout=300,
                 max_inactive_connection_lifetime=120,
+                reset=_keep_session,
                 **self._connect_options(),
             )
             async with self._pool.acquire() as conn:
@@ -351,7 +430,7 @@ class PostgresStore(SQLStore):
         server keeps the space for new rows rather than giving it back to the file system;
         ``VACUUM FULL`` would, but it locks every table while it runs.)"""
         tables = (
-            "runs, jobs, items, pairs, samples, steps, llm_calls, messages, joins, questions, "
+            "runs, jobs, items, pairs, samples, steps, llm_calls, messages, item_joins, questions, "
             "question_keys, question_indexes"
         )
         await self._run(lambda c: c.execute(f"VACUUM (ANALYZE) {tables}"), transaction=False)

@@ -24,7 +24,11 @@ import anyio.to_thread
 from ragjury.errors import ConfigurationError
 from ragjury.store import _schema
 from ragjury.store.sql import Operation, SQLStore
+from ragjury.store.sql.items import end_item_plainly
+from ragjury.store.sql.mailbox import acknowledge_plainly
 from ragjury.store.sql.steps import (
+    Acknowledge,
+    EndItem,
     Execute,
     ExecuteMany,
     Fetch,
@@ -53,6 +57,7 @@ _WORDS = (
     ("now_epoch()", _NOW),
     ("LEAST(", "MIN("),
     ("GREATEST(", "MAX("),
+    ("json_merge(", "json_patch("),
     (" FOR UPDATE SKIP LOCKED", ""),  # the writer lock does it
     (" FOR UPDATE", ""),
 )
@@ -98,6 +103,10 @@ def _apply(conn: Conn, step: Step) -> Any:
         return conn.execute(*_bound(step.sql, step.params)).rowcount
     if isinstance(step, ExecuteMany):
         conn.executemany(render(step.sql), step.rows)
+    elif isinstance(step, EndItem):
+        return drive(conn, end_item_plainly(step))
+    elif isinstance(step, Acknowledge):
+        drive(conn, acknowledge_plainly(step))
     elif isinstance(step, Publish):
         rows = [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages]
         conn.executemany(_INSERT_MESSAGE, rows)
@@ -217,6 +226,9 @@ class SQLiteStore(SQLStore):
                 conn.execute(statement)
             if pairs and version < 2:
                 for statement in _schema.FROM_VERSION_1:
+                    conn.execute(statement)
+            if _all(conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'joins'"):
+                for statement in _schema.FROM_PART_JOINS:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {_schema.VERSION}")
 

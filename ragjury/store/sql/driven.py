@@ -52,7 +52,9 @@ class Driven:
         raise NotImplementedError
 
     async def _write(self, operation: Operation[T], *, single: bool = False) -> T:
-        """Run an operation in a transaction (``single``: it is one statement, atomic alone)."""
+        """Run an operation in a transaction (``single``: each of its statements is atomic
+        alone and it needs no transaction around them; PostgreSQL then runs each on its
+        own, while SQLite's group commit puts every write in a transaction)."""
         raise NotImplementedError
 
     async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:

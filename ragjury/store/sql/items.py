@@ -1,9 +1,11 @@
-"""Steps that several operations take on one item: lock it, store its results, end it."""
+"""Steps that several operations take on one item: end it (storing its results), forget
+what it left, put it back in the queue."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 from ragjury.store._common import (
     pair_row,
@@ -14,65 +16,103 @@ from ragjury.store.base import (
 )
 from ragjury.store.sql.driven import FINISHED
 from ragjury.store.sql.steps import (
+    EndItem,
+    Row,
     Steps,
+    end_item,
     execute,
     execute_many,
     fetch_one,
-    lock,
 )
 
 
-def locked_item(job_id: str, key: str) -> Steps[tuple[int, int] | None]:
-    """Lock the item for this transaction; its (id, position) unless it has finished."""
-    yield from lock(f"item/{job_id}/{key}")
-    found = yield from fetch_one(
-        "SELECT id, position, state FROM items WHERE job_id = ? AND key = ?", job_id, key
+def end(
+    job_id: str, key: str, state: str, results: ItemResults | None, error: str | None = None
+) -> Steps[bool]:
+    """End the item ``state`` (``done`` or ``failed``) with ``results``, unless it has ended
+    already (False); see :class:`~ragjury.store.sql.steps.EndItem`."""
+    if state == "done":
+        report: str | None = json.dumps((results.report if results else None) or {})
+    else:
+        report = json.dumps(results.report) if results and results.report else None
+    return (
+        yield from end_item(
+            EndItem(
+                job_id,
+                key,
+                state,
+                report,
+                error,
+                time.time(),
+                results.transient_failures if results and state == "done" else None,
+                [_pair(record) for record in results.pairs] if results else [],
+                [_sample(record, scored) for record, scored in results.samples] if results else [],
+            )
+        )
     )
-    if found is None or found[2] in FINISHED:
-        return None
-    return int(found[0]), int(found[1])
 
 
 def fail(job_id: str, key: str, error: str, results: ItemResults | None = None) -> Steps[bool]:
-    found = yield from locked_item(job_id, key)
+    return (yield from end(job_id, key, "failed", results, error))
+
+
+def _pair(record: Mapping[str, object]) -> Row:
+    row = pair_row("", 0, 0, record)
+    return (row[1], *row[4:])  # id, outcome, question, source, record
+
+
+def _sample(record: Mapping[str, object], scored: str) -> Row:
+    row = sample_row("", 0, 0, record, scored)
+    return (row[1], *row[4:])  # id, record, scored
+
+
+_UNENDED = "state NOT IN (" + ", ".join(f"'{state}'" for state in FINISHED) + ")"
+
+
+def end_item_plainly(step: EndItem) -> Steps[bool]:
+    """:class:`~ragjury.store.sql.steps.EndItem` as plain statements, in the driver's
+    transaction."""
+    found = yield from fetch_one(
+        "UPDATE items SET state = ?, lease_owner = NULL, lease_expires = NULL, report = ?, "
+        "error = COALESCE(?, error), finished_at = ?, "
+        "transient_failures = COALESCE(?, transient_failures) "
+        f"WHERE job_id = ? AND key = ? AND {_UNENDED} RETURNING id, position",
+        *(step.state, step.report, step.error, step.finished_at, step.transient_failures),
+        *(step.job_id, step.key),
+    )
     if found is None:
         return False
-    item_id, position = found
-    if results is not None:
-        yield from store_results(job_id, item_id, position, results)
-    yield from execute(
-        "UPDATE items SET state = 'failed', lease_owner = NULL, lease_expires = NULL, "
-        "error = ?, finished_at = ?, report = ? WHERE id = ?",
-        error,
-        time.time(),
-        json.dumps(results.report) if results and results.report else None,
-        item_id,
+    item_id, position = int(found[0]), int(found[1])
+    yield from execute_many(
+        PAIRS_UPSERT,
+        [(step.job_id, p[0], item_id, n, *p[1:]) for n, p in enumerate(step.pairs)],
     )
-    yield from forget(job_id, key)
+    yield from execute_many(
+        SAMPLES_UPSERT,
+        [(step.job_id, s[0], item_id, position, *s[1:]) for s in step.samples],
+    )
+    yield from forget(step.job_id, step.key)
     return True
 
 
-def store_results(job_id: str, item_id: int, position: int, results: ItemResults) -> Steps[None]:
-    yield from execute_many(
-        "INSERT INTO pairs (job_id, id, item_id, position, outcome, question, source, record) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, id) DO UPDATE SET "
-        "item_id = excluded.item_id, position = excluded.position, "
-        "outcome = excluded.outcome, question = excluded.question, "
-        "source = excluded.source, record = excluded.record",
-        [pair_row(job_id, item_id, n, record) for n, record in enumerate(results.pairs)],
-    )
-    yield from execute_many(
-        "INSERT INTO samples (job_id, id, item_id, position, record, scored) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, id) DO UPDATE SET "
-        "item_id = excluded.item_id, position = excluded.position, "
-        "record = excluded.record, scored = excluded.scored",
-        [sample_row(job_id, item_id, position, r, s) for r, s in results.samples],
-    )
+PAIRS_UPSERT = (
+    "INSERT INTO pairs (job_id, id, item_id, position, outcome, question, source, record) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, id) DO UPDATE SET "
+    "item_id = excluded.item_id, position = excluded.position, "
+    "outcome = excluded.outcome, question = excluded.question, "
+    "source = excluded.source, record = excluded.record"
+)
+SAMPLES_UPSERT = (
+    "INSERT INTO samples (job_id, id, item_id, position, record, scored) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, id) DO UPDATE SET "
+    "item_id = excluded.item_id, position = excluded.position, "
+    "record = excluded.record, scored = excluded.scored"
+)
 
 
 def forget(job_id: str, key: str) -> Steps[None]:
-    """A finished item needs no join state, and its leftover messages no handling."""
-    yield from execute("DELETE FROM joins WHERE job_id = ? AND item_key = ?", job_id, key)
+    """An ended item needs no join state, and its leftover messages no handling."""
+    yield from execute("DELETE FROM item_joins WHERE job_id = ? AND item_key = ?", job_id, key)
     yield from execute("DELETE FROM messages WHERE job_id = ? AND item_key = ?", job_id, key)
 
 

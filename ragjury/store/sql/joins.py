@@ -3,6 +3,7 @@ index of kept questions (:class:`~ragjury.store.base.Joins`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from ragjury.store.base import (
@@ -11,7 +12,6 @@ from ragjury.store.base import (
 )
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import (
-    Row,
     Steps,
     execute,
     execute_many,
@@ -21,30 +21,28 @@ from ragjury.store.sql.steps import (
     text,
 )
 
+_JOIN = (
+    "INSERT INTO item_joins AS j (job_id, item_key, parts) VALUES (?, ?, ?) "
+    "ON CONFLICT (job_id, item_key) DO UPDATE SET parts = json_merge(excluded.parts, j.parts) "
+    "RETURNING parts"
+)
+_JOINED = "SELECT parts FROM item_joins WHERE job_id = ? AND item_key = ?"
+
 
 class JoinsSQL(Driven):
     async def join(
         self, job_id: str, item_key: str, parts: Mapping[str, str], prefix: str
     ) -> dict[str, str]:
-        rows = [(job_id, item_key, name, value) for name, value in parts.items()]
-
-        def join() -> Steps[list[Row]]:
-            # serialised per item: two joins that each add a part both see both parts
-            yield from lock(f"item/{job_id}/{item_key}")
-            yield from execute_many(
-                "INSERT INTO joins (job_id, item_key, name, value) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                rows,
-            )
-            return (
-                yield from fetch(
-                    "SELECT name, value FROM joins WHERE job_id = ? AND item_key = ? "
-                    "AND substr(name, 1, ?) = ?",
-                    *(job_id, item_key, len(prefix), prefix),
-                )
-            )
-
-        return {str(name): str(value) for name, value in await self._write(join)}
+        # One statement, atomic: the item's row of join state is created or merged with
+        # the new parts (a name already there keeps its value) under the row's lock, so of
+        # two joins at once the second sees the first's parts.
+        if parts:
+            merged = json.dumps({text(k): text(v) for k, v in parts.items()}, ensure_ascii=False)
+            rows = await self._write(lambda: fetch(_JOIN, job_id, item_key, merged), single=True)
+        else:
+            rows = await self._read(lambda: fetch(_JOINED, job_id, item_key))
+        state: dict[str, str] = json.loads(rows[0][0]) if rows else {}
+        return {name: value for name, value in state.items() if name.startswith(text(prefix))}
 
     async def decide_questions(
         self, job_id: str, pairs: Sequence[tuple[str, str]], matcher: QuestionMatcher

@@ -16,11 +16,12 @@ from ragjury.store.base import (
 from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
 from ragjury.store.sql.items import fail
 from ragjury.store.sql.steps import (
+    Acknowledge,
     Steps,
+    acknowledge,
     execute,
     fetch,
     fetch_one,
-    lock,
     publish,
 )
 
@@ -43,56 +44,47 @@ class MailboxSQL(Driven):
         if limit <= 0 or not groups:
             return Claim()
         jobs, in_jobs = of_jobs(job_ids)
-        select = (
-            "SELECT id, grp, body, attempts, job_id, item_key, last_error FROM messages "
+        # One statement takes the messages and says, with each, whether its item has
+        # ended: an item can end while a reply to it is being put (another process stored
+        # its result), and such a leftover is dropped rather than handled for nothing.
+        # A message delivered max_attempts times already (its workers died) is taken out
+        # and its item failed. Each later statement is atomic alone, and a crash between
+        # them leaves a message leased that comes back to be dropped or taken out again.
+        take = (
+            "UPDATE messages SET lease_owner = ?, available_at = now_epoch() + ?, "
+            "attempts = attempts + 1 WHERE id IN (SELECT id FROM messages "
             f"WHERE grp = ANY(?) AND available_at <= now_epoch(){jobs} "
-            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, grp, body, attempts, job_id, item_key, last_error, (SELECT state "
+            "FROM items i WHERE i.job_id = messages.job_id AND i.key = messages.item_key)"
         )
 
         def claim() -> Steps[Claim]:
-            found = Claim()
-            for message_id, group, body, attempts, job_id, key, last_error in (
-                yield from fetch(select, list(groups), *in_jobs, limit)
-            ):
-                if attempts >= max_attempts:
+            found, leftovers = Claim(), list[int]()
+            rows = yield from fetch(take, owner, lease_seconds, list(groups), *in_jobs, limit)
+            for message_id, group, body, attempts, job_id, key, last_error, state in sorted(rows):
+                if state in FINISHED:
+                    leftovers.append(int(message_id))
+                elif attempts > max_attempts:
                     found.dead += 1
-                    yield from execute("DELETE FROM messages WHERE id = ?", message_id)
-                    yield from fail(job_id, key, poison(group, attempts, last_error))
-                    continue
-                found.messages.append(
-                    StoredMessage(int(message_id), str(group), str(body), int(attempts) + 1,
-                                  str(job_id), str(key))
-                )  # fmt: skip
-            if found.messages:
-                yield from execute(
-                    "UPDATE messages SET lease_owner = ?, available_at = now_epoch() + ?, "
-                    "attempts = attempts + 1 WHERE id = ANY(?)",
-                    *(owner, lease_seconds, [m.id for m in found.messages]),
-                )
+                    yield from fail(job_id, key, poison(group, attempts - 1, last_error))
+                    leftovers.append(int(message_id))
+                else:
+                    found.messages.append(
+                        StoredMessage(int(message_id), str(group), str(body), int(attempts),
+                                      str(job_id), str(key))
+                    )  # fmt: skip
+            if leftovers:
+                yield from execute("DELETE FROM messages WHERE id = ANY(?)", leftovers)
             return found
 
-        return await self._write(claim)
+        return await self._write(claim, single=True)
 
     async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
-        remove = "DELETE FROM messages WHERE id = ?"
         if not replies:
-            await self._write(lambda: execute(remove, message_id), single=True)
+            await self._write(lambda: execute(_REMOVE, message_id), single=True)
             return
-        job_id, key = replies[0].job_id, replies[0].item_key
-
-        def ack() -> Steps[None]:
-            yield from lock(f"item/{job_id}/{key}")
-            # Only the delivery that removes the message publishes its replies: an ack
-            # repeated after a lost connection, or by a second worker whose lease ran out,
-            # adds nothing; nor does one for an item that has ended.
-            if (yield from execute(remove, message_id)):
-                state = yield from fetch_one(
-                    "SELECT state FROM items WHERE job_id = ? AND key = ?", job_id, key
-                )
-                if state is None or state[0] not in FINISHED:
-                    yield from publish(replies)
-
-        await self._write(ack)
+        await self._write(lambda: acknowledge(message_id, replies), single=True)
 
     async def nack_message(
         self, message_id: int, error: str, *, max_attempts: int, retry_after: float
@@ -140,3 +132,19 @@ class MailboxSQL(Driven):
     async def waiting_messages(self) -> dict[str, int]:
         rows = await self.read("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
         return {str(group): int(n) for group, n in rows}
+
+
+_REMOVE = "DELETE FROM messages WHERE id = ?"
+
+
+def acknowledge_plainly(step: Acknowledge) -> Steps[None]:
+    """:class:`~ragjury.store.sql.steps.Acknowledge` as plain statements, in the driver's
+    transaction. Only the delivery that removes the message publishes its replies: an ack
+    repeated after a lost connection, or by a second worker whose lease ran out, adds
+    nothing; nor does one for an item that has ended."""
+    if (yield from execute(_REMOVE, step.message_id)):
+        state = yield from fetch_one(
+            "SELECT state FROM items WHERE job_id = ? AND key = ?", step.job_id, step.key
+        )
+        if state is None or state[0] not in FINISHED:
+            yield from publish(step.replies)

@@ -26,7 +26,7 @@ from ragjury.store.base import (
     JobKind,
 )
 from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
-from ragjury.store.sql.items import fail, forget, locked_item, requeue_transient, store_results
+from ragjury.store.sql.items import end, fail, requeue_transient
 from ragjury.store.sql.steps import (
     Row,
     Steps,
@@ -168,29 +168,12 @@ class QueueSQL(Driven):
         return int(rows[0][0])
 
     async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
-        def finish() -> Steps[bool]:
-            found = yield from locked_item(job_id, key)
-            if found is None:
-                return False
-            item_id, position = found
-            yield from store_results(job_id, item_id, position, results)
-            yield from execute(
-                "UPDATE items SET state = 'done', lease_owner = NULL, lease_expires = NULL, "
-                "report = ?, finished_at = ?, transient_failures = ? WHERE id = ?",
-                json.dumps(results.report or {}),
-                time.time(),
-                results.transient_failures,
-                item_id,
-            )
-            yield from forget(job_id, key)
-            return True
-
-        return await self._write(finish)
+        return await self._write(lambda: end(job_id, key, "done", results), single=True)
 
     async def fail_item(
         self, job_id: str, key: str, error: str, results: ItemResults | None = None
     ) -> bool:
-        return await self._write(lambda: fail(job_id, key, error, results))
+        return await self._write(lambda: fail(job_id, key, error, results), single=True)
 
     async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
         rows = await self.read(

@@ -71,6 +71,42 @@ class Publish:
     messages: Sequence[OutgoingMessage]
 
 
+@dataclass(frozen=True, slots=True)
+class EndItem:
+    """End an item that has not ended yet, in one step: set its ``state`` (``done`` or
+    ``failed``) with its report, error and count of endpoint failures (None: kept), store
+    its results, and drop its join state and its messages still on the bus; True if this
+    step ended it. ``pairs`` are (id, outcome, question, source, record) and ``samples``
+    (id, record, scored); the item's row id and position complete them.
+
+    The check and the change are one update of the item's row, so of two processes ending
+    one item exactly one stores its results. PostgreSQL runs it as one statement; other
+    drivers run :func:`~ragjury.store.sql.items.end_item_plainly`."""
+
+    job_id: str
+    key: str
+    state: str
+    report: str | None
+    error: str | None
+    finished_at: float
+    transient_failures: int | None
+    pairs: Sequence[Row]
+    samples: Sequence[Row]
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledge:
+    """Remove a delivered message and, if this removed it and its item has not ended, put
+    ``replies`` on the bus (waking the processes waiting for their groups), atomically. A
+    repeated acknowledgement, or one for an ended item, adds nothing. PostgreSQL runs it as
+    one statement; other drivers run :func:`~ragjury.store.sql.mailbox.acknowledge_plainly`."""
+
+    message_id: int
+    job_id: str
+    key: str
+    replies: Sequence[OutgoingMessage]
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -95,7 +131,7 @@ def clean(values: Sequence[Any]) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish
+Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
 
@@ -132,6 +168,25 @@ def insert_items(rows: Sequence[Row]) -> Steps[None]:
 def publish(messages: Sequence[OutgoingMessage]) -> Steps[None]:
     if messages:
         yield Publish([_cleaned(m) for m in messages])
+
+
+def end_item(step: EndItem) -> Steps[bool]:
+    report, error = clean((step.report, step.error))
+    ended: bool = yield replace(
+        step,
+        job_id=text(step.job_id),
+        key=text(step.key),
+        report=report,
+        error=error,
+        pairs=[clean(row) for row in step.pairs],
+        samples=[clean(row) for row in step.samples],
+    )
+    return ended
+
+
+def acknowledge(message_id: int, replies: Sequence[OutgoingMessage]) -> Steps[None]:
+    first = _cleaned(replies[0])
+    yield Acknowledge(message_id, first.job_id, first.item_key, [_cleaned(m) for m in replies])
 
 
 def _cleaned(message: OutgoingMessage) -> OutgoingMessage:

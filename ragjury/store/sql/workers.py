@@ -83,8 +83,9 @@ class WorkersSQL(Driven):
             ]
             deleted: dict[str, int] = {}
             for table in ("pairs", "samples", "questions", "joins", "messages", "items"):
+                stored = "item_joins" if table == "joins" else table  # one row per item
                 deleted[table] = yield from execute(
-                    f"DELETE FROM {table} WHERE job_id = ANY(?)", jobs
+                    f"DELETE FROM {stored} WHERE job_id = ANY(?)", jobs
                 )
             for index in ("question_keys", "question_indexes"):  # the deduplicator's, unreported
                 yield from execute(f"DELETE FROM {index} WHERE job_id = ANY(?)", jobs)

@@ -11,6 +11,7 @@ import pytest
 from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
 from store_contract_batches import *  # noqa: F403 - and batch mode's
 from store_contract_items import *  # noqa: F403 - and these
+from store_contract_records import *  # noqa: F403 - and the rest of the roles
 from store_contract_text import *  # noqa: F403 - and these
 
 from ragjury.agents.question_index import QuestionIndex

@@ -50,6 +50,8 @@ _GENERATION_FLAGS = (
     "id_field",
     "question_types",
     "seed",
+    "max_pairs",
+    "reference_answers",
 )
 # Flags that map one-to-one onto EvaluationOptions fields.
 _EVALUATION_FLAGS = (
@@ -305,6 +307,19 @@ def _cutoffs(value: str) -> tuple[int, ...]:
         ) from exc
 
 
+def _personas_file(args: argparse.Namespace) -> object:
+    """``--personas FILE``'s personas (``auto`` is resolved by the command, with the LLM)."""
+    from pathlib import Path
+
+    from ragjury.personas import load_personas, personas_flag
+
+    value = getattr(args, "personas", None)
+    if value is None:
+        return None
+    chosen = personas_flag(value)
+    return load_personas(chosen) if isinstance(chosen, Path) else None
+
+
 def _explain(exc: pydantic.ValidationError) -> str:
     parts = []
     for error in exc.errors():
@@ -343,6 +358,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             settings = settings.model_copy(update={"prices": prices})
         flags = {k: getattr(args, k, None) for k in _GENERATION_FLAGS}
         flags["globs"] = tuple(args.globs) if getattr(args, "globs", None) else None
+        flags["personas"] = _personas_file(args)
         merged = {
             **settings.generate.model_dump(),
             **{k: v for k, v in flags.items() if v is not None},

@@ -29,7 +29,7 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
-from ragjury.schemas.records import QUESTION_TYPES, without_defaults
+from ragjury.schemas.records import QUESTION_TYPES, Persona, without_defaults
 
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
@@ -62,12 +62,33 @@ class GenerationOptions(BaseModel):
         description="Relative weight of each question type (factoid, reasoning, multi_hop, "
         "comparative); each chunk draws one. Also 'factoid=0.5,multi_hop=0.5'.",
     )
-    seed: int = Field(default=0, description="Seeds each chunk's draw of its question type.")
+    seed: int = Field(
+        default=0, description="Seeds each chunk's draw of its question type and persona."
+    )
+    personas: tuple[Persona, ...] = Field(
+        default=(),
+        description="Who asks the questions: each chunk's questions are drafted for one of "
+        "them, and the relevance critic judges them for that persona (``--personas``).",
+    )
+    reference_answers: bool = Field(
+        default=False,
+        description="Write a complete, self-contained reference answer for each kept pair.",
+    )
+    max_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        description="Draft at most this many pairs, from chunks spread over the documents, "
+        "question types and personas.",
+    )
 
     @model_serializer(mode="wrap")
     def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        # a job keeps its options: one that uses neither stores what earlier versions did
-        return without_defaults(self, handler, ("question_types", "seed"))
+        # a job keeps its options: one that uses none stores what earlier versions did
+        return without_defaults(
+            self,
+            handler,
+            ("question_types", "seed", "personas", "reference_answers", "max_pairs"),
+        )
 
     @property
     def typed(self) -> bool:
@@ -78,6 +99,27 @@ class GenerationOptions(BaseModel):
     @classmethod
     def _weights(cls, value: object) -> dict[str, float]:
         return question_weights(value)
+
+    @field_validator("personas")
+    @classmethod
+    def _distinct_personas(cls, value: tuple[Persona, ...]) -> tuple[Persona, ...]:
+        names = [persona.name for persona in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(
+                f"persona name {twice[0]!r} is given more than once; give each persona its own name"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _enough_pairs_for_a_chunk(self) -> GenerationOptions:
+        if self.max_pairs is not None and self.max_pairs < self.questions_per_chunk:
+            raise ValueError(
+                f"max_pairs ({self.max_pairs}) is below questions_per_chunk "
+                f"({self.questions_per_chunk}): a chunk drafts {self.questions_per_chunk} "
+                "pairs; raise --max-pairs or lower --questions-per-chunk"
+            )
+        return self
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> GenerationOptions:

@@ -15,25 +15,46 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragjury.agents.balance import Candidate, chunks_to_draft, select_chunks
 from ragjury.agents.critics import (
     GroundednessCritique,
+    RelevanceCritic,
     RelevanceCritique,
     StandaloneCritique,
     pair_context,
+    relevance_messages,
 )
 from ragjury.agents.generator import TYPE_PROMPTS, draft_messages
 from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
+from ragjury.agents.reference_writer import reference_messages
 from ragjury.config import GenerationOptions, Settings
 from ragjury.ingest.related import RelatedChunks
 from ragjury.llm.tokens import estimate_prompt_tokens
 from ragjury.metrics import EstimateContext, Metric
 from ragjury.metrics.declaration import schema_tokens
+from ragjury.personas import persona_for
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
-from ragjury.schemas import MULTI_CHUNK_TYPES, Chunk, ChunkReady, Document, QAPair, Sample
+from ragjury.schemas import (
+    MULTI_CHUNK_TYPES,
+    Chunk,
+    ChunkReady,
+    Document,
+    Persona,
+    QAPair,
+    Sample,
+)
 from ragjury.schemas.drafts import DRAFT_MODELS
+from ragjury.schemas.responses import ProposedPersonas, ReferenceAnswer, counted
 
-COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80, "pair_quotes": 60}
+COMPLETION_GUESS = {
+    "pair_factoid": 45,
+    "pair_detailed": 140,
+    "critique": 80,
+    "pair_quotes": 60,
+    "reference_answer": 150,
+    "persona": 70,
+}
 """Assumed completion tokens of generation: per drafted pair, per critique (each metric's
 own assumptions are in its declaration's ``estimate``)."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
@@ -101,13 +122,31 @@ class Estimate:
 
 
 def estimate_generation(
-    documents: Iterable[Document], settings: Settings, prompts: Mapping[str, Prompt]
+    documents: Iterable[Document],
+    settings: Settings,
+    prompts: Mapping[str, Prompt],
+    *,
+    proposed_personas: int = 0,
+    persona_sample: list[dict[str, str]] | None = None,
 ) -> Estimate:
     """One generator call per chunk and three critic calls per drafted pair. ``documents``
-    is read once, a document at a time; with ``--question-types`` other than factoid the
-    job's chunks are kept (their related chunks are found among all of them), and each
-    chunk is estimated with its type's prompt and its related chunk, as the run plans it."""
-    options, model = settings.generate, settings.model
+    is read once, a document at a time; with ``--question-types`` other than factoid or
+    ``--max-pairs`` the job's chunks are kept (their related chunks are found among all of
+    them; the chunks to draft are chosen as the run chooses them), and each chunk is
+    estimated with its type's prompt, its related chunk and its persona, as the run plans
+    it. ``proposed_personas`` (``--personas auto:N``): one more call, reading
+    ``persona_sample`` (:func:`ragjury.persona_proposal.corpus_sample`), and N personas of
+    a typical length in the drafting and relevance prompts. ``--reference-answers``: one
+    call per drafted pair, as if every pair were kept (an upper bound)."""
+    model = settings.model
+    options = settings.generate
+    if proposed_personas and not options.personas:
+        description = "A reader of these documents with a typical background and need. " * 3
+        placeholders = tuple(
+            Persona(name=f"persona {n}", description=description.strip())
+            for n in range(1, proposed_personas + 1)
+        )
+        options = options.model_copy(update={"personas": placeholders})
     wanted = options.questions_per_chunk
     pair_guess = COMPLETION_GUESS[f"pair_{options.answer_style}"]
     estimate = Estimate("generate", {"documents": 0, "chunks": 0})
@@ -122,22 +161,42 @@ def estimate_generation(
             f"{COMPLETION_GUESS['pair_quotes']} more completion tokens per pair of a type "
             "other than factoid (its quotes)"
         )
+
+    def prompt(name: str) -> Prompt:
+        return prompts.get(name) or Prompt.builtin(name)
+
+    if proposed_personas:
+        messages = prompt("personas").render(excerpts=persona_sample or [], count=proposed_personas)
+        schema = counted(ProposedPersonas, "personas", proposed_personas)
+        estimate.stage("persona_proposer", model).add(
+            _prompt(messages, schema), COMPLETION_GUESS["persona"] * proposed_personas
+        )
+        estimate.assumptions.append(
+            f"{proposed_personas} proposed personas of a typical length; "
+            f"{COMPLETION_GUESS['persona']} completion tokens per persona"
+        )
+    if options.reference_answers:
+        estimate.assumptions.append(
+            "every drafted pair kept, so written a reference answer (an upper bound), "
+            f"{COMPLETION_GUESS['reference_answer']} completion tokens each"
+        )
     critics = [
-        (role, prompts.get(name) or Prompt.builtin(name), schema, extra)
+        (role, prompt(name), schema, extra)
         for (role, name, schema), extra in zip(
             _CRITICS, ({}, {"audience": options.audience}, {}), strict=True
         )
     ]
-    drafting = {
-        kind: prompts.get(name) or Prompt.builtin(name) for kind, name in TYPE_PROMPTS.items()
-    }
+    drafting = {kind: prompt(name) for kind, name in TYPE_PROMPTS.items()}
     planned = _planned(documents, options, estimate)
     for event in planned:
         chunk, plan = event.chunk, event.plan
         kind = "factoid" if plan is None else plan.question_type
         completion = pair_guess + (0 if plan is None else COMPLETION_GUESS["pair_quotes"])
         estimate.stage("generator", model).add(
-            _prompt(draft_messages(event, drafting, options), DRAFT_MODELS[kind]),
+            _prompt(
+                draft_messages(event, drafting, options, prompt("generator_persona")),
+                DRAFT_MODELS[kind],
+            ),
             completion * wanted,
         )
         typical = QAPair(
@@ -148,18 +207,32 @@ def estimate_generation(
             source=chunk.source,
             chunk_id=chunk.id,
             related=() if plan is None else plan.related,
+            persona=event.persona,
         )
-        for role, prompt, schema, extra in critics:
-            messages = prompt.render(
-                question=typical.question,
-                answer=typical.answer,
-                context=pair_context(typical),
-                contexts=list(typical.contexts),
-                **extra,
+        for role, critic_prompt, schema, extra in critics:
+            messages = (
+                relevance_messages(
+                    critic_prompt, prompt("relevance_persona"), typical, options.audience
+                )
+                if role == RelevanceCritic.role
+                else critic_prompt.render(
+                    question=typical.question,
+                    answer=typical.answer,
+                    context=pair_context(typical),
+                    contexts=list(typical.contexts),
+                    **extra,
+                )
             )
             estimate.stage(role, model).add(
                 _prompt(messages, schema) * wanted,
                 COMPLETION_GUESS["critique"] * wanted,
+                calls=wanted,
+            )
+        if options.reference_answers:
+            messages = reference_messages(prompt("reference_answer"), typical)
+            estimate.stage("reference_writer", model).add(
+                _prompt(messages, ReferenceAnswer) * wanted,
+                COMPLETION_GUESS["reference_answer"] * wanted,
                 calls=wanted,
             )
     return estimate
@@ -169,25 +242,46 @@ def _planned(
     documents: Iterable[Document], options: GenerationOptions, estimate: Estimate
 ) -> Iterator[ChunkReady]:
     """Each chunk as the chunker would hand it to the generator (a document at a time when
-    every question is a factoid; after reading every chunk, to relate them, otherwise)."""
+    every question is a factoid and every chunk is drafted; after reading every chunk, to
+    relate them or choose among them, otherwise)."""
     chunks: list[Chunk] = []
+    whole = options.typed or options.max_pairs is not None
     for document in documents:
         estimate.items["documents"] += 1
         found = chunks_of(document, options)
         estimate.items["chunks"] += len(found)
-        if not options.typed:
-            yield from (ChunkReady(chunk=chunk) for chunk in found)
+        if not whole:
+            yield from (ChunkReady(chunk=c, persona=persona_for(c, options)) for c in found)
         else:
             chunks.extend(found)
     if not chunks:
         return
-    index = RelatedChunks.of(chunks)
+    personas: dict[str, Persona | None]
+    if options.max_pairs is not None:
+        candidates = [Candidate(c.id, c.document_id, drawn_type(c, options)) for c in chunks]
+        count = chunks_to_draft(options.max_pairs, options.questions_per_chunk)
+        chosen = select_chunks(
+            candidates, count, options.question_types, len(options.personas), options.seed
+        )
+        drafted = [chunk for chunk in chunks if chunk.id in chosen]
+        personas = {
+            c.id: None if chosen[c.id] is None else options.personas[chosen[c.id] or 0]
+            for c in drafted
+        }
+        estimate.items["chunks_drafted"] = len(drafted)
+    else:
+        drafted = chunks
+        personas = {chunk.id: persona_for(chunk, options) for chunk in chunks}
+    index = RelatedChunks.of(chunks) if options.typed else None
     by_id = {chunk.id: chunk for chunk in chunks}
-    for chunk in chunks:
-        kind = drawn_type(chunk, options)
-        relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
-        related = by_id.get(relation.chunk_id) if relation is not None else None
-        yield ChunkReady(chunk=chunk, plan=draft_plan(kind, relation, related))
+    for chunk in drafted:
+        plan = None
+        if index is not None:
+            kind = drawn_type(chunk, options)
+            relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
+            related = by_id.get(relation.chunk_id) if relation is not None else None
+            plan = draft_plan(kind, relation, related)
+        yield ChunkReady(chunk=chunk, plan=plan, persona=personas[chunk.id])
 
 
 def estimate_evaluation(

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
-from ragjury.config import OutputFormat
+from ragjury.config import GenerationOptions, OutputFormat
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.evaluation.tables import pyarrow_module
 from ragjury.schemas import CRITERIA, PairJudged
@@ -32,6 +32,7 @@ __all__ = [
     "failed_chunk_record",
     "output_format",
     "pair_record",
+    "pair_table",
     "sample_table",
 ]
 
@@ -66,7 +67,9 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
     """The exported form of a judged pair (the README documents these fields). ``typed``
     (a job with ``--question-types``): it also says its ``question_type`` and lists every
     chunk it was drafted from (``chunk_ids``, ``contexts``, ``sources``), and a pair of
-    several chunks the terms that related them (``shared_terms``)."""
+    several chunks the terms that related them (``shared_terms``). A pair drafted for a
+    persona names it (``persona``, ``persona_description``); a pair with a reference answer
+    (``--reference-answers``) has it as ``reference_answer``."""
     pair = judged.pair
     record: dict[str, Any] = {
         "id": pair.id,
@@ -83,6 +86,11 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
         record["sources"] = [pair.source, *(chunk.source for chunk in pair.related)]
         if pair.related:
             record["shared_terms"] = list(pair.shared_terms)
+    if pair.persona is not None:
+        record["persona"] = pair.persona.name
+        record["persona_description"] = pair.persona.description
+    if judged.reference_answer is not None:
+        record["reference_answer"] = judged.reference_answer
     record |= {
         "critiques": {
             criterion: critique.model_dump() for criterion, critique in judged.critiques.items()
@@ -168,6 +176,33 @@ TYPED_PAIR_TABLE = Table(
     },
 )
 """The pairs of a job with ``--question-types``: each says its type and its chunks."""
+
+_PERSONA_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("persona", "str"),
+    ("persona_description", "str"),
+)
+_REFERENCE_COLUMNS: tuple[tuple[str, Kind], ...] = (("reference_answer", "str"),)
+
+
+def pair_table(jobs: Sequence[GenerationOptions], *, personas: bool = False) -> Table:
+    """The flat columns of the pairs of ``jobs`` (one job's options, or every exported
+    job's): :data:`PAIR_TABLE`, with the question-type columns when one job drafted types,
+    ``persona`` and ``persona_description`` when one had personas, and
+    ``reference_answer`` when one wrote reference answers. ``personas``: the personas are
+    yet to be proposed (``--personas auto``)."""
+    base = TYPED_PAIR_TABLE if any(options.typed for options in jobs) else PAIR_TABLE
+    added = (*(_PERSONA_COLUMNS if personas or any(o.personas for o in jobs) else ()),) + (
+        _REFERENCE_COLUMNS if any(o.reference_answers for o in jobs) else ()
+    )
+    if not added:
+        return base
+    split = len(base.columns) - len(PAIR_TABLE.columns) + 7  # before the critiques
+    base_row = base.row
+    return Table(
+        columns=(*base.columns[:split], *added, *base.columns[split:]),
+        row=lambda record: {**base_row(record), **{name: record.get(name) for name, _ in added}},
+    )
+
 
 FAILED_CHUNK_TABLE = Table(
     columns=(("chunk_id", "str"), ("source", "str"), ("outcome", "str"), ("error", "str")),

@@ -25,8 +25,10 @@ from ragjury.schemas import (
     MetricScored,
     PairDrafted,
     PairJudged,
+    Persona,
     QAPair,
     QuestionsDrafted,
+    ReferenceWritten,
     Sample,
     SampleScored,
     SampleSubmitted,
@@ -54,6 +56,8 @@ MULTI_HOP = PAIR.model_copy(
         "shared_terms": ("beta",),
     }
 )
+PERSONA = Persona(name="new user", description="Installed it today; wants a first result.")
+WITH_PERSONA = PAIR.model_copy(update={"id": "p3", "persona": PERSONA})
 FAILURE = Failure(stage="generator", attempts=4, last_raw_output="{not json", message="bad")
 CRITIQUE = CritiqueResult(rating=4, rationale="fine")
 SAMPLE = Sample(
@@ -78,16 +82,27 @@ SAMPLES: list[Event] = [
     ChunkReady(chunk=CHUNK),
     ChunkReady(chunk=CHUNK, plan=PLAN),
     ChunkReady(chunk=CHUNK, plan=DraftPlan(question_type="reasoning")),
+    ChunkReady(chunk=CHUNK, persona=PERSONA),
     QuestionsDrafted(chunk=CHUNK, pairs=(PAIR, MULTI_HOP)),
     ChunkFailed(chunk=CHUNK, error=FAILURE),
     DuplicateDropped(pair=PAIR, duplicate_of="p0", similarity=0.97),
     PairDrafted(pair=PAIR),
     PairDrafted(pair=MULTI_HOP),
+    PairDrafted(pair=WITH_PERSONA),
     CritiqueIssued(pair_id="p1", criterion="groundedness", critique=CRITIQUE),
     CritiqueIssued(pair_id="p1", criterion="relevance", error=FAILURE),
     PairJudged(pair=PAIR, outcome="kept", critiques={"groundedness": CRITIQUE}),
     PairJudged(pair=PAIR, outcome="failed", critiques={}, error=FAILURE),
+    ReferenceWritten(
+        judged=PairJudged(
+            pair=WITH_PERSONA,
+            outcome="kept",
+            critiques={"relevance": CRITIQUE},
+            reference_answer="Alpha is 1, as the first line says.",
+        )
+    ),
     DocumentChunked(document_id="d", chunk_ids=("d::0", "d::1")),
+    DocumentChunked(document_id="d", chunk_ids=("d::1",), not_drafted=1),
     DocumentJudged(
         document_id="d",
         pairs=(PairJudged(pair=PAIR, outcome="kept", critiques={"groundedness": CRITIQUE}),),

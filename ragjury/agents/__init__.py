@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ragjury.agents.deduplicator import Deduplicator
     from ragjury.agents.generator import Generator
     from ragjury.agents.judges import CorrectnessJudge, RubricJudge
+    from ragjury.agents.reference_writer import ReferenceWriter
     from ragjury.agents.retrieval import RetrievalScorer
     from ragjury.agents.sample_aggregator import SampleAggregator
     from ragjury.agents.scorers import ConfidenceScorer, KeywordChecker, SimilarityScorer
@@ -42,6 +43,7 @@ _MODULES = {
     "Generator": "generator",
     "GroundednessCritic": "critics",
     "KeywordChecker": "scorers",
+    "ReferenceWriter": "reference_writer",
     "RelevanceCritic": "critics",
     "RetrievalScorer": "retrieval",
     "RubricJudge": "judges",
@@ -70,6 +72,7 @@ __all__ = [
     "Generator",
     "GroundednessCritic",
     "KeywordChecker",
+    "ReferenceWriter",
     "RelevanceCritic",
     "RetrievalScorer",
     "RubricJudge",

@@ -100,9 +100,40 @@ class GroundednessCritic(_Critic):
 
 
 class RelevanceCritic(_Critic):
+    """Judges relevance for the pair's persona (the ``relevance_persona`` template) when it
+    has one, else for ``audience``."""
+
     role = "relevance_critic"
     criterion = "relevance"
     response_model = RelevanceCritique
+
+    def __init__(
+        self, llm: LLM, prompt: Prompt, *, audience: str, persona_prompt: Prompt | None = None
+    ) -> None:
+        super().__init__(llm, prompt, audience=audience)
+        self._persona_prompt = persona_prompt
+
+    def render(self, pair: QAPair) -> list[dict[str, str]]:
+        audience = str(self._variables["audience"])
+        return relevance_messages(self._prompt, self._persona_prompt, pair, audience)
+
+
+def relevance_messages(
+    prompt: Prompt, persona_prompt: Prompt | None, pair: QAPair, audience: str
+) -> list[dict[str, str]]:
+    """The relevance critic's prompt for ``pair``: for its persona when it has one
+    (``persona_prompt``, the ``relevance_persona`` template), else for ``audience``."""
+    variables: dict[str, str | list[str]] = {
+        "question": pair.question,
+        "answer": pair.answer,
+        "context": pair_context(pair),
+        "contexts": list(pair.contexts),
+        "audience": audience,
+    }
+    if pair.persona is None:
+        return prompt.render(**variables)
+    chosen = persona_prompt or Prompt.builtin("relevance_persona")
+    return chosen.render(persona=pair.persona.model_dump(), **variables)
 
 
 class StandaloneCritic(_Critic):

@@ -4,7 +4,9 @@ A chunk without a plan gets factoid questions (the ``generator`` prompt). A plan
 gets its type's prompt (``generator_reasoning``, ``generator_multi_hop``,
 ``generator_comparative``) and response model, whose validators hold the type's rule for a
 good draft (:mod:`ragjury.schemas.drafts`); a multi-chunk draft is drafted from the chunk and
-its related chunks, and its pairs name them all."""
+its related chunks, and its pairs name them all. A chunk given a persona (``--personas``)
+has the ``generator_persona`` template's parts added to its type's prompt, and its pairs
+carry the persona."""
 
 from __future__ import annotations
 
@@ -49,13 +51,16 @@ class Generator:
         prompt: Prompt,
         options: GenerationOptions,
         typed_prompts: Mapping[QuestionType, Prompt] | None = None,
+        persona_prompt: Prompt | None = None,
     ) -> None:
-        """``typed_prompts``: the prompts of the other question types, by type."""
+        """``typed_prompts``: the prompts of the other question types, by type;
+        ``persona_prompt``: what is added for a chunk given a persona."""
         self._llm, self._options = llm, options
         self._prompts: dict[QuestionType, Prompt] = {"factoid": prompt, **(typed_prompts or {})}
+        self._persona = persona_prompt
 
     def render(self, event: ChunkReady) -> list[dict[str, str]]:
-        return draft_messages(event, self._prompts, self._options)
+        return draft_messages(event, self._prompts, self._options, self._persona)
 
     async def handle(self, event: ChunkReady) -> list[QuestionsDrafted | ChunkFailed]:
         chunk, plan, wanted = event.chunk, event.plan, self._options.questions_per_chunk
@@ -84,6 +89,7 @@ class Generator:
                 question_type=kind,
                 related=related,
                 shared_terms=() if plan is None else plan.shared_terms,
+                persona=event.persona,
             )
             for index, draft in enumerate(drafted.pairs)
         )
@@ -91,10 +97,36 @@ class Generator:
 
 
 def draft_messages(
-    event: ChunkReady, prompts: Mapping[QuestionType, Prompt], options: GenerationOptions
+    event: ChunkReady,
+    prompts: Mapping[QuestionType, Prompt],
+    options: GenerationOptions,
+    persona_prompt: Prompt | None = None,
 ) -> list[dict[str, str]]:
     """The generator's prompt for a chunk: its type's template, given the chunk and, for a
-    multi-chunk type, every chunk (``contexts``) and the terms that related them."""
+    multi-chunk type, every chunk (``contexts``) and the terms that related them; for a
+    chunk with a persona, ``persona_prompt``'s system part ends the system message and its
+    user part starts the user message."""
+    messages = _type_messages(event, prompts, options)
+    if event.persona is None:
+        return messages
+    persona = (persona_prompt or Prompt.builtin("generator_persona")).render(
+        persona=event.persona.model_dump(), questions_per_chunk=options.questions_per_chunk
+    )
+    added = {message["role"]: message["content"] for message in persona}
+    joined = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "system" and added.get("system"):
+            content = f"{content}\n\n{added['system']}"
+        elif message["role"] == "user" and added.get("user"):
+            content = f"{added['user']}\n\n{content}"
+        joined.append({"role": message["role"], "content": content})
+    return joined
+
+
+def _type_messages(
+    event: ChunkReady, prompts: Mapping[QuestionType, Prompt], options: GenerationOptions
+) -> list[dict[str, str]]:
     chunk, plan = event.chunk, event.plan
     variables: dict[str, object] = {
         "context": chunk.text,

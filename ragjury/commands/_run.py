@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +23,12 @@ from ragjury.estimate import Estimate
 from ragjury.llm import LLM
 from ragjury.output import write_text_atomically
 from ragjury.pricing import PRICES_AS_OF, PriceTable
+from ragjury.prompts import Prompt
 from ragjury.report.gates import GateResult, reason_line
 from ragjury.runner import intake_capacity
+from ragjury.schemas import Document
 from ragjury.store import Store, open_store, redacted
-from ragjury.store.base import Job
+from ragjury.store.base import CallLog, Job
 
 # The exit codes a CI job can trust (the README's table; tests/test_exit_codes.py):
 EXIT_INVALID_INPUT = 1
@@ -311,3 +313,40 @@ async def recorded_run(
         )
         async with llm:
             yield RecordedRun(store, run_id, llm)
+
+
+async def propose_for_run(
+    llm: LLM,
+    store: CallLog,
+    settings: Settings,
+    documents: Callable[[], Iterable[Document]],
+    count: int,
+    prompts: Mapping[str, Prompt],
+    console: Console,
+) -> Settings:
+    """``--personas auto[:N]``: ``settings`` drafting for the personas the model proposes
+    (from the step cache when this corpus was asked before), printed."""
+    from ragjury.persona_proposal import propose_personas, with_personas
+    from ragjury.personas import persona_lines
+    from ragjury.store.cache import llm_fingerprint
+
+    personas = await propose_personas(
+        llm,
+        store,
+        documents(),
+        settings.generate,
+        count,
+        prompt=prompts.get("personas"),
+        use_cache=settings.cache,
+        model=llm_fingerprint(settings),
+    )
+    console.print(
+        f"ragjury: --personas auto: {len(personas)} personas proposed for these documents "
+        "(kept with the job; the same command proposes them again from the cache):",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    for line in persona_lines(personas):
+        console.print(f"  - {line}", markup=False, highlight=False, soft_wrap=True)
+    return settings.model_copy(update={"generate": with_personas(settings.generate, personas)})

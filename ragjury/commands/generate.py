@@ -18,6 +18,7 @@ from ragjury.commands._display import GenerationProgress, cost_text, summary_tab
 from ragjury.commands._run import (
     RecordedRun,
     budget_stop,
+    propose_for_run,
     recorded_run,
     report_estimate,
     results_gate,
@@ -31,13 +32,14 @@ from ragjury.ingest import DocumentReader
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
-    PAIR_TABLE,
-    TYPED_PAIR_TABLE,
     RecordWriter,
     failed_chunk_record,
     output_format,
+    pair_table,
     write_text_atomically,
 )
+from ragjury.persona_proposal import corpus_sample
+from ragjury.personas import auto_personas
 from ragjury.pipelines.generation import PROMPT_NAMES, generation_counts, report_of, summarise
 from ragjury.prompts import load_overrides
 from ragjury.report.audit import audit_dataset, summary_lines
@@ -71,8 +73,15 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             text = json.dumps({**empty, "error": "no readable documents"}, indent=2) + "\n"
             write_text_atomically(args.summary, text)
         return 1
+    auto = auto_personas(args.personas)
     if args.dry_run:
-        estimate = estimate_generation(documents(), settings, prompts)
+        estimate = estimate_generation(
+            documents(),
+            settings,
+            prompts,
+            proposed_personas=auto.count if auto else 0,
+            persona_sample=corpus_sample(documents(), options) if auto else None,
+        )
         return await report_estimate(estimate, settings, args, console)
     choose_llm(settings)  # says how to configure one, if none is
     formats = {
@@ -86,7 +95,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     }
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
-        pairs = TYPED_PAIR_TABLE if options.typed else PAIR_TABLE
+        pairs = pair_table([options], personas=auto is not None)
         kept = stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
         rejected = (
             stack.enter_context(RecordWriter(args.rejected, formats["--rejected"], pairs))
@@ -99,6 +108,10 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             else None
         )
         async with recorded_run(settings, "generate") as run:
+            if auto is not None:
+                settings = await propose_for_run(
+                    run.llm, run.store, settings, documents, auto.count, prompts, console
+                )
             job = await submit_documents(run.store, settings, documents, prompts)
             skipped = [{"path": s.path, "reason": s.reason} for s in documents.skipped]
             for item in skipped:
@@ -127,7 +140,9 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             )
             summary["stopped_by_budget"] = stop is not None
             budget_reason = run.llm.budget.reason
-            audit = audit_dataset(kept_pairs, totals=(counts.documents, counts.chunks))
+            audit = audit_dataset(
+                kept_pairs, totals=(counts.documents, counts.chunks + counts.chunks_not_drafted)
+            )
             summary["audit"] = audit  # what `ragjury audit` finds without the corpus
             await run.finish(summary, args.summary)
     _report(console, summary, args)

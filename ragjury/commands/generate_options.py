@@ -60,7 +60,27 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1 (default factoid=1)",
     )
     drafting.add_argument(
-        "--seed", type=int, help="seeds each chunk's draw of its question type (default 0)"
+        "--seed",
+        type=int,
+        help="seeds each chunk's draw of its question type and persona (default 0)",
+    )
+    drafting.add_argument(
+        "--personas",
+        metavar="FILE|auto[:N]",
+        help="who asks: a JSON or TOML file of personas (name, description), or auto[:N] to "
+        "have the model propose N (default 3) from a sample of the documents",
+    )
+    drafting.add_argument(
+        "--max-pairs",
+        type=int,
+        help="draft at most N pairs, from chunks spread over the documents, question types "
+        "and personas (default: every chunk)",
+    )
+    drafting.add_argument(
+        "--reference-answers",
+        action="store_true",
+        default=None,
+        help="write a complete, self-contained reference answer for each kept pair",
     )
     drafting.add_argument(
         "--answer-style", choices=["factoid", "detailed"], help="short or paragraph-long answers"

@@ -15,21 +15,16 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from ragjury.commands._run import EXIT_BUDGET, recorded_run
+from ragjury.commands._run import EXIT_BUDGET, propose_for_run, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
-from ragjury.config import Settings
+from ragjury.config import GenerationOptions, Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
 from ragjury.job_spec import GenerationSpec
 from ragjury.llm.resolve import choose_llm
-from ragjury.output import (
-    PAIR_TABLE,
-    TYPED_PAIR_TABLE,
-    RecordWriter,
-    output_format,
-    sample_table,
-)
+from ragjury.output import RecordWriter, output_format, pair_table, sample_table
+from ragjury.personas import auto_personas
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
@@ -67,6 +62,15 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                 id_field=options.id_field,
             )
             empty = next(documents(), None) is None
+            auto = auto_personas(args.personas)
+            if not empty and auto is not None:  # proposed now, kept with the job
+                from ragjury.llm import LLM
+
+                choose_llm(settings)
+                async with LLM(settings, ledger=store) as llm:
+                    settings = await propose_for_run(
+                        llm, store, settings, documents, auto.count, prompts, console
+                    )
             if not empty:
                 job = await submit_documents(store, settings, documents, prompts, pin_model=False)
             for skipped in documents.skipped:
@@ -278,7 +282,7 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     written = {"kept": 0, "rejected": 0, "samples": 0}
     async with open_store(settings.db, concurrency=settings.concurrency) as store:
         counts = await store.counts(args.jobs)
-        pairs = TYPED_PAIR_TABLE if await _typed(store, args.jobs) else PAIR_TABLE
+        pairs = pair_table(await _generation_options(store, args.jobs))
         with contextlib.ExitStack() as stack:
             kept_writer = (
                 stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
@@ -316,14 +320,14 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _typed(store: Store, jobs: list[str] | None) -> bool:
-    """Whether a generation job exported drafted question types (its pairs then have the
-    columns of :data:`TYPED_PAIR_TABLE`)."""
-    return any(
-        GenerationSpec.model_validate(job.options).generate.typed
+async def _generation_options(store: Store, jobs: list[str] | None) -> list[GenerationOptions]:
+    """The options of the exported generation jobs (what columns their pairs have: see
+    :func:`~ragjury.output.pair_table`)."""
+    return [
+        GenerationSpec.model_validate(job.options).generate
         for job in await store.jobs()
         if job.kind == "generate" and (jobs is None or job.id in jobs)
-    )
+    ]
 
 
 async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:

@@ -93,7 +93,8 @@ class SampleBuilder:
         }
         generated = "critiques" in record or ("outcome" in record and "chunk_id" in record)
         if generated and not self.mapped:
-            fields["reference"] = _text(record, ("answer",))
+            # the complete reference answer (--reference-answers) when it has one
+            fields["reference"] = _text(record, ("reference_answer", "answer"))
             # every chunk a question was drafted from (``--question-types``), else its one
             several = _pick(record, ("chunk_ids",)) is not None
             split = self.from_csv and several

@@ -24,7 +24,8 @@ In CSV a list field may be a JSON array, a Python or numpy list as pandas writes
 (``['a', 'b']``), or ``a|b`` text.
 
 A record with ``critiques``, or with both ``outcome`` and ``chunk_id``, was written by
-``ragjury generate``: its ``answer`` is the reference answer, its ``context`` and ``chunk_id``
+``ragjury generate``: its ``reference_answer`` (``--reference-answers``), else its ``answer``,
+is the reference answer, its ``context`` and ``chunk_id``
 the reference context the question came from (``contexts`` and ``chunk_ids`` when it lists
 several, as a question drafted with ``--question-types`` does), and it has no answer or
 retrieved contexts yet (a ``--target`` gives them).

@@ -21,6 +21,7 @@ from ragjury.agents import (
     Deduplicator,
     Generator,
     GroundednessCritic,
+    ReferenceWriter,
     RelevanceCritic,
     StandaloneCritic,
 )
@@ -61,6 +62,7 @@ class GenerationCounts:
     kept: int = 0
     rejected: int = 0
     failed: int = 0
+    chunks_not_drafted: int = 0
     failed_chunks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -88,6 +90,7 @@ def report_of(judged: DocumentJudged) -> dict[str, Any]:
         "rejected": outcomes.count("rejected"),
         "failed": outcomes.count("failed"),
         "failed_chunks": list(judged.failed_chunks),
+        **({"chunks_not_drafted": judged.chunks_not_drafted} if judged.chunks_not_drafted else {}),
     }
 
 
@@ -101,10 +104,17 @@ class GenerationPipeline(Steps):
         "relevance_critic",
         "standalone_critic",
         "aggregator",
+        "reference_writer",
         "collector",
     )
     _llm_roles: ClassVar[frozenset[str]] = frozenset(
-        {"generator", "groundedness_critic", "relevance_critic", "standalone_critic"}
+        {
+            "generator",
+            "groundedness_critic",
+            "relevance_critic",
+            "standalone_critic",
+            "reference_writer",
+        }
     )
 
     @classmethod
@@ -126,7 +136,6 @@ class GenerationPipeline(Steps):
 
         joins = JoinState(store, job.id)
         model = llm_fingerprint(settings)
-        self._typed = options.typed
         typed = {
             kind: prompt(TYPE_PROMPTS[kind])
             for kind in QUESTION_TYPES[1:]
@@ -140,31 +149,54 @@ class GenerationPipeline(Steps):
         ]
         if typed:  # a default job's fingerprint stays what it always was
             drafting.append({kind: p.version for kind, p in typed.items()})
-        corpus = JobCorpus(store, job.id, options) if options.typed else None
-        super().__init__(
-            {
-                "chunker": Step(Chunker(options, corpus)),
-                "generator": Step(
-                    Generator(llm, prompt("generator"), options, typed),
-                    fingerprint(*drafting),
+        relevance: list[object] = [model, prompt("relevance").version, options.audience]
+        persona_prompts = None
+        if options.personas:  # the persona is in each message; its prompts are here
+            persona_prompts = prompt("generator_persona"), prompt("relevance_persona")
+            drafting.append({"persona": persona_prompts[0].version})
+            relevance.append({"persona": persona_prompts[1].version})
+        planned = options.typed or options.max_pairs is not None
+        corpus = JobCorpus(store, job.id, options) if planned else None
+        steps = {
+            "chunker": Step(Chunker(options, corpus)),
+            "generator": Step(
+                Generator(
+                    llm,
+                    prompt("generator"),
+                    options,
+                    typed,
+                    persona_prompts[0] if persona_prompts else None,
                 ),
-                "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
-                "groundedness_critic": Step(
-                    GroundednessCritic(llm, prompt("groundedness")),
-                    fingerprint(model, prompt("groundedness").version),
+                fingerprint(*drafting),
+            ),
+            "deduplicator": Step(Deduplicator(options.dedup_threshold, store, job.id)),
+            "groundedness_critic": Step(
+                GroundednessCritic(llm, prompt("groundedness")),
+                fingerprint(model, prompt("groundedness").version),
+            ),
+            "relevance_critic": Step(
+                RelevanceCritic(
+                    llm,
+                    prompt("relevance"),
+                    audience=options.audience,
+                    persona_prompt=persona_prompts[1] if persona_prompts else None,
                 ),
-                "relevance_critic": Step(
-                    RelevanceCritic(llm, prompt("relevance"), audience=options.audience),
-                    fingerprint(model, prompt("relevance").version, options.audience),
-                ),
-                "standalone_critic": Step(
-                    StandaloneCritic(llm, prompt("standalone")),
-                    fingerprint(model, prompt("standalone").version),
-                ),
-                "aggregator": Step(Aggregator(options.min_score, joins)),
-                "collector": Step(Collector(joins)),
-            }
-        )
+                fingerprint(*relevance),
+            ),
+            "standalone_critic": Step(
+                StandaloneCritic(llm, prompt("standalone")),
+                fingerprint(model, prompt("standalone").version),
+            ),
+            "aggregator": Step(Aggregator(options.min_score, joins)),
+            "collector": Step(Collector(joins, references=options.reference_answers)),
+        }
+        if options.reference_answers:
+            steps["reference_writer"] = Step(
+                ReferenceWriter(llm, prompt("reference_answer")),
+                fingerprint(model, prompt("reference_answer").version),
+            )
+        self._options = options
+        super().__init__(steps)
 
     @staticmethod
     def spec(settings: Settings, prompts: Mapping[str, Prompt]) -> GenerationSpec:
@@ -180,7 +212,7 @@ class GenerationPipeline(Steps):
 
     def results(self, terminal: DocumentJudged) -> ItemResults:
         return ItemResults(
-            pairs=[pair_record(judged, typed=self._typed) for judged in terminal.pairs],
+            pairs=[pair_record(judged, typed=self._options.typed) for judged in terminal.pairs],
             report=report_of(terminal),
             # a chunk the endpoint failed is kept as a plain record, its Failure's fields
             transient_failures=transient_failures([terminal])
@@ -206,6 +238,7 @@ def summarise(
         "documents_not_submitted": counts.documents - counts.documents_submitted,
         "chunks": counts.chunks,
         "chunks_failed": counts.chunks_failed,
+        **({"chunks_not_drafted": counts.chunks_not_drafted} if counts.chunks_not_drafted else {}),
         "pairs_drafted": counts.pairs_drafted,
         "duplicates_dropped": counts.duplicates_dropped,
         "kept": counts.kept,

@@ -1,12 +1,14 @@
 """A job's chunks as the chunker's planner needs them: the BM25 index of every chunk of the
-job, built from the documents the job was submitted with (the store's items, chunked with the
-job's options) the first time this process needs it (see :mod:`ragjury.agents.question_plan`)."""
+job, and (``--max-pairs``) which chunks are drafted, each built from the documents the job was
+submitted with (the store's items, chunked with the job's options) the first time this
+process needs it (see :mod:`ragjury.agents.question_plan` and :mod:`ragjury.agents.balance`)."""
 
 from __future__ import annotations
 
 import anyio
 import anyio.lowlevel
 
+from ragjury.agents.balance import Candidate, chunks_to_draft, select_chunks
 from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
 from ragjury.config import GenerationOptions
 from ragjury.ingest.related import RelatedChunks
@@ -20,7 +22,31 @@ class JobCorpus:
     def __init__(self, store: Queue, job_id: str, options: GenerationOptions) -> None:
         self._store, self._job_id, self._options = store, job_id, options
         self._index: RelatedChunks | None = None
+        self._selection: dict[str, int | None] | None = None
         self._building = anyio.Lock()
+
+    async def selection(self) -> dict[str, int | None]:
+        """``--max-pairs``: the chunks to draft, by id, each with its persona's index."""
+        async with self._building:
+            if self._selection is None:
+                options = self._options
+                assert options.max_pairs is not None  # only asked with --max-pairs
+                candidates = []
+                async for _, payload in self._store.item_payloads(self._job_id):
+                    for chunk in chunks_of(Document.model_validate(payload), options):
+                        candidates.append(
+                            Candidate(chunk.id, chunk.document_id, drawn_type(chunk, options))
+                        )
+                    await anyio.lowlevel.checkpoint()
+                count = chunks_to_draft(options.max_pairs, options.questions_per_chunk)
+                self._selection = select_chunks(
+                    candidates,
+                    count,
+                    options.question_types,
+                    len(options.personas),
+                    options.seed,
+                )
+            return self._selection
 
     async def index(self) -> RelatedChunks:
         async with self._building:

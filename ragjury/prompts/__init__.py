@@ -113,12 +113,17 @@ GENERATION_PROMPTS = (
     "generator_reasoning",
     "generator_multi_hop",
     "generator_comparative",
+    "generator_persona",
     "groundedness",
     "relevance",
+    "relevance_persona",
     "standalone",
+    "reference_answer",
+    "personas",
 )
-"""The templates dataset generation renders: the generator's (factoids, then the other
-question types) and its critics'."""
+"""The templates dataset generation renders: the generator's (factoids, the other question
+types, what a persona adds), its critics' (relevance for a persona too), the reference
+answer writer's and the persona proposal's (``--personas auto``)."""
 
 
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:

@@ -433,6 +433,9 @@ def summary_lines(audit: Audit) -> list[str]:
         )
     else:
         lines.append(f"coverage: {audit.get('coverage_note', NO_CORPUS)}")
+    counts = _counts_line(audit)
+    if counts:
+        lines.append(counts)
     skew = audit["skew"]
     if skew is not None:
         lines.append(
@@ -458,6 +461,23 @@ def summary_lines(audit: Audit) -> list[str]:
     else:
         lines.append(audit.get("difficulty_note", NO_CORPUS_DIFFICULTY))
     return lines
+
+
+def _counts_line(audit: Audit) -> str | None:
+    """Kept pairs per question type, per persona (when any has one) and per document."""
+    kept = [row["kept"] for row in audit["by_document"] if row["kept"]]
+    if not kept:
+        return None
+
+    def listed(counts: Mapping[str, int]) -> str:
+        return ", ".join(f"{name} {count}" for name, count in counts.items())
+
+    parts = [f"per question type: {listed(audit['by_question_type'])}"]
+    if set(audit["by_persona"]) != {"(none)"}:
+        parts.append(f"per persona: {listed(audit['by_persona'])}")
+    spread = f"{min(kept)}" if min(kept) == max(kept) else f"{min(kept)} to {max(kept)}"
+    parts.append(f"per document: {spread} over {len(kept)} document(s)")
+    return "kept pairs " + "; ".join(parts)
 
 
 _PAGE_ROWS = 10

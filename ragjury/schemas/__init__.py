@@ -29,6 +29,7 @@ from ragjury.schemas.messages import (
     PairDrafted,
     PairJudged,
     QuestionsDrafted,
+    ReferenceWritten,
     kind_of,
 )
 from ragjury.schemas.records import (
@@ -44,6 +45,7 @@ from ragjury.schemas.records import (
     KeywordCheck,
     KeywordRule,
     PairOutcome,
+    Persona,
     QAPair,
     QuestionType,
     Sample,
@@ -105,9 +107,11 @@ __all__ = [
     "PairDrafted",
     "PairJudged",
     "PairOutcome",
+    "Persona",
     "QAPair",
     "QuestionType",
     "QuestionsDrafted",
+    "ReferenceWritten",
     "RubricGrades",
     "Sample",
     "SampleScored",

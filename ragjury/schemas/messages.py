@@ -34,6 +34,7 @@ from ragjury.schemas.records import (
     DraftPlan,
     Failure,
     PairOutcome,
+    Persona,
     QAPair,
     without_defaults,
 )
@@ -58,10 +59,13 @@ class ChunkReady(_Event):
     plan: DraftPlan | None = Field(
         default=None, description="None: a factoid question from this chunk alone."
     )
+    persona: Persona | None = Field(
+        default=None, description="Who to draft the questions for (``--personas``)."
+    )
 
     @model_serializer(mode="wrap")
     def _plan_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        return without_defaults(self, handler, ("plan",))
+        return without_defaults(self, handler, ("plan", "persona"))
 
 
 class QuestionsDrafted(_Event):
@@ -114,6 +118,24 @@ class PairJudged(_Event):
     outcome: PairOutcome
     critiques: dict[Criterion, CritiqueResult]
     error: Failure | None = None
+    reference_answer: str | None = Field(
+        default=None,
+        description="A complete, self-contained answer written for a kept pair "
+        "(``--reference-answers``).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _reference_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("reference_answer",))
+
+
+class ReferenceWritten(_Event):
+    """A kept pair with its reference answer written (``--reference-answers``), or the pair
+    failed at the reference writer: what the collector waits for instead of its kept
+    :class:`PairJudged`."""
+
+    kind: Literal["reference_written"] = "reference_written"
+    judged: PairJudged
 
 
 class DocumentChunked(_Event):
@@ -122,6 +144,15 @@ class DocumentChunked(_Event):
     kind: Literal["document_chunked"] = "document_chunked"
     document_id: str
     chunk_ids: tuple[str, ...]
+    not_drafted: int = Field(
+        default=0,
+        ge=0,
+        description="Chunks of the document left out by ``--max-pairs`` (not in chunk_ids).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _skipped_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("not_drafted",))
 
 
 class DocumentJudged(_Event):
@@ -136,6 +167,13 @@ class DocumentJudged(_Event):
     pairs_drafted: int
     duplicates_dropped: int
     failed_chunks: tuple[dict[str, Any], ...] = ()
+    chunks_not_drafted: int = Field(
+        default=0, ge=0, description="Chunks left out by ``--max-pairs``."
+    )
+
+    @model_serializer(mode="wrap")
+    def _skipped_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("chunks_not_drafted",))
 
 
 class ItemFailed(_Event):
@@ -156,6 +194,7 @@ BusEvent: TypeAlias = (
     | PairDrafted
     | CritiqueIssued
     | PairJudged
+    | ReferenceWritten
     | DocumentChunked
     | DocumentJudged
     | SampleSubmitted
@@ -176,6 +215,7 @@ EVENT_TYPES: tuple[type[BaseModel], ...] = (
     PairDrafted,
     CritiqueIssued,
     PairJudged,
+    ReferenceWritten,
     DocumentChunked,
     DocumentJudged,
     SampleSubmitted,

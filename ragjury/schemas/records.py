@@ -63,6 +63,17 @@ def without_defaults(
     return data
 
 
+class Persona(Record):
+    """Who asks a question: a short name and what they know, want and how they ask."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+    name: str = Field(min_length=1, max_length=80, description="A short label, e.g. 'new user'.")
+    description: str = Field(
+        min_length=1, description="What they know, what they need from the documents, their tone."
+    )
+
+
 class DraftPlan(Record):
     """What kind of question to draft from a chunk, and from which related chunks too."""
 
@@ -89,10 +100,15 @@ class QAPair(Record):
         default=(), description="The chunks drafted from besides the first (``chunk_id``)."
     )
     shared_terms: tuple[str, ...] = ()
+    persona: Persona | None = Field(
+        default=None, description="Who the question was drafted for (``--personas``)."
+    )
 
     @model_serializer(mode="wrap")
     def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        return without_defaults(self, handler, ("question_type", "related", "shared_terms"))
+        return without_defaults(
+            self, handler, ("question_type", "related", "shared_terms", "persona")
+        )
 
     @property
     def chunk_ids(self) -> tuple[str, ...]:

@@ -195,6 +195,62 @@ class DraftedPairs(_Response):
         return value
 
 
+class ReferenceAnswer(_Response):
+    """A complete, self-contained answer to a kept question, for graders to compare with."""
+
+    answer: NonEmpty = Field(
+        description="The full answer, readable without the source text, in a few sentences."
+    )
+
+    @field_validator("answer")
+    @classmethod
+    def _complete_and_standalone(cls, value: str, info: ValidationInfo) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must not be blank")
+        match = _CONTEXT_REFERENCE.search(value)
+        if match:
+            raise ValueError(
+                f"the answer refers to {match.group(0)!r}; its reader will not have the source "
+                "text, so state what it says instead"
+            )
+        short = _context(info).get("short_answer")
+        if isinstance(short, str) and len(value) < len(short.strip()):
+            raise ValueError(
+                f"the answer ({len(value)} characters) is shorter than the short answer "
+                f"already drafted ({len(short.strip())}); write the complete answer, with "
+                "what the short one says and the details around it"
+            )
+        return value
+
+
+class PersonaDraft(_Response):
+    """One proposed persona."""
+
+    name: NonEmpty = Field(max_length=80, description="A short label of a few words.")
+    description: NonEmpty = Field(
+        description="Their background and level, what they want, how they ask."
+    )
+
+
+class ProposedPersonas(_Response):
+    """The personas proposed for a corpus (``--personas auto:N``): exactly N, distinct."""
+
+    personas: list[PersonaDraft] = Field(min_length=1)
+
+    @field_validator("personas")
+    @classmethod
+    def _count_and_names(cls, value: list[PersonaDraft]) -> list[PersonaDraft]:
+        wanted = cls.item_counts.get("personas")
+        if wanted is not None and len(value) != wanted:
+            raise ValueError(f"expected exactly {wanted} personas, got {len(value)}")
+        names = [persona.name.strip().casefold() for persona in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"the name {twice[0]!r} is used twice; give each persona its own")
+        return value
+
+
 class Critique(_Response):
     """A critic's judgement: the rationale first, then an integer rating from 1 to 5."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ragjury.agents.balance import Candidate, chunks_to_draft, select_chunks
+from ragjury.agents.balance import Candidate, drafted_chunks
 from ragjury.agents.critics import (
     GroundednessCritique,
     RelevanceCritic,
@@ -32,7 +32,6 @@ from ragjury.ingest.related import RelatedChunks
 from ragjury.llm.tokens import estimate_prompt_tokens
 from ragjury.metrics import EstimateContext, Metric
 from ragjury.metrics.declaration import schema_tokens
-from ragjury.personas import persona_for
 from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
 from ragjury.schemas import (
@@ -245,33 +244,27 @@ def _planned(
     every question is a factoid and every chunk is drafted; after reading every chunk, to
     relate them or choose among them, otherwise)."""
     chunks: list[Chunk] = []
-    whole = options.typed or options.max_pairs is not None
+    whole = options.typed or options.max_pairs is not None or bool(options.personas)
     for document in documents:
         estimate.items["documents"] += 1
         found = chunks_of(document, options)
         estimate.items["chunks"] += len(found)
         if not whole:
-            yield from (ChunkReady(chunk=c, persona=persona_for(c, options)) for c in found)
+            yield from (ChunkReady(chunk=chunk) for chunk in found)
         else:
             chunks.extend(found)
     if not chunks:
         return
-    personas: dict[str, Persona | None]
+    candidates = [Candidate(c.id, c.document_id, drawn_type(c, options)) for c in chunks]
+    chosen = drafted_chunks(candidates, options)
+    drafted = [chunk for chunk in chunks if chunk.id in chosen]
     if options.max_pairs is not None:
-        candidates = [Candidate(c.id, c.document_id, drawn_type(c, options)) for c in chunks]
-        count = chunks_to_draft(options.max_pairs, options.questions_per_chunk)
-        chosen = select_chunks(
-            candidates, count, options.question_types, len(options.personas), options.seed
-        )
-        drafted = [chunk for chunk in chunks if chunk.id in chosen]
-        personas = {
-            c.id: None if chosen[c.id] is None else options.personas[chosen[c.id] or 0]
-            for c in drafted
-        }
         estimate.items["chunks_drafted"] = len(drafted)
-    else:
-        drafted = chunks
-        personas = {chunk.id: persona_for(chunk, options) for chunk in chunks}
+
+    def persona(chunk: Chunk) -> Persona | None:
+        index = chosen[chunk.id]
+        return None if index is None else options.personas[index]
+
     index = RelatedChunks.of(chunks) if options.typed else None
     by_id = {chunk.id: chunk for chunk in chunks}
     for chunk in drafted:
@@ -281,7 +274,7 @@ def _planned(
             relation = index.related(chunk.id) if kind in MULTI_CHUNK_TYPES else None
             related = by_id.get(relation.chunk_id) if relation is not None else None
             plan = draft_plan(kind, relation, related)
-        yield ChunkReady(chunk=chunk, plan=plan, persona=personas[chunk.id])
+        yield ChunkReady(chunk=chunk, plan=plan, persona=persona(chunk))
 
 
 def estimate_evaluation(

@@ -2,18 +2,15 @@
 
 A file lists each persona's ``name`` and ``description``, as JSON (a list of objects, or an
 object whose ``personas`` holds that list) or TOML (``[[personas]]`` tables). ``auto`` asks
-the model once, with a sample of the corpus, to propose N of them (:mod:`ragjury.persona_proposal`).
+the model once, with a sample of the corpus, to propose N of them
+(:mod:`ragjury.persona_proposal`).
 
-Each chunk's questions are drafted for one persona: without ``--max-pairs``, the personas
-take turns along each document's chunks, from a place drawn from the seed and the document's
-id (:func:`persona_for`), so every persona gets about as many chunks of every document;
-with it, the balanced selection gives each chosen chunk the persona least used so far
-(:mod:`ragjury.agents.balance`).
+Each chunk's questions are drafted for one persona, dealt out over the job's chunks so each
+persona gets an even share of every question type (:mod:`ragjury.agents.balance`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tomllib
 from collections.abc import Sequence
@@ -24,10 +21,10 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ragjury.errors import ConfigurationError
-from ragjury.schemas.records import Chunk, Persona
+from ragjury.schemas.records import Persona
 
 if TYPE_CHECKING:
-    from ragjury.config import GenerationOptions
+    pass
 
 AUTO_DEFAULT = 3
 AUTO_MAX = 12
@@ -135,22 +132,6 @@ def _kind(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     return "a string" if isinstance(value, str) else type(value).__name__
-
-
-def _draw(*parts: object) -> int:
-    text = "\n".join(str(part) for part in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-def persona_for(chunk: Chunk, options: GenerationOptions) -> Persona | None:
-    """The persona ``chunk``'s questions are drafted for (without ``--max-pairs``): the
-    personas take turns along the document's chunks, starting at a place drawn from the
-    seed and the document's id."""
-    personas = options.personas
-    if not personas:
-        return None
-    start = _draw(options.seed, "persona", chunk.document_id) % len(personas)
-    return personas[(start + chunk.index) % len(personas)]
 
 
 def persona_lines(personas: Sequence[Persona]) -> list[str]:

@@ -1,5 +1,6 @@
-"""``--max-pairs``: which chunks of a job are drafted, spread over its documents, question
-types and personas, instead of the first chunks read.
+"""``--max-pairs`` and ``--personas``: which chunks of a job are drafted, spread over its
+documents, question types and personas, instead of the first chunks read, and the persona
+each is drafted for.
 
 The choice is made from the job's stored items alone (every process chunks them the same
 way), so a resumed run, another ``serve`` process and ``--dry-run`` choose the same chunks.
@@ -15,6 +16,10 @@ Chunks are taken one at a time. Each pick:
 
 So every document gets a chunk before any gets a second, each type gets its share as long
 as chunks of it remain, and each persona gets an even share of every type.
+
+Without ``--max-pairs`` every chunk is drafted, and :func:`assign_personas` deals the personas
+out over each type's chunks in an order drawn from the seed, so each persona again gets an
+even share of every type (and, over many chunks, of every document).
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ragjury.schemas.records import QUESTION_TYPES, QuestionType
+
+if TYPE_CHECKING:
+    from ragjury.config import GenerationOptions
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,18 @@ class Candidate:
 
 def _draw(seed: int, *parts: str) -> bytes:
     return hashlib.sha256("\n".join((str(seed), *parts)).encode()).digest()
+
+
+def drafted_chunks(
+    candidates: Iterable[Candidate], options: GenerationOptions
+) -> dict[str, int | None]:
+    """The chunks to draft (``--max-pairs``; else all of them), each with the index of its
+    persona in ``options.personas`` (None without personas)."""
+    personas = len(options.personas)
+    if options.max_pairs is None:
+        return assign_personas(candidates, personas, options.seed)
+    count = chunks_to_draft(options.max_pairs, options.questions_per_chunk)
+    return select_chunks(candidates, count, options.question_types, personas, options.seed)
 
 
 def chunks_to_draft(max_pairs: int, questions_per_chunk: int) -> int:
@@ -93,6 +114,22 @@ def select_chunks(
         per_document[document_id] += 1
         per_type[kind] += 1
     return picked
+
+
+def assign_personas(
+    candidates: Iterable[Candidate], personas: int, seed: int
+) -> dict[str, int | None]:
+    """Every chunk, with the index of its persona (None when there are no personas)."""
+    by_type: dict[str, list[str]] = {}
+    for c in candidates:
+        by_type.setdefault(c.question_type, []).append(c.chunk_id)
+    chosen: dict[str, int | None] = {}
+    for kind, chunk_ids in by_type.items():
+        chunk_ids.sort(key=lambda chunk_id: (_draw(seed, "chunk", chunk_id), chunk_id))
+        start = int.from_bytes(_draw(seed, "type", kind)[:4], "big")
+        for position, chunk_id in enumerate(chunk_ids):
+            chosen[chunk_id] = (start + position) % personas if personas else None
+    return chosen
 
 
 def _behind_most(

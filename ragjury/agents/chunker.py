@@ -1,16 +1,15 @@
 """Chunker: a submitted document becomes chunks ready for question generation, and their
 count for the collector. With ``--question-types`` it also plans each chunk's question: its
 type and, for a multi-chunk type, the related chunk (:mod:`ragjury.agents.question_plan`);
-with ``--personas`` it gives each chunk the persona its questions are drafted for
-(:func:`ragjury.personas.persona_for`); with ``--max-pairs`` it hands on only the chunks the
-job's balanced selection chose (:mod:`ragjury.agents.balance`), with their personas."""
+with ``--personas`` it gives each chunk the persona its questions are drafted for, and with
+``--max-pairs`` it hands on only the chunks the job's balanced selection chose (both from
+:mod:`ragjury.agents.balance`, over every chunk of the job)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ragjury.agents.question_plan import chunks_of
-from ragjury.personas import persona_for
 from ragjury.schemas import (
     Chunk,
     ChunkReady,
@@ -38,21 +37,20 @@ class Chunker:
     consumes: ClassVar[tuple[type[DocumentSubmitted]]] = (DocumentSubmitted,)
 
     def __init__(self, options: GenerationOptions, corpus: Planner | None = None) -> None:
-        """``corpus``: the job's chunks, where question types other than factoid are drawn
-        or ``--max-pairs`` chooses chunks; None: every chunk gets a factoid question."""
+        """``corpus``: the job's chunks, where question types other than factoid are drawn,
+        personas given out or ``--max-pairs`` chooses chunks; None: every chunk gets a
+        factoid question for no persona."""
         self._options, self._corpus = options, corpus
 
     async def handle(self, event: DocumentSubmitted) -> list[ChunkReady | DocumentChunked]:
         options = self._options
         chunks = chunks_of(event.document, options)
-        personas: dict[str, Persona | None]
-        if options.max_pairs is not None and self._corpus is not None:
+        personas: dict[str, Persona | None] = {chunk.id: None for chunk in chunks}
+        drafted = chunks
+        if (options.max_pairs is not None or options.personas) and self._corpus is not None:
             chosen = await self._corpus.selection()
             drafted = [chunk for chunk in chunks if chunk.id in chosen]
             personas = {chunk.id: _persona(options, chosen[chunk.id]) for chunk in drafted}
-        else:
-            drafted = chunks
-            personas = {chunk.id: persona_for(chunk, options) for chunk in chunks}
         counted = DocumentChunked(
             document_id=event.document.id,
             chunk_ids=tuple(chunk.id for chunk in drafted),

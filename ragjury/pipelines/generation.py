@@ -155,7 +155,7 @@ class GenerationPipeline(Steps):
             persona_prompts = prompt("generator_persona"), prompt("relevance_persona")
             drafting.append({"persona": persona_prompts[0].version})
             relevance.append({"persona": persona_prompts[1].version})
-        planned = options.typed or options.max_pairs is not None
+        planned = options.typed or options.max_pairs is not None or bool(options.personas)
         corpus = JobCorpus(store, job.id, options) if planned else None
         steps = {
             "chunker": Step(Chunker(options, corpus)),

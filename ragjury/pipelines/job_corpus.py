@@ -8,7 +8,7 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 
-from ragjury.agents.balance import Candidate, chunks_to_draft, select_chunks
+from ragjury.agents.balance import Candidate, drafted_chunks
 from ragjury.agents.question_plan import chunks_of, draft_plan, drawn_type
 from ragjury.config import GenerationOptions
 from ragjury.ingest.related import RelatedChunks
@@ -26,11 +26,11 @@ class JobCorpus:
         self._building = anyio.Lock()
 
     async def selection(self) -> dict[str, int | None]:
-        """``--max-pairs``: the chunks to draft, by id, each with its persona's index."""
+        """The chunks to draft (``--max-pairs``; else all), by id, each with its persona's
+        index (``--personas``; else None)."""
         async with self._building:
             if self._selection is None:
                 options = self._options
-                assert options.max_pairs is not None  # only asked with --max-pairs
                 candidates = []
                 async for _, payload in self._store.item_payloads(self._job_id):
                     for chunk in chunks_of(Document.model_validate(payload), options):
@@ -38,14 +38,7 @@ class JobCorpus:
                             Candidate(chunk.id, chunk.document_id, drawn_type(chunk, options))
                         )
                     await anyio.lowlevel.checkpoint()
-                count = chunks_to_draft(options.max_pairs, options.questions_per_chunk)
-                self._selection = select_chunks(
-                    candidates,
-                    count,
-                    options.question_types,
-                    len(options.personas),
-                    options.seed,
-                )
+                self._selection = drafted_chunks(candidates, options)
             return self._selection
 
     async def index(self) -> RelatedChunks:

@@ -23,7 +23,7 @@ import pytest
 from ragjury.cli import main
 
 from conftest import CRITIC_AGENTS, critic_reply, generator_reply, read_jsonl, write_qa_document
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 from typed_corpus import typed_generator_reply, write_topics
 
 DEADLINE = 60.0
@@ -359,3 +359,43 @@ def test_two_daemons_plan_a_typed_job_as_one_generate_process_does(
     assert len(served) == 10
     assert plans(served) == plans(read_jsonl(out))  # each process built the same index
     assert any(len(r["chunk_ids"]) == 2 for r in served)
+
+
+def test_daemons_work_a_submitted_job_with_auto_personas_references_and_max_pairs(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_personas import PERSONAS
+    from test_reference_answers import reference_reply
+
+    fake.route("generator", typed_generator_reply)
+    for agent in CRITIC_AGENTS:
+        fake.route(agent, critic_reply())
+    fake.route("reference_writer", reference_reply)
+    fake.route("persona_proposer", chat_json({"personas": PERSONAS}))
+    docs = write_topics(tmp_path / "docs", 5)
+    options = ["--whole-documents", "--question-types", "factoid=1,multi_hop=1"]
+    options += ["--personas", "auto:2", "--reference-answers", "--max-pairs", "6", "--seed", "5"]
+    db = tmp_path / "queue.db"
+    for name, value in (("BASE_URL", fake.base_url), ("API_KEY", "k"), ("MODEL", "fake-model")):
+        monkeypatch.setenv(f"RAGJURY_{name}", value)  # submit proposes the personas with them
+
+    assert main(["submit", str(docs), "--db", str(db), *options]) == 0
+
+    assert len(fake.requests_for("persona_proposer")) == 1
+    pair = [serve(daemons, fake, db, "one"), serve(daemons, fake, db, "two")]
+    until(lambda: states(db)["done"] == 10, "every item done")
+    for daemon in pair:
+        daemon.signal(signal.SIGTERM)
+    assert [daemon.wait() for daemon in pair] == [0, 0]
+    served = exported(db, tmp_path)
+    out, other = tmp_path / "one-process.jsonl", str(tmp_path / "one-process.db")
+    assert main(["generate", str(docs), "--out", str(out), "--db", other, *options]) == 0
+
+    def fields(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (r["id"], r["question_type"], r["persona"], r["reference_answer"]) for r in records
+        )
+
+    assert len(served) == 6
+    assert fields(served) == fields(read_jsonl(out))
+    assert {r["persona"] for r in served} == {p["name"] for p in PERSONAS}

@@ -163,6 +163,9 @@ if _typing.TYPE_CHECKING:
         PairOutcome as PairOutcome,
     )
     from ragjury.schemas import (
+        Persona as Persona,
+    )
+    from ragjury.schemas import (
         QAPair as QAPair,
     )
     from ragjury.schemas import (
@@ -218,6 +221,7 @@ _WHERE = {
     "BatchPrice": "ragjury.pricing",
     "PairJudged": "ragjury.schemas",
     "PairOutcome": "ragjury.schemas",
+    "Persona": "ragjury.schemas",
     "Prompt": "ragjury.prompts",
     "QAPair": "ragjury.schemas",
     "RagjuryError": "ragjury.errors",
@@ -280,6 +284,7 @@ __all__ = [
     "ModelPrice",
     "PairJudged",
     "PairOutcome",
+    "Persona",
     "Prompt",
     "QAPair",
     "RagjuryError",

@@ -256,3 +256,31 @@ def test_a_run_without_personas_asks_what_it_always_asked(fake: FakeOpenAI, tmp_
     assert all("<persona" not in text for text in texts)
     relevance = fake.requests_for("relevance_critic")
     assert all("users of these documents" in r.text() for r in relevance)
+
+
+@pytest.mark.anyio
+async def test_jury_drafts_for_personas_and_writes_references_from_its_settings(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from test_reference_answers import reference_reply
+
+    from ragjury import Jury, PairJudged, Persona
+
+    from conftest import make_settings
+
+    script_happy_path(fake)
+    fake.route("reference_writer", reference_reply)
+    docs = write_docs(tmp_path / "docs", 4, pairs=1)
+    personas = [Persona(**p) for p in PERSONAS]
+    generate = {"personas": personas, "reference_answers": True, "max_pairs": 3}
+    judged: list[PairJudged] = []
+    async with Jury(make_settings(fake, tmp_path, generate=generate)) as jury:
+        await jury.submit_documents([docs])
+        async for event in jury.events():
+            if isinstance(event, PairJudged):
+                judged.append(event)
+
+    assert len(judged) == 3
+    assert all(e.outcome == "kept" for e in judged)
+    assert {e.pair.persona for e in judged} == set(personas)
+    assert all(e.reference_answer and e.pair.answer in e.reference_answer for e in judged)

@@ -284,3 +284,60 @@ async def test_jury_drafts_for_personas_and_writes_references_from_its_settings(
     assert all(e.outcome == "kept" for e in judged)
     assert {e.pair.persona for e in judged} == set(personas)
     assert all(e.reference_answer and e.pair.answer in e.reference_answer for e in judged)
+
+
+def test_the_readme_persona_record_is_what_the_example_corpus_plans_and_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import re
+
+    from ragjury.agents.balance import Candidate, drafted_chunks
+    from ragjury.agents.question_plan import chunks_of, drawn_type
+    from ragjury.config import GenerationOptions
+    from ragjury.ingest import DocumentReader
+    from ragjury.output import pair_record
+    from ragjury.personas import load_personas
+    from ragjury.schemas import CritiqueResult, PairJudged, QAPair
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)  # the command runs from the repository, as the README says
+    section = (
+        (root / "README.md")
+        .read_text(encoding="utf-8")
+        .split("### Personas, reference answers and balance", 1)[1]
+    )
+    record = json.loads(re.search(r"```json\n(\{.*?\})\n```", section, re.DOTALL).group(1))  # type: ignore[union-attr]  # the section has one
+    personas = load_personas(root / "examples" / "personas.toml")
+    options = GenerationOptions(personas=personas, max_pairs=10, reference_answers=True)
+    documents = DocumentReader(["examples/fastapi-docs"])()
+    chunks = {c.id: c for d in documents for c in chunks_of(d, options)}
+    candidates = [Candidate(c.id, c.document_id, drawn_type(c, options)) for c in chunks.values()]
+    chosen = drafted_chunks(candidates, options)
+    chunk_id = record["chunk_id"]
+
+    assert chunk_id in chosen  # one of the ten chunks --max-pairs 10 drafts
+    persona = personas[chosen[chunk_id] or 0]
+    assert (persona.name, persona.description) == (
+        record["persona"],
+        record["persona_description"],
+    )
+    chunk = chunks[chunk_id]
+    pair = QAPair(
+        id=record["id"],
+        question=record["question"],
+        answer=record["answer"],
+        context=chunk.text,
+        source=chunk.source,
+        chunk_id=chunk.id,
+        persona=persona,
+    )
+    critiques = {c: CritiqueResult(rating=5, rationale="r") for c in record["critiques"]}
+    written = pair_record(
+        PairJudged(
+            pair=pair,
+            outcome="kept",
+            critiques=critiques,
+            reference_answer=record["reference_answer"],
+        )
+    )
+    assert list(record) == list(written)

@@ -23,7 +23,7 @@ from conftest import (
     write_qa_document,
 )
 from evalcli import evaluate
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
 
 _ASKED = re.compile(r"^Question: (.+)$", re.MULTILINE)
 _SHORT = re.compile(r"^Short answer already drafted: (.+)$", re.MULTILINE)
@@ -175,3 +175,30 @@ def test_without_the_flag_no_reference_is_written(fake: FakeOpenAI, tmp_path: Pa
     assert fake.requests_for("reference_writer") == []
     assert all("reference_answer" not in r for r in read_jsonl(tmp_path / "kept.jsonl"))
     assert json.loads((tmp_path / "summary.json").read_text())["kept"] == 2
+
+
+def test_a_run_whose_references_the_endpoint_failed_resumes_asking_only_for_them(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script(fake, rejected="Who drew the logo?")
+    fake.route("reference_writer", error(503, "overloaded"))  # the endpoint fails them all
+    docs = write_docs(tmp_path / "docs")
+    flags = ("--reference-answers", "--rejected", str(tmp_path / "rejected.jsonl"))
+
+    generate(fake, tmp_path, docs, *flags, "--max-transport-retries", "0")
+
+    assert read_jsonl(tmp_path / "kept.jsonl") == []
+    failed = [r for r in read_jsonl(tmp_path / "rejected.jsonl") if r["outcome"] == "failed"]
+    assert [r["error"]["stage"] for r in failed] == ["reference_writer"] * 2
+    assert all(r["error"]["transient"] for r in failed)
+    drafted = len(fake.requests_for("generator"))
+    critiqued = sum(len(fake.requests_for(agent)) for agent in CRITIC_AGENTS)
+
+    fake.route("reference_writer", reference_reply)  # back up: the same command resumes
+    assert generate(fake, tmp_path, docs, *flags) == 0
+
+    kept = read_jsonl(tmp_path / "kept.jsonl")
+    assert len(kept) == 2
+    assert all(r["reference_answer"].startswith("In full:") for r in kept)
+    assert len(fake.requests_for("generator")) == drafted  # from the step cache
+    assert sum(len(fake.requests_for(agent)) for agent in CRITIC_AGENTS) == critiqued

@@ -155,7 +155,7 @@ def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
 ) -> None:
     monkeypatch.chdir(ROOT)  # the ids are the paths the README's command gives
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Question types", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("### Question types", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     records = [json.loads(block) for block in re.findall(r"```json\n(\{.*?\})\n```", section)]
     options = GenerationOptions(
         question_types="factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"

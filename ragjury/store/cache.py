@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored
+from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored, ReferenceWritten
 from ragjury.store.base import CallLog
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ def carries_failure(event: BaseModel) -> bool:
         return True
     if isinstance(event, MetricScored):
         return event.result.outcome == "failed"
+    if isinstance(event, ReferenceWritten):
+        return event.judged.error is not None
     return getattr(event, "error", None) is not None
 
 

@@ -232,6 +232,23 @@ def test_an_auto_proposal_with_the_wrong_count_is_asked_again(
     }
 
 
+def test_a_proposal_that_never_validates_stops_the_run_before_any_job(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_happy_path(fake)
+    fake.route("persona_proposer", *([propose(PERSONAS[:1])] * 10))  # one persona, not two
+    docs = write_docs(tmp_path / "docs", 2, pairs=1)
+
+    assert generate(fake, tmp_path, docs, "--personas", "auto:2") == 1
+
+    error = capsys.readouterr().err
+    assert "--personas auto: the model did not propose 2 valid personas" in error
+    assert "--personas FILE" in error
+    assert fake.requests_for("generator") == []
+    with sqlite3.connect(tmp_path / "ragjury.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
+
+
 @pytest.mark.parametrize("value", ["auto:0", "auto:x", "auto:99"])
 def test_a_bad_auto_count_is_refused(
     fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str

@@ -63,9 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def scripted_server(args: argparse.Namespace) -> FakeOpenAI:
-    """A started fake with every ragjury agent scripted and the behaviour ``args`` ask for."""
-    fake = FakeOpenAI(keep_requests=False)
+def scripted_server(args: argparse.Namespace, make: type[FakeOpenAI] = FakeOpenAI) -> FakeOpenAI:
+    """A started fake (``make``, a FakeOpenAI or a subclass) with every ragjury agent
+    scripted and the behaviour ``args`` ask for."""
+    fake = make(keep_requests=False)
     fake.start()
     fake.behave(
         Behaviour(

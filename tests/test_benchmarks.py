@@ -188,3 +188,53 @@ def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: 
         assert run["steady_items_per_second"] > 0
     assert all(r["db_cpu_ms_per_message"] > 0 for r in runs if r["store"] == "postgresql")
     assert runs[0]["ratio_to_one_process"] == 1.0
+
+
+def test_peers_times_ragjury_as_a_whole_process_and_loses_no_sample_to_faults(
+    tmp_path: Path,
+) -> None:
+    # Only ragjury here: the peers are installed by the benchmark into venvs of their own.
+    args = ["--tools=ragjury", "--samples=6", "--latency-ms=5", "--peers-dir", str(tmp_path)]
+    result = run_benchmark("peers", tmp_path, *args)
+    rows = {row["faults"]: row for row in result["rows"]}
+    assert set(rows) == {False, True}
+    for row in rows.values():
+        assert row["tool"] == "ragjury"
+        assert (row["scored"], row["lost"]) == (6, 0)
+        assert row["ratio_to_ragjury"] == 1.0
+        assert row["wall_seconds"] > row["in_run_seconds"] > 0
+    faulty = rows[True]
+    # the 20% of bad answers reached ragjury and were asked again
+    assert faulty["malformed"] + faulty["invalid"] + faulty["status_429"] + faulty["status_500"] > 0
+    assert faulty["requests"] > rows[False]["requests"]
+
+
+def test_the_peers_fake_answers_each_peer_schema_from_the_sample_it_is_given() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    from fakeopenai import RecordedRequest
+    from peerserver import peer_reply
+
+    def ask(prompt: str, **body: Any) -> Any:
+        request = RecordedRequest(
+            method="POST",
+            path="/v1/chat/completions",
+            headers={},
+            body={"messages": [{"role": "user", "content": prompt}], **body},
+            agent=None,
+            received_at=0.0,
+            raw_body=b"",
+        )
+        reply = peer_reply(request)
+        assert isinstance(reply.body, dict)
+        return reply.body["choices"][0]["message"]
+
+    answer = "Paris is the capital of France. It lies on the Seine."
+    tools = [{"type": "function", "function": {"name": "StatementGeneratorOutput"}}]
+    message = ask(f'Example: {{"answer": "x"}}\nInput: {{"answer": "{answer}"}}', tools=tools)
+    statements = json.loads(message["tool_calls"][0]["function"]["arguments"])["statements"]
+    assert statements == ["Paris is the capital of France.", "It lies on the Seine."]
+
+    schema = {"type": "json_schema", "json_schema": {"name": "Verdicts"}}
+    claims = "Claims:\n['Paris is the capital of France.', 'It lies on the Seine.']\n\nJSON:"
+    verdicts = json.loads(ask(claims, response_format=schema)["content"])["verdicts"]
+    assert [v["verdict"] for v in verdicts] == ["yes", "yes"]

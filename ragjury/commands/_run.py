@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +130,7 @@ class RecordedRun:
             unpriced = sorted({*unpriced, model})
         summary.update(
             by_stage=usage.by_stage(),
+            calls_by_mode=usage.by_mode(),
             unpriced_models=unpriced,
             prices_as_of=PRICES_AS_OF,
             rate_limit=self.llm.limiter.snapshot(),
@@ -176,12 +177,17 @@ async def report_estimate(
     estimate: Estimate, settings: Settings, args: argparse.Namespace, console: Console
 ) -> int:
     """Print a ``--dry-run`` estimate (and write it to ``--summary``); no LLM is called."""
-    data = estimate.as_dict(PriceTable(settings.prices))
+    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings, args))
     console.print(estimate_table(data))
     if args.summary is not None:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         await anyio.to_thread.run_sync(write_text_atomically, args.summary, text)
     return 0
+
+
+def batched_stages(settings: Settings, args: argparse.Namespace) -> Callable[[str], bool]:
+    """Which stages of a run go through a batch API: every one with ``--batch``."""
+    return lambda stage: settings.batch
 
 
 def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | None:

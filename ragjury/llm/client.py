@@ -561,6 +561,8 @@ class LLM:
         cost = (self.prices.batch_cost if batch else self.prices.cost)(model, prompt, completion)
         if batch:
             usage.add_batch_cost(cost)
+            usage.batch_prompt_tokens += prompt
+            usage.batch_completion_tokens += completion
         stats.prompt_tokens += prompt
         stats.completion_tokens += completion
         stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + cost

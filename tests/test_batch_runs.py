@@ -4,6 +4,10 @@ batch or directly, ``batch = true`` in ragjury.toml, a job's batches cancelled."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +16,10 @@ from fakebatches import FakeBatches, batched
 from test_generate import corpus
 from test_generate import run as generate
 
+from ragjury.cli import main
+
 from conftest import read_jsonl, read_summary, script_happy_path
-from evalcli import EIFFEL, TOKYO, evaluate, results, write_jsonl
+from evalcli import EIFFEL, TOKYO, evaluate, evaluate_args, results, write_jsonl
 from evalfakes import script_judges, verdict_reply
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
 
@@ -213,3 +219,64 @@ def test_the_summary_shows_calls_and_cost_per_mode_in_json_markdown_and_the_term
     assert ", batch 2 calls $" in line
     assert "direct 1 calls" in markdown.read_text(encoding="utf-8")
     assert "batch 2 calls" in markdown.read_text(encoding="utf-8")
+
+
+def test_batches_cancel_ends_a_jobs_batches_and_the_running_job_goes_on_directly(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL, TOKYO])
+    direct = tmp_path / "direct"
+    direct.mkdir()
+    assert evaluate(fake, direct, samples) == 0
+    fake.reset()
+    script_judges(fake)
+    batches = FakeBatches(fake, delay=3600)  # the provider would answer in an hour
+    db = str(tmp_path / "ragjury.db")
+    argv = [sys.executable, "-m", "ragjury", *evaluate_args(fake, tmp_path, samples, *FAST)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not batches.polls and time.monotonic() < deadline:
+            time.sleep(0.05)  # a real process on its own clock: nothing here to await
+        assert batches.polls, "the run submitted and polled no batch"
+        capsys.readouterr()
+        assert main(["status", "--json", "--db", db]) == 0
+        (job,) = {b["job"] for b in json.loads(capsys.readouterr().out)["batches"]}
+        out_before = set(batches.created)
+
+        assert main(["batches", "cancel", job, "--db", db, "--base-url", fake.base_url]) == 0
+
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 0, err.decode()
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"cancelled {len(out_before)} batch(es) of job {job}" in said
+    assert {b.status for b in batches.batches.values()} == {"cancelled"}
+    assert set(batches.created) == out_before  # nothing submitted after the cancel
+    assert _metrics(tmp_path) == _metrics(direct)
+    chats = _chats(fake)
+    assert chats
+    assert not any(batched(r) for r in chats)  # the cancelled batches answered nothing
+    modes = read_summary(tmp_path)["calls_by_mode"]
+    assert modes["batch"]["llm_calls"] == 0
+    assert modes["direct"]["llm_calls"] == len(chats)
+
+
+def test_batches_cancel_names_a_job_that_is_not_there(
+    tmp_path: Path, fake: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    samples = write_jsonl(tmp_path / "s.jsonl", [TOKYO])
+    assert evaluate(fake, tmp_path, samples, "--metrics", "correctness") == 0
+    capsys.readouterr()
+
+    assert main(["batches", "cancel", "nojob", "--db", str(tmp_path / "ragjury.db")]) == 2
+
+    err = capsys.readouterr().err
+    assert "there is no job 'nojob'" in err
+    assert "ragjury status" in err

@@ -103,7 +103,7 @@ class BatchPoller:
             found = await self._created_before(submission.id)
             if found is not None:
                 log.info("batch_found", submission=submission.id, batch=found)
-                await self.ledger.batch_created(submission.id, found, self.settings.batch_poll)
+                await self._created(submission, found)
                 return
         lines = [
             json.dumps(
@@ -122,8 +122,15 @@ class BatchPoller:
             completion_window="24h",
             metadata={_METADATA: submission.id, "ragjury_job": submission.job_id},
         )
-        await self.ledger.batch_created(submission.id, batch.id, self.settings.batch_poll)
+        await self._created(submission, batch.id)
         log.info("batch_submitted", job=submission.job_id, batch=batch.id, requests=len(lines))
+
+    async def _created(self, submission: Submission, provider_id: str) -> None:
+        if not await self.ledger.batch_created(
+            submission.id, provider_id, self.settings.batch_poll
+        ):  # cancelled (ragjury batches cancel) while it was being submitted
+            log.info("batch_cancelled_while_submitted", batch=provider_id)
+            await self._client.batches.cancel(provider_id)
 
     async def _created_before(self, submission: str) -> str | None:
         async for batch in self._client.batches.list(limit=100):

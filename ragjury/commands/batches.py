@@ -19,11 +19,9 @@ from rich.console import Console
 from ragjury.commands.queue import _existing_db
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
-from ragjury.llm.batch_poller import BatchPoller
+from ragjury.llm.batch_poller import DEFAULT_ENDPOINT, BatchPoller
 from ragjury.store import open_store
 from ragjury.urls import redacted
-
-_DEFAULT_ENDPOINT = "https://api.openai.com/v1"
 
 
 async def batches_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -39,10 +37,10 @@ async def batches_command(args: argparse.Namespace, settings: Settings) -> int:
             ) from None
         cancelled = await store.cancel_batches(args.job)
         failed = 0
-        own = redacted(settings.base_url or _DEFAULT_ENDPOINT)
+        own = redacted(settings.base_url or DEFAULT_ENDPOINT)
         for endpoint in sorted({e for _, e in cancelled.provider}):
             # the run's own endpoint with the key given here; a judge's from the job
-            url = (settings.base_url or _DEFAULT_ENDPOINT) if endpoint == own else endpoint
+            url = (settings.base_url or DEFAULT_ENDPOINT) if endpoint == own else endpoint
             poller = BatchPoller(store, settings.model_copy(update={"base_url": url}))
             try:
                 for provider_id in (p for p, e in cancelled.provider if e == endpoint):

@@ -33,6 +33,8 @@ _RUNNING = ("validating", "in_progress", "finalizing", "cancelling")
 _LEASE = 120.0
 _MAX_POLL = 600.0
 _METADATA = "ragjury_submission"
+DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+"""Where the openai client sends a run's calls when no --base-url is given."""
 
 
 class BatchPoller:
@@ -41,7 +43,7 @@ class BatchPoller:
     def __init__(self, ledger: BatchLedger, settings: Settings, *, owner: str = "") -> None:
         self.ledger = ledger
         self.settings = settings
-        self.endpoint = redacted(settings.base_url or "https://api.openai.com/v1")
+        self.endpoint = redacted(settings.base_url or DEFAULT_ENDPOINT)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:batches"
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
@@ -52,22 +54,10 @@ class BatchPoller:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def check(self) -> None:
+    async def check(self, *, who: str = "--batch", fix: str = "run without --batch") -> None:
         """Raise a :class:`ConfigurationError` naming the endpoint when it has no Files or
-        Batch API (before anything is queued for it)."""
-        for path, probe in (
-            ("/v1/files", lambda: self._client.files.list(purpose="batch")),
-            ("/v1/batches", lambda: self._client.batches.list(limit=1)),
-        ):
-            try:
-                await probe()
-            except openai.NotFoundError as exc:
-                raise ConfigurationError(
-                    f"--batch needs the endpoint's {path} (OpenAI's Files and Batch APIs), and "
-                    f"{self.endpoint} answered 404 there; use an endpoint that has them "
-                    "(OpenAI, Azure OpenAI, a vLLM or LiteLLM batch server) or run without "
-                    "--batch"
-                ) from exc
+        Batch API (before anything is queued for it); ``who`` asked for batches there."""
+        await _check(self._client, self.endpoint, who, fix)
 
     async def run(self) -> None:
         """Submit and poll until cancelled."""
@@ -83,7 +73,7 @@ class BatchPoller:
         while (submission := await self._claim()) is not None:
             await self.submit(submission)
             done = True
-        for batch in await self.ledger.due_batches(self.owner, 20, _LEASE):
+        for batch in await self.ledger.due_batches(self.owner, 20, _LEASE, self.endpoint):
             await self.poll(batch)
             done = True
         return done
@@ -165,6 +155,32 @@ class BatchPoller:
                 text = (await self._client.files.content(file_id)).text
                 answers += parse_lines(text.splitlines())
         return answers
+
+
+async def check_batch_api(settings: Settings, *, who: str, fix: str) -> None:
+    """:meth:`BatchPoller.check` of ``settings``' endpoint, without a poller."""
+    client = openai.AsyncOpenAI(
+        base_url=settings.base_url, api_key=settings.api_key or "not-needed", timeout=30.0
+    )
+    try:
+        await _check(client, redacted(settings.base_url or DEFAULT_ENDPOINT), who, fix)
+    finally:
+        await client.close()
+
+
+async def _check(client: openai.AsyncOpenAI, endpoint: str, who: str, fix: str) -> None:
+    for path, probe in (
+        ("/v1/files", lambda: client.files.list(purpose="batch")),
+        ("/v1/batches", lambda: client.batches.list(limit=1)),
+    ):
+        try:
+            await probe()
+        except openai.NotFoundError as exc:
+            raise ConfigurationError(
+                f"{who} needs the endpoint's {path} (OpenAI's Files and Batch APIs), and "
+                f"{endpoint} answered 404 there; use an endpoint that has them (OpenAI, "
+                f"Azure OpenAI, a vLLM or LiteLLM batch server) or {fix}"
+            ) from exc
 
 
 def parse_lines(lines: Sequence[str]) -> list[Answer]:

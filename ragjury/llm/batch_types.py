@@ -84,9 +84,11 @@ class BatchLedger(Protocol):
 
     async def batch_request(self, key: str) -> BatchRequest | None: ...
 
-    async def queue_batch_request(self, key: str, job_id: str, stage: str, body: str) -> bool:
-        """Queue a request (once); False when the job's batches were cancelled (``ragjury
-        batches cancel``): the request is then sent directly."""
+    async def queue_batch_request(
+        self, key: str, job_id: str, stage: str, body: str, endpoint: str = ""
+    ) -> bool:
+        """Queue a request (once) for ``endpoint``'s batches; False when the job's batches
+        were cancelled (``ragjury batches cancel``): the request is then sent directly."""
         ...
 
     async def book_batch_request(self, key: str) -> bool:
@@ -106,7 +108,11 @@ class BatchLedger(Protocol):
         meanwhile (the provider's batch is then to be cancelled too)."""
         ...
 
-    async def due_batches(self, owner: str, limit: int, lease: float) -> list[OpenBatch]: ...
+    async def due_batches(
+        self, owner: str, limit: int, lease: float, endpoint: str | None = None
+    ) -> list[OpenBatch]:
+        """Open batches due a poll (of ``endpoint``, or any), leased to ``owner``."""
+        ...
 
     async def batch_polled(self, batch_id: str, status: str, next_poll: float) -> None: ...
 

@@ -67,8 +67,9 @@ class BatchChannel:
         if found is None:
             if self.reask == "direct" and stats.statuses:
                 return None  # this call already had an answer: this is a re-ask
+            body = json.dumps(request, default=str)
             queued = await self.ledger.queue_batch_request(
-                key, current_job.get(), stats.stage, json.dumps(request, default=str)
+                key, current_job.get(), stats.stage, body, self.endpoint
             )
             if not queued:
                 return None  # the job's batches were cancelled: its calls go directly

@@ -51,7 +51,9 @@ class BatchesSQL(Driven):
         state, response, error, booked = rows[0]
         return BatchRequest(state, response, error, bool(booked))
 
-    async def queue_batch_request(self, key: str, job_id: str, stage: str, body: str) -> bool:
+    async def queue_batch_request(
+        self, key: str, job_id: str, stage: str, body: str, endpoint: str = ""
+    ) -> bool:
         def queue() -> Steps[bool]:
             cancelled = yield from fetch_one(
                 "SELECT 1 FROM batches WHERE id = ?", _cancelled(job_id)
@@ -59,9 +61,10 @@ class BatchesSQL(Driven):
             if cancelled is not None:
                 return False
             yield from execute(
-                "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at) "
-                "VALUES (?, ?, ?, ?, 'queued', now_epoch()) ON CONFLICT (key) DO NOTHING",
-                *(key, job_id, stage, body),
+                "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at, "
+                "endpoint) VALUES (?, ?, ?, ?, 'queued', now_epoch(), ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                *(key, job_id, stage, body, endpoint),
             )
             return True
 
@@ -115,21 +118,21 @@ class BatchesSQL(Driven):
                 )
                 rows = yield from fetch(lines_of, left[0])
                 return Submission(str(left[0]), str(left[1]), _lines(rows), resumed=True)
+            # a request queued before requests named their endpoint ('') goes to any
             due = yield from fetch_one(
-                "SELECT job_id FROM batch_requests WHERE state = 'queued' GROUP BY job_id "
+                "SELECT job_id FROM batch_requests WHERE state = 'queued' "
+                "AND endpoint IN (?, '') GROUP BY job_id "
                 "HAVING COUNT(*) >= ? OR MIN(created_at) <= now_epoch() - ? "
                 "ORDER BY MIN(created_at) LIMIT 1",
-                size,
-                wait,
+                *(endpoint, size, wait),
             )
             if due is None:
                 return None
             job_id = str(due[0])
             rows = yield from fetch(
                 "SELECT key, stage, body FROM batch_requests WHERE state = 'queued' "
-                "AND job_id = ? ORDER BY created_at, key LIMIT ?",
-                job_id,
-                size,
+                "AND job_id = ? AND endpoint IN (?, '') ORDER BY created_at, key LIMIT ?",
+                *(job_id, endpoint, size),
             )
             submission = uuid.uuid4().hex
             yield from execute(
@@ -156,12 +159,16 @@ class BatchesSQL(Driven):
             await self._write(lambda: execute(sql, provider_id, next_poll, submission), single=True)
         )
 
-    async def due_batches(self, owner: str, limit: int, lease: float) -> list[OpenBatch]:
+    async def due_batches(
+        self, owner: str, limit: int, lease: float, endpoint: str | None = None
+    ) -> list[OpenBatch]:
         def due() -> Steps[list[OpenBatch]]:
             rows = yield from fetch(
                 "SELECT id, provider_id, polls FROM batches WHERE state = 'open' "
                 "AND next_poll <= now_epoch() AND lease_until < now_epoch() "
+                "AND endpoint = COALESCE(?, endpoint) "
                 "ORDER BY next_poll LIMIT ? FOR UPDATE SKIP LOCKED",
+                endpoint,
                 limit,
             )
             if rows:

@@ -280,3 +280,22 @@ def test_batches_cancel_names_a_job_that_is_not_there(
     err = capsys.readouterr().err
     assert "there is no job 'nojob'" in err
     assert "ragjury status" in err
+
+
+def test_a_batch_run_starts_enough_samples_to_fill_a_batch(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    batches = FakeBatches(fake)
+    records = [
+        {**TOKYO, "id": f"s{i}", "question": f"{TOKYO['question']} ({i})"} for i in range(10)
+    ]
+    samples = write_jsonl(tmp_path / "s.jsonl", records)
+    extra = ("--concurrency", "1", "--batch-size", "10", "--batch-wait", "30")
+
+    assert evaluate(fake, tmp_path, samples, "--metrics", "correctness", *FAST, *extra) == 0
+
+    # --concurrency 1 starts 4 samples at once in a direct run; a batch run starts up to
+    # --batch-size, so one batch carries every sample's request (no 30 s wait for more)
+    (only,) = batches.batches.values()
+    assert len(batches.files[only.input_file_id].splitlines()) == 10

@@ -188,3 +188,21 @@ def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: 
         assert run["steady_items_per_second"] > 0
     assert all(r["db_cpu_ms_per_message"] > 0 for r in runs if r["store"] == "postgresql")
     assert runs[0]["ratio_to_one_process"] == 1.0
+
+
+def test_batch_reports_requests_cost_and_wall_time_of_both_modes(tmp_path: Path) -> None:
+    result = run_benchmark(
+        "batch", tmp_path, "--samples=6", "--latency-ms=5", "--batch-delay=0.2", "--batch-wait=1"
+    )
+    direct, batch = result["runs"]
+    assert (direct["mode"], batch["mode"]) == ("direct", "batch")
+    assert result["same_results"]
+    # counts, not timings: every call answered once in each mode, 3 per sample
+    assert direct["llm_calls"] == batch["llm_calls"] == 18
+    assert direct["direct_chat_requests"] == 18
+    assert batch["direct_chat_requests"] == 0
+    assert batch["batch_lines"] == 18
+    assert batch["batches"] >= 2  # the statements, then the verdicts that need them
+    assert batch["prompt_tokens"] == direct["prompt_tokens"]
+    assert result["cost_ratio"] == pytest.approx(0.5, abs=0.002)
+    assert all(run["wall_seconds"] > 0 and run["failed"] == 0 for run in result["runs"])

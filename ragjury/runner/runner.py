@@ -53,8 +53,14 @@ INTAKE = "intake"
 
 
 def intake_capacity(settings: Settings) -> int:
-    """Items one intake keeps started at once: ``--items-in-flight``, else 2 x concurrency."""
-    return settings.items_in_flight or max(4, 2 * settings.concurrency)
+    """Items one intake keeps started at once: ``--items-in-flight``, else 2 x concurrency,
+    and with ``--batch`` at least ``--batch-size``: a parked item holds no worker, and a
+    batch can only be as full as the items started (each round of batches costs the
+    provider's turnaround, hours)."""
+    if settings.items_in_flight:
+        return settings.items_in_flight
+    direct = max(4, 2 * settings.concurrency)
+    return max(direct, settings.batch_size) if settings.batch else direct
 
 
 def new_owner() -> str:

@@ -21,7 +21,7 @@ from ragjury.cli import main
 from conftest import read_jsonl, read_summary, script_happy_path
 from evalcli import EIFFEL, TOKYO, evaluate, evaluate_args, results, write_jsonl
 from evalfakes import script_judges, verdict_reply
-from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
 
 FAST = ("--batch", "--batch-wait", "0", "--batch-poll", "0.05")
 
@@ -299,3 +299,37 @@ def test_a_batch_run_starts_enough_samples_to_fill_a_batch(
     # --batch-size, so one batch carries every sample's request (no 30 s wait for more)
     (only,) = batches.batches.values()
     assert len(batches.files[only.input_file_id].splitlines()) == 10
+
+
+def test_a_batch_the_endpoint_failed_to_create_is_submitted_again_once(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    batches = FakeBatches(fake)
+    batches.refuse_create = error(500, "the batch service hiccuped")
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL])
+
+    assert evaluate(fake, tmp_path, samples, "--metrics", "correctness", *FAST) == 0
+
+    assert _metrics(tmp_path)["eiffel"]["correctness"]["outcome"] == "scored"
+    creates = [r for r in fake.requests if r.path.rstrip("/").endswith("/batches")]
+    assert [r.method for r in creates].count("POST") == 2  # refused, then made
+    assert len(batches.created) == 1
+
+
+def test_a_request_no_batch_answers_fails_its_metric_after_the_transport_retries(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    batches = FakeBatches(fake)
+    batches.expire_after = 0  # every batch expires having answered nothing
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL])
+    extra = ("--metrics", "correctness", "--max-transport-retries", "2")
+
+    # exit 4: nothing was judged (its one judgement failed), said with each failure's error
+    assert evaluate(fake, tmp_path, samples, *FAST, *extra) == 4
+
+    correctness = _metrics(tmp_path)["eiffel"]["correctness"]
+    assert correctness["outcome"] == "failed"
+    assert "the batch ended expired without answering it" in json.dumps(correctness)
+    assert len(batches.created) == 3  # the first try and --max-transport-retries 2

@@ -10,6 +10,7 @@ instead of submitting it again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -45,6 +46,8 @@ class BatchPoller:
         self.settings = settings
         self.endpoint = redacted(settings.base_url or DEFAULT_ENDPOINT)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:batches"
+        self._failed: dict[str, tuple[Submission, int]] = {}
+        """Submissions the endpoint failed, with how often, to be tried again."""
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key or "not-needed",
@@ -68,15 +71,43 @@ class BatchPoller:
                 await anyio.sleep(tick)
 
     async def step(self) -> bool:
-        """Submit what is due and poll what is due, once; whether anything was done."""
+        """Submit what is due and poll what is due, once; whether anything was done.
+
+        The endpoint failing a submission (a 5xx, a timeout, a refused upload) is retried
+        at the next step, as a resumed submission (the batch may have been made before the
+        error), up to ``--max-transport-retries`` times; then its batch ends unanswered and
+        its requests are queued again or failed as the retry policy says. A poll that fails
+        is made again when its lease runs out."""
         done = False
+        retried, self._failed = self._failed, {}
+        for failed, failures in retried.values():
+            await self._submit(dataclasses.replace(failed, resumed=True), failures)
         while (submission := await self._claim()) is not None:
-            await self.submit(submission)
+            await self._submit(submission, 0)
             done = True
         for batch in await self.ledger.due_batches(self.owner, 20, _LEASE, self.endpoint):
-            await self.poll(batch)
+            try:
+                await self.poll(batch)
+            except openai.APIError as exc:
+                log.warning("batch_poll_failed", batch=batch.provider_id, error=str(exc))
             done = True
         return done
+
+    async def _submit(self, submission: Submission, failures: int) -> None:
+        try:
+            await self.submit(submission)
+        except openai.APIError as exc:
+            failures += 1
+            log.warning(
+                "batch_submit_failed", submission=submission.id, failures=failures, error=str(exc)
+            )
+            tries = self.settings.max_transport_retries + 1
+            if failures < tries:
+                self._failed[submission.id] = (submission, failures)
+            else:
+                await self.ledger.end_batch(
+                    submission.id, f"not submitted: {exc}", [], max_tries=tries
+                )
 
     async def _claim(self) -> Submission | None:
         return await self.ledger.claim_submission(

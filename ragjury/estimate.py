@@ -83,8 +83,8 @@ class Estimate:
     def as_dict(
         self, prices: PriceTable, batched: Callable[[str], bool] = lambda stage: False
     ) -> dict[str, Any]:
-        """The estimate as ``--dry-run`` prints it; the stages ``batched`` names (``--batch``,
-        a judge's ``+batch``) at the model's batch price, with ``mode`` saying which."""
+        """The estimate as ``--dry-run`` prints it; the stages ``batched`` names (``--batch``)
+        at the model's batch price, with ``mode`` saying which."""
         by_stage: dict[str, Any] = {}
         for name, s in sorted(self.stages.items()):
             mode = "batch" if batched(name) else "direct"

@@ -177,7 +177,7 @@ async def report_estimate(
     estimate: Estimate, settings: Settings, args: argparse.Namespace, console: Console
 ) -> int:
     """Print a ``--dry-run`` estimate (and write it to ``--summary``); no LLM is called."""
-    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings, args))
+    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings))
     console.print(estimate_table(data))
     if args.summary is not None:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -185,8 +185,9 @@ async def report_estimate(
     return 0
 
 
-def batched_stages(settings: Settings, args: argparse.Namespace) -> Callable[[str], bool]:
-    """Which stages of a run go through a batch API: every one with ``--batch``."""
+def batched_stages(settings: Settings) -> Callable[[str], bool]:
+    """Which stages of a run go through a batch API: every one with ``--batch``. (The
+    estimate asks each metric of one judge: a panel's ``--batch-judges`` is not in it.)"""
     return lambda stage: settings.batch
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -214,6 +215,9 @@ def test_the_summary_shows_calls_and_cost_per_mode_in_json_markdown_and_the_term
     batch = modes["batch"]
     full = batch["prompt_tokens"] * 0.15 + batch["completion_tokens"] * 0.6
     assert batch["cost_usd"] == pytest.approx(full / 2 / 1e6, abs=1e-6)
+    with sqlite3.connect(tmp_path / "ragjury.db") as db:  # what budgets count: the call records
+        (recorded,) = db.execute("SELECT SUM(cost_usd) FROM llm_calls").fetchone()
+    assert recorded == pytest.approx(summary["cost_usd"], abs=1e-6)
     line = capsys.readouterr().err
     assert "(direct 1 calls $" in line
     assert ", batch 2 calls $" in line

@@ -39,6 +39,7 @@ class FakeEndpoint:
         tpm: int | None = None,
         window: float = 60.0,
         reset_means: str = "full",
+        batch_delay: float | None = None,
     ) -> None:
         self._argv = [
             sys.executable,
@@ -53,6 +54,7 @@ class FakeEndpoint:
             *([f"--tpm={tpm}"] if tpm is not None else []),
             f"--window={window}",
             f"--reset-means={reset_means}",
+            *([f"--batch-delay={batch_delay}"] if batch_delay is not None else []),
         ]
         self._process: subprocess.Popen[str] | None = None
         self.base_url = ""

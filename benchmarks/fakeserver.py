@@ -18,6 +18,7 @@ the counters), ``outage SECONDS`` (answers 503 for that long); end of input stop
 ``--rpm`` / ``--tpm`` it enforces a provider's rate limits (token buckets, a 429 with
 ``Retry-After`` when a request does not fit, the ``x-ratelimit-*`` headers on every answer;
 ``--reset-means next_request`` makes their reset the time to the next request: misleading).
+With ``--batch-delay`` it also answers OpenAI's Files and Batch APIs (``tests/fakebatches.py``).
 Running in its own process keeps its CPU and its GIL apart from the client's.
 """
 
@@ -30,6 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fakebatches import FakeBatches
 
 from conftest import CRITIC_AGENTS, critic_reply, generator_reply
 from evalfakes import script_judges
@@ -60,6 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="what x-ratelimit-reset-* states: the time until the budget is full (OpenAI's "
         "meaning) or until the next request fits (headers that mislead)",
     )
+    parser.add_argument(
+        "--batch-delay",
+        type=float,
+        default=None,
+        help="also answer OpenAI's Files and Batch APIs, a batch completing this many seconds "
+        "after it was created (default: no batch API)",
+    )
     return parser.parse_args(argv)
 
 
@@ -84,6 +94,8 @@ def scripted_server(args: argparse.Namespace, make: type[FakeOpenAI] = FakeOpenA
         )
     )
     script(fake)
+    if args.batch_delay is not None:
+        FakeBatches(fake, delay=args.batch_delay)
     return fake
 
 
@@ -104,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             command = line.strip()
             if command == "stats":
                 stats = {**fake.stats(), "cpu_seconds": round(time.process_time(), 3)}
+                if fake.batches is not None:  # what the batch API answered, since it started
+                    stats["batches_created"] = len(fake.batches.created)
+                    stats["batch_lines_answered"] = fake.batches.lines_answered
+                    stats["batch_polls"] = fake.batches.polls
                 print(json.dumps(stats), flush=True)
             elif command == "reset":
                 fake.reset()

@@ -130,7 +130,34 @@ def startup(results: dict[str, Any]) -> str:
     )
 
 
+def batch(results: dict[str, Any]) -> str:
+    """The batch table: HTTP requests, batches, LLM calls, cost and wall time of the same
+    evaluate, direct and with --batch, and whether their results were the same."""
+    settings = results["settings"]
+    lines = [
+        "| mode | HTTP requests | batches | LLM calls | cost | wall time |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in results["runs"]:
+        lines.append(
+            f"| {'`--batch`' if run['mode'] == 'batch' else 'direct'} | "
+            f"{run['http_requests']:,} | {run['batches']} | {run['llm_calls']:,} | "
+            f"${run['cost_usd']:.4f} | {run['wall_seconds']:.0f} s |"
+        )
+    same = "the same" if results["same_results"] else "NOT the same"
+    delay = settings["batch_delay_seconds"]
+    return (
+        "\n".join(lines)
+        + f"\n\n({settings['samples']:,} samples, {settings['metrics']}; cost ratio "
+        f"{results['cost_ratio']}; results {same} sample by sample; a direct request answered "
+        f"in {settings['latency_ms']:.0f} ms, a batch completed {delay:g} s "
+        f"after it was created; `benchmarks/results/batch.json`, recorded "
+        f"{results['recorded_at'][:10]}.)\n"
+    )
+
+
 REGIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "batch": batch,
     "bus": bus,
     "scaleout": scaleout,
     "startup": startup,

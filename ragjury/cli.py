@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ragjury import __version__
 from ragjury.commands import (
     audit_options,
+    batches_options,
     evaluate_options,
     generate_options,
     queue_options,
@@ -264,6 +265,12 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
         fill=audit_options.add_audit_arguments,
     )
     commands.add_command(
+        "batches",
+        help=batches_options.HELP,
+        description=batches_options.DESCRIPTION,
+        fill=batches_options.add_batches_arguments,
+    )
+    commands.add_command(
         "review",
         help=review_options.HELP,
         description=review_options.DESCRIPTION,
@@ -427,6 +434,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         from ragjury.commands.metrics import metrics_command
 
         return metrics_command(args, settings)
+    if args.command == "batches":
+        from ragjury.commands.batches import batches_command
+
+        return anyio.run(batches_command, args, settings)
     if args.command == "review":
         from ragjury.commands.review import review_command
 

@@ -9,9 +9,9 @@ duplicate dropped and, for faithfulness, one statement per sentence of the answe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel
 
@@ -68,6 +68,13 @@ _TYPICAL_QUESTION = "Which setting controls the behaviour described in this sect
 _TYPICAL_ANSWER = {"factoid": "The value named in the text.", "detailed": "An explanation. " * 25}
 
 
+class ModeEstimate(TypedDict):
+    """The estimate's calls and cost in one mode (direct, or through a batch API)."""
+
+    llm_calls: int
+    cost_usd: float | None
+
+
 @dataclass
 class StageEstimate:
     model: str
@@ -93,18 +100,38 @@ class Estimate:
     def stage(self, name: str, model: str) -> StageEstimate:
         return self.stages.setdefault(name, StageEstimate(model))
 
-    def as_dict(self, prices: PriceTable) -> dict[str, Any]:
+    def as_dict(
+        self, prices: PriceTable, batched: Callable[[str], bool] = lambda stage: False
+    ) -> dict[str, Any]:
+        """The estimate as ``--dry-run`` prints it; the stages ``batched`` names (``--batch``)
+        at the model's batch price, with ``mode`` saying which."""
         by_stage: dict[str, Any] = {}
         for name, s in sorted(self.stages.items()):
+            mode = "batch" if batched(name) else "direct"
+            price = prices.batch_cost if mode == "batch" else prices.cost
+            cost = _round(price(s.model, s.prompt_tokens, s.completion_tokens))
+            direct = _round(prices.cost(s.model, s.prompt_tokens, s.completion_tokens))
             by_stage[name] = {
                 "model": s.model,
+                "mode": mode,
                 "llm_calls": s.calls,
                 "prompt_tokens": s.prompt_tokens,
                 "completion_tokens": s.completion_tokens,
-                "cost_usd": _round(prices.cost(s.model, s.prompt_tokens, s.completion_tokens)),
+                "cost_usd": cost,
+                "direct_cost_usd": direct,
             }
         costs = [stage["cost_usd"] for stage in by_stage.values()]
         unpriced = sorted({s["model"] for s in by_stage.values() if s["cost_usd"] is None})
+
+        def mode_totals(mode: str) -> ModeEstimate:
+            stages = [stage for stage in by_stage.values() if stage["mode"] == mode]
+            spent = [stage["cost_usd"] for stage in stages]
+            return ModeEstimate(
+                llm_calls=sum(stage["llm_calls"] for stage in stages),
+                cost_usd=None if None in spent else _round(sum(spent)),
+            )
+
+        direct_costs = [stage["direct_cost_usd"] for stage in by_stage.values()]
         return {
             "dry_run": True,
             "command": self.command,
@@ -113,6 +140,8 @@ class Estimate:
             "prompt_tokens": sum(s.prompt_tokens for s in self.stages.values()),
             "completion_tokens": sum(s.completion_tokens for s in self.stages.values()),
             "cost_usd": None if unpriced else _round(sum(costs)),
+            "calls_by_mode": {"direct": mode_totals("direct"), "batch": mode_totals("batch")},
+            "direct_cost_usd": None if unpriced else _round(sum(direct_costs)),
             "unpriced_models": unpriced,
             "prices_as_of": PRICES_AS_OF,
             "by_stage": by_stage,

@@ -19,6 +19,9 @@ no ``x-ragjury-agent`` header to say it). What can go wrong is scripted too:
 * ``expire_after``: the batch answers only that many lines and then ends ``expired``;
 * ``refuse_create``: ``POST /v1/batches`` answers this error once (a provider hiccup).
 
+With the fake's ``Behaviour(count_tokens=True)`` a batch line's usage is counted from its
+text, as a direct answer's is.
+
 ``created`` lists the batches in creation order, so a test can see that nothing was
 submitted twice; ``polls`` counts retrieves; ``lines_answered`` counts the chat lines
 answered.
@@ -36,7 +39,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from fakeopenai import AGENT_HEADER, RecordedRequest, Reply, error
+from fakeopenai import AGENT_HEADER, RecordedRequest, Reply, _answer_text, count_tokens, error
 
 __all__ = ["BATCH_HEADER", "FakeBatches", "batched"]
 
@@ -222,6 +225,13 @@ class FakeBatches:
         reply = self.fake._reply_for(chat)
         self.lines_answered += 1
         body = reply.body if isinstance(reply.body, dict) else {"raw": reply.body}
+        behaviour = self.fake._behaviour
+        if behaviour is not None and behaviour.count_tokens and isinstance(body.get("usage"), dict):
+            # usage from the text, as the fake counts a direct answer's (benchmarks)
+            prompt, completion = count_tokens(chat.text()), count_tokens(_answer_text(body))
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}  # fmt: skip
+            body = {**body, "usage": usage}
         response = {"status_code": reply.status, "request_id": f"req_{next(_ids)}", "body": body}
         return json.dumps({"id": f"batch_req_{next(_ids)}", "custom_id": custom_id,
                            "response": response, "error": None})  # fmt: skip

@@ -64,3 +64,42 @@ async def test_an_unanswered_request_is_queued_again_then_failed_after_its_tries
     final = await store.batch_request("k1")
     assert final is not None
     assert final.error == "the batch ended expired without answering it"
+
+
+async def test_cancelling_a_jobs_batches_wakes_its_parked_messages_and_sends_its_calls_direct(
+    store: Store,
+) -> None:
+    message_id = await _parked_message(store)
+    submission = await store.claim_submission("p", "e", size=10, wait=0, lease=60)
+    assert submission is not None
+    assert await store.batch_created(submission.id, "batch_1", 0)
+    job_id = submission.job_id
+
+    cancelled = await store.cancel_batches(job_id)
+
+    assert list(cancelled.provider) == [("batch_1", "e")]
+    assert cancelled.requests == 1
+    assert await store.batches_in_flight() == []
+    assert await store.due_batches("p", 5, 60) == []
+    assert await store.batch_request("k1") is None
+    (again,) = (
+        await store.claim_messages("w", ["judge"], 1, lease_seconds=HELD, max_attempts=5)
+    ).messages
+    assert again.id == message_id
+    assert not await store.queue_batch_request("k2", job_id, "judge", "{}")  # direct now
+    assert await store.claim_submission("p", "e", size=10, wait=0, lease=60) is None
+    # the batch's answers, should they come, change nothing
+    await store.end_batch(submission.id, "completed", [Answer("k1", response="{}")], max_tries=2)
+    assert await store.batch_request("k1") is None
+
+
+async def test_a_submission_cancelled_while_being_created_is_not_opened(store: Store) -> None:
+    await _parked_message(store)
+    submission = await store.claim_submission("p", "e", size=10, wait=0, lease=60)
+    assert submission is not None
+
+    cancelled = await store.cancel_batches(submission.job_id)
+
+    assert (list(cancelled.provider), cancelled.submitting) == ([], 1)
+    assert not await store.batch_created(submission.id, "batch_late", 0)
+    assert await store.due_batches("p", 5, 60) == []

@@ -238,3 +238,21 @@ def test_the_peers_fake_answers_each_peer_schema_from_the_sample_it_is_given() -
     claims = "Claims:\n['Paris is the capital of France.', 'It lies on the Seine.']\n\nJSON:"
     verdicts = json.loads(ask(claims, response_format=schema)["content"])["verdicts"]
     assert [v["verdict"] for v in verdicts] == ["yes", "yes"]
+
+
+def test_batch_reports_requests_cost_and_wall_time_of_both_modes(tmp_path: Path) -> None:
+    result = run_benchmark(
+        "batch", tmp_path, "--samples=6", "--latency-ms=5", "--batch-delay=0.2", "--batch-wait=1"
+    )
+    direct, batch = result["runs"]
+    assert (direct["mode"], batch["mode"]) == ("direct", "batch")
+    assert result["same_results"]
+    # counts, not timings: every call answered once in each mode, 3 per sample
+    assert direct["llm_calls"] == batch["llm_calls"] == 18
+    assert direct["direct_chat_requests"] == 18
+    assert batch["direct_chat_requests"] == 0
+    assert batch["batch_lines"] == 18
+    assert batch["batches"] >= 2  # the statements, then the verdicts that need them
+    assert batch["prompt_tokens"] == direct["prompt_tokens"]
+    assert result["cost_ratio"] == pytest.approx(0.5, abs=0.002)
+    assert all(run["wall_seconds"] > 0 and run["failed"] == 0 for run in result["runs"])

@@ -64,6 +64,28 @@ async def test_an_older_schema_is_upgraded_and_a_newer_one_refused(pg_url: str) 
             pass
 
 
+async def test_a_version_7_database_gets_the_batch_requests_endpoint_and_keeps_its_requests(
+    pg_url: str,
+) -> None:
+    conn = await asyncpg.connect(pg_url, server_settings={"search_path": "ragjury"})
+    try:
+        await conn.execute(_pg_schema.META)
+        await migrate(conn, 0, 7)
+        await conn.execute(
+            "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at) "
+            "VALUES ('k7', 'j', 'judge', '{}', 'queued', 0)"
+        )
+    finally:
+        await conn.close()
+    async with open_store(pg_url) as store:
+        submission = await store.claim_submission("p", "e", size=10, wait=0, lease=60)
+        assert submission is not None  # a request from before endpoints goes to any
+        assert [line[0] for line in submission.lines] == ["k7"]
+        assert await store.queue_batch_request("k8", "j", "judge", "{}", "other")
+        assert await store.claim_submission("p", "e", size=10, wait=0, lease=60) is None
+    assert _pg_schema.VERSION == 8
+
+
 async def test_processes_opening_a_new_database_at_once_create_the_schema_once(
     pg_url: str,
 ) -> None:

@@ -131,7 +131,7 @@ def test_the_readmes_benchmark_figures_are_those_of_the_results_files() -> None:
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert README.count("<!-- figures: ") == 3
+    assert README.count("<!-- figures: ") == 4
 
 
 def test_a_new_results_file_changes_the_readmes_figures(tmp_path: Path) -> None:
@@ -148,6 +148,9 @@ def test_a_new_results_file_changes_the_readmes_figures(tmp_path: Path) -> None:
     [version] = [run for run in startup["runs"] if run["run"] == "ragjury --version"]
     version["median_seconds"] = 0.0123
     (results / "startup.json").write_text(json.dumps(startup), encoding="utf-8")
+    batch = json.loads((results / "batch.json").read_text(encoding="utf-8"))
+    batch["runs"][1]["http_requests"] = 4321
+    (results / "batch.json").write_text(json.dumps(batch), encoding="utf-8")
 
     made = figures.rendered(README, results)  # type: ignore[attr-defined]  # a script, loaded by path
 
@@ -155,3 +158,4 @@ def test_a_new_results_file_changes_the_readmes_figures(tmp_path: Path) -> None:
     assert "| 2 processes, every agent | 123456 (" in made
     assert "costs 777 µs on the durable bus on SQLite with four" in _flat(made)
     assert "| `ragjury --version` | 0.012 s (" in made
+    assert "| `--batch` | 4,321 | " in made

@@ -98,6 +98,29 @@ async def test_a_database_made_before_the_order_indexes_gets_them_on_open(
         assert conn.execute("PRAGMA user_version").fetchone() == (_schema.VERSION,)
 
 
+async def test_a_version_7_database_gets_the_batch_requests_endpoint_and_keeps_its_requests(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "v7.db"
+    async with SQLiteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:  # batch_requests as version 7 had it, one request queued
+        conn.execute("ALTER TABLE batch_requests DROP COLUMN endpoint")
+        conn.execute(
+            "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at) "
+            "VALUES ('k7', 'j', 'judge', '{}', 'queued', 0)"
+        )
+        conn.execute("PRAGMA user_version = 7")
+    async with SQLiteStore(db) as store:
+        submission = await store.claim_submission("p", "e", size=10, wait=0, lease=60)
+        assert submission is not None  # a request from before endpoints goes to any
+        assert [line[0] for line in submission.lines] == ["k7"]
+        assert await store.queue_batch_request("k8", "j", "judge", "{}", "other")
+        assert await store.claim_submission("p", "e", size=10, wait=0, lease=60) is None
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (_schema.VERSION,) == (8,)
+
+
 async def test_a_database_from_a_newer_ragjury_is_refused_with_what_to_do(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     with sqlite3.connect(db) as conn:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -70,8 +70,28 @@ def cost_text(summary: dict[str, Any]) -> str:
     """The run's cost in words: USD, or why it is unknown."""
     if summary.get("cost_usd") is None:
         models = ", ".join(summary.get("unpriced_models") or []) or "the model"
-        return f"cost unknown (no price for {models}; see --prices)"
-    return f"${summary['cost_usd']:.4f}"
+        return f"cost unknown (no price for {models}; see --prices)" + mode_text(summary)
+    return f"${summary['cost_usd']:.4f}" + mode_text(summary)
+
+
+def mode_text(summary: Mapping[str, object]) -> str:
+    """The run's calls and cost per mode, when some went through a batch API: " (direct 2
+    calls $0.0010, batch 10 calls $0.0025)"; nothing for a run without batch calls."""
+    modes = summary.get("calls_by_mode")
+    if not isinstance(modes, Mapping):
+        return ""
+
+    def part(mode: str) -> tuple[int, str]:
+        figures = modes.get(mode)
+        if not isinstance(figures, Mapping):
+            return 0, f"{mode} 0 calls"
+        calls, cost = figures.get("llm_calls"), figures.get("cost_usd")
+        money = f"${cost:.4f}" if isinstance(cost, int | float) else "cost unknown"
+        count = calls if isinstance(calls, int) else 0
+        return count, f"{mode} {count} calls {money}"
+
+    batched, batch_text = part("batch")
+    return f" ({part('direct')[1]}, {batch_text})" if batched else ""
 
 
 def _limit_text(summary: dict[str, Any]) -> str:
@@ -114,12 +134,21 @@ def estimate_table(estimate: dict[str, Any]) -> Table:
     counted = ", ".join(
         f"{estimate[k]} {k}" for k in ("documents", "chunks", "samples") if k in estimate
     )
+    batched = estimate["calls_by_mode"]["batch"]["llm_calls"] > 0
+    direct = estimate.get("direct_cost_usd")
     table = Table(
         title=f"ragjury {estimate['command']} --dry-run: {counted} (estimate, no LLM called)",
         title_justify="left",
         caption="assumes "
         + "; ".join(estimate["assumptions"])
-        + f". Prices as of {estimate['prices_as_of']}.",
+        + f". Prices as of {estimate['prices_as_of']}."
+        + (
+            " Batch stages at the batch price"
+            + ("" if direct is None else f"; all direct: ${direct:.4f}")
+            + "."
+            if batched
+            else ""
+        ),
         caption_justify="left",
     )
     for column in ("stage", "model", "calls", "prompt tokens", "completion tokens", "cost"):
@@ -131,7 +160,7 @@ def estimate_table(estimate: dict[str, Any]) -> Table:
 
     for name, s in estimate["by_stage"].items():
         table.add_row(
-            name,
+            f"{name} (batch)" if s.get("mode") == "batch" else name,
             s["model"],
             str(s["llm_calls"]),
             str(s["prompt_tokens"]),

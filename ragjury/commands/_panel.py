@@ -10,18 +10,20 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.panel import panel_metrics
 from ragjury.metrics import Metric
-from ragjury.schemas.panel import Panel, PanelJudge, panel_of, parse_judges
+from ragjury.schemas.panel import Panel, PanelJudge, panel_of, parse_judges, with_batch
 
 
 def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric]) -> Panel | None:
     """The run's panel (None without ``--judges`` and ``--repeats``); a clear error when the
     flags are wrong or no chosen metric is judged by an LLM."""
     judges: tuple[PanelJudge, ...] = ()
-    if args.judges:
-        try:
+    try:
+        if args.judges:
             judges = parse_judges(args.judges)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from exc
+        if args.batch_judges:
+            judges = with_batch(judges, args.batch_judges)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
     repeats = int(args.repeats or 1)
     if repeats < 1 or repeats > 50:
         raise ConfigurationError(f"--repeats must be 1 to 50, got {repeats}")
@@ -35,6 +37,30 @@ def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric
             "--metrics (e.g. faithfulness or correctness)"
         )
     return panel
+
+
+async def check_batch_judges(panel: Panel | None, settings: Settings) -> None:
+    """The endpoints of the judges whose calls go through a batch API (``--batch-judges``,
+    or every judge with ``--batch``) have one: a clear error naming the judge and the
+    endpoint otherwise, before anything is sent. (With ``--batch`` the run checks its own
+    endpoint itself.)"""
+    if panel is None:
+        return
+    from ragjury.llm.batch_poller import check_batch_api
+    from ragjury.runner.batching import endpoint_of
+
+    checked = {endpoint_of(settings)} if settings.batch else set()
+    for judge in panel.judges:
+        there = settings.model_copy(update={"base_url": judge.base_url or settings.base_url})
+        if not (judge.batch or settings.batch) or endpoint_of(there) in checked:
+            continue
+        checked.add(endpoint_of(there))
+        await check_batch_api(
+            there,
+            who=f"judge {judge.name!r} (--batch-judges or --batch)",
+            fix=f"leave {judge.name} out of --batch-judges"
+            + (" and run without --batch" if settings.batch else ""),
+        )
 
 
 def _figure(value: object) -> str:

@@ -132,6 +132,7 @@ class RecordedRun:
             unpriced = sorted({*unpriced, model})
         summary.update(
             by_stage=usage.by_stage(),
+            calls_by_mode=usage.by_mode(),
             unpriced_models=unpriced,
             prices_as_of=PRICES_AS_OF,
             rate_limit=self.llm.limiter.snapshot(),
@@ -178,12 +179,18 @@ async def report_estimate(
     estimate: Estimate, settings: Settings, args: argparse.Namespace, console: Console
 ) -> int:
     """Print a ``--dry-run`` estimate (and write it to ``--summary``); no LLM is called."""
-    data = estimate.as_dict(PriceTable(settings.prices))
+    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings))
     console.print(estimate_table(data))
     if args.summary is not None:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         await anyio.to_thread.run_sync(write_text_atomically, args.summary, text)
     return 0
+
+
+def batched_stages(settings: Settings) -> Callable[[str], bool]:
+    """Which stages of a run go through a batch API: every one with ``--batch``. (The
+    estimate asks each metric of one judge: a panel's ``--batch-judges`` is not in it.)"""
+    return lambda stage: settings.batch
 
 
 def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | None:

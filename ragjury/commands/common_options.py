@@ -179,7 +179,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--items-in-flight",
         type=int,
-        help="documents/samples worked at once (default 2 x --concurrency)",
+        help="documents/samples worked at once (default 2 x --concurrency; with --batch at "
+        "least --batch-size)",
     )
     parser.add_argument(
         "--grace",

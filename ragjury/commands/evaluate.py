@@ -19,7 +19,7 @@ from ragjury.commands._display import (
     interval_text,
     retrieval_table,
 )
-from ragjury.commands._panel import panel_from, panel_lines
+from ragjury.commands._panel import check_batch_judges, panel_from, panel_lines
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     budget_stop,
@@ -117,6 +117,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             loaded, plan.chosen, settings, prompts, has_target=bool(args.target)
         )
         return await report_estimate(estimate, settings, args, console)
+    await check_batch_judges(panel, settings)
     out_format = output_format(args.out, args.format)
     llm_needed = plan.needs_llm()
     if llm_needed:

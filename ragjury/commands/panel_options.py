@@ -16,6 +16,13 @@ def add_panel_options(parser: argparse.ArgumentParser) -> None:
         "agreement, dissent and cost per judge",
     )
     group.add_argument(
+        "--batch-judges",
+        metavar="NAME,...",
+        help="send these judges' calls through their endpoint's batch API (about half "
+        "price, answers within hours; see --batch), the other judges' directly, e.g. "
+        "--judges a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1 --batch-judges a",
+    )
+    group.add_argument(
         "--repeats",
         type=int,
         default=1,

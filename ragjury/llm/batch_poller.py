@@ -10,6 +10,7 @@ instead of submitting it again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -33,6 +34,8 @@ _RUNNING = ("validating", "in_progress", "finalizing", "cancelling")
 _LEASE = 120.0
 _MAX_POLL = 600.0
 _METADATA = "ragjury_submission"
+DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+"""Where the openai client sends a run's calls when no --base-url is given."""
 
 
 class BatchPoller:
@@ -41,8 +44,10 @@ class BatchPoller:
     def __init__(self, ledger: BatchLedger, settings: Settings, *, owner: str = "") -> None:
         self.ledger = ledger
         self.settings = settings
-        self.endpoint = redacted(settings.base_url or "https://api.openai.com/v1")
+        self.endpoint = redacted(settings.base_url or DEFAULT_ENDPOINT)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:batches"
+        self._failed: dict[str, tuple[Submission, int]] = {}
+        """Submissions the endpoint failed, with how often, to be tried again."""
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key or "not-needed",
@@ -52,22 +57,10 @@ class BatchPoller:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def check(self) -> None:
+    async def check(self, *, who: str = "--batch", fix: str = "run without --batch") -> None:
         """Raise a :class:`ConfigurationError` naming the endpoint when it has no Files or
-        Batch API (before anything is queued for it)."""
-        for path, probe in (
-            ("/v1/files", lambda: self._client.files.list(purpose="batch")),
-            ("/v1/batches", lambda: self._client.batches.list(limit=1)),
-        ):
-            try:
-                await probe()
-            except openai.NotFoundError as exc:
-                raise ConfigurationError(
-                    f"--batch needs the endpoint's {path} (OpenAI's Files and Batch APIs), and "
-                    f"{self.endpoint} answered 404 there; use an endpoint that has them "
-                    "(OpenAI, Azure OpenAI, a vLLM or LiteLLM batch server) or run without "
-                    "--batch"
-                ) from exc
+        Batch API (before anything is queued for it); ``who`` asked for batches there."""
+        await _check(self._client, self.endpoint, who, fix)
 
     async def run(self) -> None:
         """Submit and poll until cancelled."""
@@ -78,15 +71,43 @@ class BatchPoller:
                 await anyio.sleep(tick)
 
     async def step(self) -> bool:
-        """Submit what is due and poll what is due, once; whether anything was done."""
+        """Submit what is due and poll what is due, once; whether anything was done.
+
+        The endpoint failing a submission (a 5xx, a timeout, a refused upload) is retried
+        at the next step, as a resumed submission (the batch may have been made before the
+        error), up to ``--max-transport-retries`` times; then its batch ends unanswered and
+        its requests are queued again or failed as the retry policy says. A poll that fails
+        is made again when its lease runs out."""
         done = False
+        retried, self._failed = self._failed, {}
+        for failed, failures in retried.values():
+            await self._submit(dataclasses.replace(failed, resumed=True), failures)
         while (submission := await self._claim()) is not None:
-            await self.submit(submission)
+            await self._submit(submission, 0)
             done = True
-        for batch in await self.ledger.due_batches(self.owner, 20, _LEASE):
-            await self.poll(batch)
+        for batch in await self.ledger.due_batches(self.owner, 20, _LEASE, self.endpoint):
+            try:
+                await self.poll(batch)
+            except openai.APIError as exc:
+                log.warning("batch_poll_failed", batch=batch.provider_id, error=str(exc))
             done = True
         return done
+
+    async def _submit(self, submission: Submission, failures: int) -> None:
+        try:
+            await self.submit(submission)
+        except openai.APIError as exc:
+            failures += 1
+            log.warning(
+                "batch_submit_failed", submission=submission.id, failures=failures, error=str(exc)
+            )
+            tries = self.settings.max_transport_retries + 1
+            if failures < tries:
+                self._failed[submission.id] = (submission, failures)
+            else:
+                await self.ledger.end_batch(
+                    submission.id, f"not submitted: {exc}", [], max_tries=tries
+                )
 
     async def _claim(self) -> Submission | None:
         return await self.ledger.claim_submission(
@@ -103,7 +124,7 @@ class BatchPoller:
             found = await self._created_before(submission.id)
             if found is not None:
                 log.info("batch_found", submission=submission.id, batch=found)
-                await self.ledger.batch_created(submission.id, found, self.settings.batch_poll)
+                await self._created(submission, found)
                 return
         lines = [
             json.dumps(
@@ -122,8 +143,15 @@ class BatchPoller:
             completion_window="24h",
             metadata={_METADATA: submission.id, "ragjury_job": submission.job_id},
         )
-        await self.ledger.batch_created(submission.id, batch.id, self.settings.batch_poll)
+        await self._created(submission, batch.id)
         log.info("batch_submitted", job=submission.job_id, batch=batch.id, requests=len(lines))
+
+    async def _created(self, submission: Submission, provider_id: str) -> None:
+        if not await self.ledger.batch_created(
+            submission.id, provider_id, self.settings.batch_poll
+        ):  # cancelled (ragjury batches cancel) while it was being submitted
+            log.info("batch_cancelled_while_submitted", batch=provider_id)
+            await self._client.batches.cancel(provider_id)
 
     async def _created_before(self, submission: str) -> str | None:
         async for batch in self._client.batches.list(limit=100):
@@ -158,6 +186,32 @@ class BatchPoller:
                 text = (await self._client.files.content(file_id)).text
                 answers += parse_lines(text.splitlines())
         return answers
+
+
+async def check_batch_api(settings: Settings, *, who: str, fix: str) -> None:
+    """:meth:`BatchPoller.check` of ``settings``' endpoint, without a poller."""
+    client = openai.AsyncOpenAI(
+        base_url=settings.base_url, api_key=settings.api_key or "not-needed", timeout=30.0
+    )
+    try:
+        await _check(client, redacted(settings.base_url or DEFAULT_ENDPOINT), who, fix)
+    finally:
+        await client.close()
+
+
+async def _check(client: openai.AsyncOpenAI, endpoint: str, who: str, fix: str) -> None:
+    for path, probe in (
+        ("/v1/files", lambda: client.files.list(purpose="batch")),
+        ("/v1/batches", lambda: client.batches.list(limit=1)),
+    ):
+        try:
+            await probe()
+        except openai.NotFoundError as exc:
+            raise ConfigurationError(
+                f"{who} needs the endpoint's {path} (OpenAI's Files and Batch APIs), and "
+                f"{endpoint} answered 404 there; use an endpoint that has them (OpenAI, "
+                f"Azure OpenAI, a vLLM or LiteLLM batch server) or {fix}"
+            ) from exc
 
 
 def parse_lines(lines: Sequence[str]) -> list[Answer]:

@@ -56,6 +56,17 @@ class Answer:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CancelledBatches:
+    """What ``ragjury batches cancel`` ended in the store: the provider's batches to cancel
+    there, as (provider id, endpoint), the submissions not yet created and the requests
+    that will now be sent directly."""
+
+    provider: Sequence[tuple[str, str]]
+    submitting: int
+    requests: int
+
+
 @dataclass(slots=True)
 class BatchInFlight:
     """A row of ``ragjury status``: a batch not yet ended."""
@@ -73,7 +84,12 @@ class BatchLedger(Protocol):
 
     async def batch_request(self, key: str) -> BatchRequest | None: ...
 
-    async def queue_batch_request(self, key: str, job_id: str, stage: str, body: str) -> None: ...
+    async def queue_batch_request(
+        self, key: str, job_id: str, stage: str, body: str, endpoint: str = ""
+    ) -> bool:
+        """Queue a request (once) for ``endpoint``'s batches; False when the job's batches
+        were cancelled (``ragjury batches cancel``): the request is then sent directly."""
+        ...
 
     async def book_batch_request(self, key: str) -> bool:
         """Mark the answer's tokens counted; False when they already were."""
@@ -87,9 +103,16 @@ class BatchLedger(Protocol):
         self, owner: str, endpoint: str, *, size: int, wait: float, lease: float
     ) -> Submission | None: ...
 
-    async def batch_created(self, submission: str, provider_id: str, next_poll: float) -> None: ...
+    async def batch_created(self, submission: str, provider_id: str, next_poll: float) -> bool:
+        """Store the provider's id of a submission; False when the submission was cancelled
+        meanwhile (the provider's batch is then to be cancelled too)."""
+        ...
 
-    async def due_batches(self, owner: str, limit: int, lease: float) -> list[OpenBatch]: ...
+    async def due_batches(
+        self, owner: str, limit: int, lease: float, endpoint: str | None = None
+    ) -> list[OpenBatch]:
+        """Open batches due a poll (of ``endpoint``, or any), leased to ``owner``."""
+        ...
 
     async def batch_polled(self, batch_id: str, status: str, next_poll: float) -> None: ...
 
@@ -102,4 +125,7 @@ class BatchLedger(Protocol):
 
     async def batches_in_flight(self) -> list[BatchInFlight]: ...
 
-    async def open_batch_ids(self, job_id: str) -> list[str]: ...
+    async def cancel_batches(self, job_id: str) -> CancelledBatches:
+        """End the job's batches as cancelled, drop its unanswered requests and wake the
+        messages parked on them; from then on the job's calls are sent directly."""
+        ...

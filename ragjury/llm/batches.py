@@ -59,16 +59,20 @@ class BatchChannel:
     ) -> tuple[ChatCompletion, bool] | None:
         """The batch's answer to ``request`` and whether this is its first use (its tokens
         count then, and only then); None: send it directly (a re-ask, with ``--batch-reask
-        direct``). Raises :class:`Parked` while it is not answered, and
-        :class:`~ragjury.errors.LLMTransportError` when its batch failed it for good."""
+        direct``; any call of a job whose batches were cancelled). Raises :class:`Parked`
+        while it is not answered, and :class:`~ragjury.errors.LLMTransportError` when its
+        batch failed it for good."""
         key = self.key(request)
         found = await self.ledger.batch_request(key)
         if found is None:
             if self.reask == "direct" and stats.statuses:
                 return None  # this call already had an answer: this is a re-ask
-            await self.ledger.queue_batch_request(
-                key, current_job.get(), stats.stage, json.dumps(request, default=str)
+            body = json.dumps(request, default=str)
+            queued = await self.ledger.queue_batch_request(
+                key, current_job.get(), stats.stage, body, self.endpoint
             )
+            if not queued:
+                return None  # the job's batches were cancelled: its calls go directly
             raise Parked(key, stats.stage)
         if found.state == "failed":
             raise LLMTransportError(

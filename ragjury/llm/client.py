@@ -180,13 +180,25 @@ class LLM:
         self._reached = False  # has any request ever been answered?
         self.batch: BatchChannel | None = None
         """Batch mode's channel (the runner attaches one with ``--batch``); None: direct."""
+        self.batching: Callable[[Settings], BatchChannel] | None = None
+        """The runner's maker of a batch channel for an endpoint (its batches submitted and
+        polled by the run); None where there is no store to park steps in."""
 
-    def sibling(self, judge: str, model: str, base_url: str | None, temperature: float) -> LLM:
+    def sibling(
+        self,
+        judge: str,
+        model: str,
+        base_url: str | None,
+        temperature: float,
+        *,
+        batch: bool = False,
+    ) -> LLM:
         """A client of another model or endpoint for the same run (``judge`` of a panel):
         its own limiter, breaker and prices, the run's budget, usage ledger and call records;
         its calls' stages end in ``@judge``, so the books show each judge's calls and cost.
-        Made once per judge and closed with this one."""
-        key = f"{judge}\n{model}\n{base_url}\n{temperature}"
+        Its calls go through its endpoint's batch API with ``batch`` (``--batch-judges``) or
+        when this client's do (``--batch``). Made once per judge and closed with this one."""
+        key = f"{judge}\n{model}\n{base_url}\n{temperature}\n{batch}"
         found = self._siblings.get(key)
         if found is None:
             update = {"model": model, "base_url": base_url, "temperature": temperature}
@@ -199,6 +211,8 @@ class LLM:
                 ledger=self._ledger,
             )
             found.usage, found.budget, found.judge = self.usage, self.budget, judge
+            if self.batching is not None and (batch or self.batch is not None):
+                found.batch = self.batching(found.settings)
             self._siblings[key] = found
         return found
 
@@ -561,6 +575,8 @@ class LLM:
         cost = (self.prices.batch_cost if batch else self.prices.cost)(model, prompt, completion)
         if batch:
             usage.add_batch_cost(cost)
+            usage.batch_prompt_tokens += prompt
+            usage.batch_completion_tokens += completion
         stats.prompt_tokens += prompt
         stats.completion_tokens += completion
         stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + cost

@@ -7,6 +7,7 @@ unknown cost is never reported as 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 
 @dataclass
@@ -23,6 +24,8 @@ class StageUsage:
     cost_usd: float | None = 0.0
     batch_requests: int = 0
     """Of ``requests``, those answered through a batch API (``--batch``)."""
+    batch_prompt_tokens: int = 0
+    batch_completion_tokens: int = 0
     batch_cost_usd: float | None = 0.0
     """Of ``cost_usd``, what the batch-answered requests cost."""
 
@@ -112,6 +115,47 @@ class UsageLedger:
 
     def by_stage(self) -> dict[str, dict[str, int | float | str | None]]:
         return {name: usage.as_dict() for name, usage in sorted(self.stages.items())}
+
+    def by_mode(self) -> dict[str, ModeTotals]:
+        """``calls_by_mode``: the run's calls, tokens and cost sent directly and answered
+        through a batch API (``--batch``); a cost None when a model had no price."""
+        stages = list(self.stages.values())
+
+        def cost(values: list[float | None]) -> float | None:
+            return (
+                None
+                if any(c is None for c in values)
+                else _round_cost(sum(c or 0.0 for c in values))
+            )
+
+        batch = ModeTotals(
+            llm_calls=sum(s.batch_requests for s in stages),
+            prompt_tokens=sum(s.batch_prompt_tokens for s in stages),
+            completion_tokens=sum(s.batch_completion_tokens for s in stages),
+            cost_usd=cost([s.batch_cost_usd for s in stages]),
+        )
+        total = self.cost_usd
+        direct_cost = (
+            None
+            if total is None or batch["cost_usd"] is None
+            else _round_cost(max(total - batch["cost_usd"], 0.0))
+        )
+        direct = ModeTotals(
+            llm_calls=self.requests - batch["llm_calls"],
+            prompt_tokens=self.prompt_tokens - batch["prompt_tokens"],
+            completion_tokens=self.completion_tokens - batch["completion_tokens"],
+            cost_usd=direct_cost,
+        )
+        return {"direct": direct, "batch": batch}
+
+
+class ModeTotals(TypedDict):
+    """A run's calls in one mode (direct or batch), as ``calls_by_mode`` gives them."""
+
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
 
 
 def _round_cost(cost: float | None) -> float | None:

@@ -80,7 +80,9 @@ def panel_steps(
     per_judge: dict[str, dict[str, Step]] = {}
     for judge in panel.judges:
         base_url = judge.base_url or settings.base_url
-        client = llm.sibling(judge.name, judge.model, base_url, panel.temperature)
+        client = llm.sibling(
+            judge.name, judge.model, base_url, panel.temperature, batch=judge.batch
+        )
         context = context_for(client, client.settings)
         for name in judged:
             for role, build in metrics[name].agents.items():

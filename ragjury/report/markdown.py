@@ -55,6 +55,15 @@ def _run_line(summary: Mapping[str, Any]) -> str:
     cost = summary.get("cost_usd")
     if cost is not None:
         parts.append(f"${cost:.4f}")
+    modes = summary.get("calls_by_mode")
+    if isinstance(modes, Mapping) and (modes.get("batch") or {}).get("llm_calls"):
+        parts.append(
+            " and ".join(
+                f"{mode} {figures.get('llm_calls', 0)} calls"
+                + ("" if figures.get("cost_usd") is None else f" ${figures['cost_usd']:.4f}")
+                for mode, figures in modes.items()
+            )
+        )
     if "wall_seconds" in summary:
         parts.append(f"{summary['wall_seconds']:.1f} s")
     line = ", ".join(parts)

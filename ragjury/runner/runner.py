@@ -45,7 +45,7 @@ from ragjury.store.base import Item, Job, Store
 from ragjury.store.cache import StepCache
 
 if TYPE_CHECKING:
-    from ragjury.llm.batch_poller import BatchPoller
+    from ragjury.runner.batching import BatchPollers
 
 log = structlog.get_logger("ragjury.runner")
 
@@ -53,8 +53,14 @@ INTAKE = "intake"
 
 
 def intake_capacity(settings: Settings) -> int:
-    """Items one intake keeps started at once: ``--items-in-flight``, else 2 x concurrency."""
-    return settings.items_in_flight or max(4, 2 * settings.concurrency)
+    """Items one intake keeps started at once: ``--items-in-flight``, else 2 x concurrency,
+    and with ``--batch`` at least ``--batch-size``: a parked item holds no worker, and a
+    batch can only be as full as the items started (each round of batches costs the
+    provider's turnaround, hours)."""
+    if settings.items_in_flight:
+        return settings.items_in_flight
+    direct = max(4, 2 * settings.concurrency)
+    return max(direct, settings.batch_size) if settings.batch else direct
 
 
 def new_owner() -> str:
@@ -137,10 +143,10 @@ class Runner:
             log.info("released_from_dead_processes", count=released)
         refused = False
         try:
-            poller = await self._batch_poller() if self.settings.batch else None
+            batches = await self._batch_pollers()
             async with anyio.create_task_group() as tg:
-                if poller is not None:
-                    tg.start_soon(self._batches, poller)
+                if batches is not None:
+                    await tg.start(batches.run)
                 await tg.start(self.workers.run)
                 tg.start_soon(self._heartbeat)
                 if stop is not None:
@@ -176,35 +182,23 @@ class Runner:
             ) from self.llm.fatal_error
         return self.counts
 
-    async def _batch_poller(self) -> BatchPoller:
-        """Batch mode: the LLM's calls go through the endpoint's batch API, whose batches
-        this process submits and polls (as every process on the database may)."""
-        from ragjury.llm.batch_poller import BatchPoller
-        from ragjury.llm.batches import BatchChannel
+    async def _batch_pollers(self) -> BatchPollers | None:
+        """Batch mode: the pollers of the endpoints this run sends batches to (the run's own
+        with ``--batch``, checked now; a judge's when its client is made). None without a
+        store to park steps in."""
+        from ragjury.runner.batching import BatchPollers
 
         if not isinstance(self.bus, DurableBus):
-            raise ConfigurationError(
-                "--batch needs a job in the store (--db); Jury.evaluate_one and other "
-                "in-memory runs call the endpoint directly"
-            )
-        poller = BatchPoller(self.store, self.settings, owner=f"{self.owner}:batches")
-        try:
-            await poller.check()
-        except BaseException:
-            await poller.aclose()
-            raise
-        self.llm.batch = BatchChannel(
-            self.store, endpoint=poller.endpoint, reask=self.settings.batch_reask
-        )
-        return poller
-
-    async def _batches(self, poller: BatchPoller) -> None:
-        try:
-            await poller.run()
-        finally:
-            self.llm.batch = None
-            with anyio.CancelScope(shield=True):
-                await poller.aclose()
+            if self.settings.batch:
+                raise ConfigurationError(
+                    "--batch needs a job in the store (--db); Jury.evaluate_one and other "
+                    "in-memory runs call the endpoint directly"
+                )
+            return None
+        pollers = BatchPollers(self.store, self.llm, self.owner)
+        if self.settings.batch:
+            await pollers.check_run_endpoint(self.settings)
+        return pollers
 
     async def _stop_when_set(self, stop: anyio.Event) -> None:
         await stop.wait()

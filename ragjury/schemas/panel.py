@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 Combine = Literal["majority", "mean", "median", "min"]
 COMBINE: tuple[Combine, ...] = ("majority", "mean", "median", "min")
@@ -27,13 +34,23 @@ _EXAMPLE = "e.g. --judges a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1"
 
 
 class PanelJudge(BaseModel):
-    """One judge of a panel: a name, a model, and the endpoint when it is not the run's."""
+    """One judge of a panel: a name, a model, the endpoint when it is not the run's, and
+    whether its calls go through that endpoint's batch API (``--batch-judges``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     model: str
     base_url: str | None = None
+    batch: bool = False
+
+    @model_serializer(mode="wrap")
+    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a judge without batch is stored as before ``batch`` existed, so its job keeps its key
+        dumped: dict[str, object] = handler(self)
+        if not self.batch:
+            dumped.pop("batch", None)
+        return dumped
 
 
 class Panel(BaseModel):
@@ -85,6 +102,20 @@ def parse_judges(text: str) -> tuple[PanelJudge, ...]:
             _check_stored_url(name, url)
         judges.append(PanelJudge(name=name, model=model, base_url=url or None))
     return tuple(judges)
+
+
+def with_batch(judges: Sequence[PanelJudge], names: str) -> tuple[PanelJudge, ...]:
+    """``--batch-judges NAME,...``: those judges' calls go through the batch API."""
+    chosen = {n.strip() for n in names.split(",") if n.strip()}
+    known = {j.name for j in judges}
+    unknown = sorted(chosen - known)
+    if unknown:
+        raise ValueError(
+            f"--batch-judges names {', '.join(map(repr, unknown))}, which --judges does not "
+            f"give (its judges: {', '.join(sorted(known)) or 'none'}); name judges of --judges, "
+            "e.g. --judges a=gpt-4o-mini,b=gpt-4o --batch-judges b"
+        )
+    return tuple(j.model_copy(update={"batch": j.name in chosen}) for j in judges)
 
 
 def _check_stored_url(name: str, url: str) -> None:

@@ -13,7 +13,9 @@ processes (``rate_buckets``), and indexes that read a job's results in item orde
 at a time; version 4 the deduplicator's index of kept questions; version 5 the human labels
 ``ragjury review import`` reads back (``labels``); version 6 batch mode's requests, batches
 and parked messages; version 7 keeps an item's join state in one row (``item_joins``, a JSON
-object of its parts), so a join is one statement.
+object of its parts), so a join is one statement; version 8 names the endpoint of each batch
+request (``batch_requests.endpoint``: a panel's judges may send batches to endpoints of their
+own).
 """
 
 from __future__ import annotations
@@ -260,6 +262,12 @@ CREATE TABLE item_joins (
 INSERT INTO item_joins (job_id, item_key, parts)
 SELECT job_id, item_key, jsonb_object_agg(name, value) FROM joins GROUP BY job_id, item_key;
 DROP TABLE joins;
+""",
+    ),
+    (
+        8,
+        """
+ALTER TABLE batch_requests ADD COLUMN endpoint TEXT NOT NULL DEFAULT '';
 """,
     ),
 )

@@ -8,14 +8,16 @@ deduplicator's index of kept questions (``question_keys``, built per job at the 
 ``question_indexes``; a job from before it is indexed when next deduplicated); 5 adds the
 human labels ``ragjury review import`` reads back (``labels``); 6 adds batch mode's
 requests, batches and parked messages (``batch_requests``, ``batches``, ``batch_waits``); 7
-keeps an item's join state in one row (``item_joins``, a JSON object of its parts). A newer
+keeps an item's join state in one row (``item_joins``, a JSON object of its parts); 8 names
+the endpoint of each batch request (``batch_requests.endpoint``: a panel's judges may send
+batches to endpoints of their own). A newer
 ragjury upgrades an older file on open; an older ragjury refuses a newer file with a message
 saying so.
 """
 
 from __future__ import annotations
 
-VERSION = 7
+VERSION = 8
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -169,7 +171,8 @@ CREATE TABLE IF NOT EXISTS batch_requests (
     booked INTEGER NOT NULL DEFAULT 0,
     response TEXT,
     error TEXT,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    endpoint TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS batch_requests_state ON batch_requests(state, job_id, created_at);
 CREATE INDEX IF NOT EXISTS batch_requests_submission ON batch_requests(submission);
@@ -202,6 +205,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "llm_calls": (("model", "TEXT"), ("cost_usd", "REAL")),
     "items": (("transient_failures", "INTEGER NOT NULL DEFAULT 0"), ("started_by", "TEXT")),
     "runs": (("host", "TEXT"), ("pid", "INTEGER")),
+    "batch_requests": (("endpoint", "TEXT NOT NULL DEFAULT ''"),),
 }
 
 # Indexes on the added columns: made once the columns are there.

@@ -14,7 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from ragjury.llm.batch_types import Answer, BatchInFlight, BatchRequest, OpenBatch, Submission
+from ragjury.llm.batch_types import (
+    Answer,
+    BatchInFlight,
+    BatchRequest,
+    CancelledBatches,
+    OpenBatch,
+    Submission,
+)
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import Steps, execute, execute_many, fetch, fetch_one, lock
 
@@ -44,12 +51,24 @@ class BatchesSQL(Driven):
         state, response, error, booked = rows[0]
         return BatchRequest(state, response, error, bool(booked))
 
-    async def queue_batch_request(self, key: str, job_id: str, stage: str, body: str) -> None:
-        sql = (
-            "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at) "
-            "VALUES (?, ?, ?, ?, 'queued', now_epoch()) ON CONFLICT (key) DO NOTHING"
-        )
-        await self._write(lambda: execute(sql, key, job_id, stage, body), single=True)
+    async def queue_batch_request(
+        self, key: str, job_id: str, stage: str, body: str, endpoint: str = ""
+    ) -> bool:
+        def queue() -> Steps[bool]:
+            cancelled = yield from fetch_one(
+                "SELECT 1 FROM batches WHERE id = ?", _cancelled(job_id)
+            )
+            if cancelled is not None:
+                return False
+            yield from execute(
+                "INSERT INTO batch_requests (key, job_id, stage, body, state, created_at, "
+                "endpoint) VALUES (?, ?, ?, ?, 'queued', now_epoch(), ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                *(key, job_id, stage, body, endpoint),
+            )
+            return True
+
+        return await self._write(queue)
 
     async def book_batch_request(self, key: str) -> bool:
         sql = "UPDATE batch_requests SET booked = 1 WHERE key = ? AND booked = 0"
@@ -99,21 +118,21 @@ class BatchesSQL(Driven):
                 )
                 rows = yield from fetch(lines_of, left[0])
                 return Submission(str(left[0]), str(left[1]), _lines(rows), resumed=True)
+            # a request queued before requests named their endpoint ('') goes to any
             due = yield from fetch_one(
-                "SELECT job_id FROM batch_requests WHERE state = 'queued' GROUP BY job_id "
+                "SELECT job_id FROM batch_requests WHERE state = 'queued' "
+                "AND endpoint IN (?, '') GROUP BY job_id "
                 "HAVING COUNT(*) >= ? OR MIN(created_at) <= now_epoch() - ? "
                 "ORDER BY MIN(created_at) LIMIT 1",
-                size,
-                wait,
+                *(endpoint, size, wait),
             )
             if due is None:
                 return None
             job_id = str(due[0])
             rows = yield from fetch(
                 "SELECT key, stage, body FROM batch_requests WHERE state = 'queued' "
-                "AND job_id = ? ORDER BY created_at, key LIMIT ?",
-                job_id,
-                size,
+                "AND job_id = ? AND endpoint IN (?, '') ORDER BY created_at, key LIMIT ?",
+                *(job_id, endpoint, size),
             )
             submission = uuid.uuid4().hex
             yield from execute(
@@ -131,19 +150,25 @@ class BatchesSQL(Driven):
 
         return await self._write(claim)
 
-    async def batch_created(self, submission: str, provider_id: str, next_poll: float) -> None:
+    async def batch_created(self, submission: str, provider_id: str, next_poll: float) -> bool:
         sql = (
             "UPDATE batches SET provider_id = ?, state = 'open', lease_owner = NULL, "
-            "lease_until = 0, next_poll = now_epoch() + ? WHERE id = ?"
+            "lease_until = 0, next_poll = now_epoch() + ? WHERE id = ? AND state = 'submitting'"
         )
-        await self._write(lambda: execute(sql, provider_id, next_poll, submission), single=True)
+        return bool(
+            await self._write(lambda: execute(sql, provider_id, next_poll, submission), single=True)
+        )
 
-    async def due_batches(self, owner: str, limit: int, lease: float) -> list[OpenBatch]:
+    async def due_batches(
+        self, owner: str, limit: int, lease: float, endpoint: str | None = None
+    ) -> list[OpenBatch]:
         def due() -> Steps[list[OpenBatch]]:
             rows = yield from fetch(
                 "SELECT id, provider_id, polls FROM batches WHERE state = 'open' "
                 "AND next_poll <= now_epoch() AND lease_until < now_epoch() "
+                "AND endpoint = COALESCE(?, endpoint) "
                 "ORDER BY next_poll LIMIT ? FOR UPDATE SKIP LOCKED",
+                endpoint,
                 limit,
             )
             if rows:
@@ -199,7 +224,7 @@ class BatchesSQL(Driven):
             yield from _wake([str(row[0]) for row in ended])
             yield from execute(
                 "UPDATE batches SET state = 'ended', status = ?, lease_owner = NULL, "
-                "ended_at = now_epoch() WHERE id = ?",
+                "ended_at = now_epoch() WHERE id = ? AND state <> 'ended'",
                 status,
                 batch_id,
             )
@@ -213,11 +238,49 @@ class BatchesSQL(Driven):
         )
         return [BatchInFlight(str(j), p, s, int(n), float(age)) for j, p, s, n, age in rows]
 
-    async def open_batch_ids(self, job_id: str) -> list[str]:
-        rows = await self.read(
-            "SELECT provider_id FROM batches WHERE job_id = ? AND state = 'open'", (job_id,)
-        )
-        return [str(row[0]) for row in rows]
+    async def cancel_batches(self, job_id: str) -> CancelledBatches:
+        def cancel() -> Steps[CancelledBatches]:
+            yield from lock(_LOCK)
+            rows = yield from fetch(
+                "SELECT provider_id, endpoint FROM batches WHERE job_id = ? AND state <> 'ended'",
+                job_id,
+            )
+            yield from execute(
+                "UPDATE batches SET state = 'ended', status = 'cancelled', lease_owner = NULL, "
+                "ended_at = now_epoch() WHERE job_id = ? AND state <> 'ended'",
+                job_id,
+            )
+            keys = [
+                str(row[0])
+                for row in (
+                    yield from fetch(
+                        "SELECT key FROM batch_requests WHERE job_id = ? "
+                        "AND state IN ('queued', 'submitted')",
+                        job_id,
+                    )
+                )
+            ]
+            if keys:
+                yield from execute("DELETE FROM batch_requests WHERE key = ANY(?)", keys)
+                yield from _wake(keys)
+            yield from execute(
+                "INSERT INTO batches (id, job_id, endpoint, state, status, requests, created_at, "
+                "ended_at) VALUES (?, ?, '', 'ended', 'cancelled', 0, now_epoch(), now_epoch()) "
+                "ON CONFLICT (id) DO NOTHING",
+                _cancelled(job_id),
+                job_id,
+            )
+            provider = [(str(p), str(e)) for p, e in rows if p is not None]
+            return CancelledBatches(
+                provider, submitting=len(rows) - len(provider), requests=len(keys)
+            )
+
+        return await self._write(cancel)
+
+
+def _cancelled(job_id: str) -> str:
+    """The id of the row that marks a job's batches cancelled (its calls then go direct)."""
+    return f"cancelled:{job_id}"
 
 
 def _lines(rows: Sequence[tuple[object, ...]]) -> list[tuple[str, str, str]]:

@@ -371,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from ragjury.llm import tracing
     from ragjury.logs import configure_logging
+    from ragjury.urls import redact_text
 
     try:
         settings = settings_from_args(args)
@@ -382,10 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             tracing.flush()
     except (ConfigurationError, InputError) as exc:
-        print(f"ragjury: error: {exc}", file=sys.stderr)
+        print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     except RagjuryError as exc:
-        print(f"ragjury: error: {exc}", file=sys.stderr)
+        print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_NOTHING_PROCESSED
     except KeyboardInterrupt:
         print("ragjury: interrupted; results written so far are kept", file=sys.stderr)

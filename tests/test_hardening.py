@@ -169,6 +169,32 @@ def test_secrets_in_urls_are_redacted_from_any_text_ragjury_logs_or_stores(
     assert redact_text("postgresql://u@db/x and no secret") == "postgresql://u@db/x and no secret"
 
 
+def test_a_secret_noted_where_its_url_entered_is_hidden_even_cut_out_of_the_url() -> None:
+    from ragjury.config import Settings
+    from ragjury.evaluation.targets import HttpTarget
+    from ragjury.urls import redact_text
+
+    Settings(db="postgresql://u:dbSecret9@h/x", base_url="http://a:llmSecret9@h/v1")
+    HttpTarget("http://h/rag?token=tokSecret9", headers={"Authorization": "Bearer hdrSecret9"})
+    # an exporter that moved the query string, a driver that quotes only the password
+    line = "url: /?token=tokSecret9/v1; password dbSecret9 llmSecret9 rejected; Bearer hdrSecret9"
+    assert redact_text(line) == "url: /?token=*** password *** *** rejected; ***"
+    HttpTarget("http://u:ab@h/rag")  # too short to hide alone: inside its URL it still is
+    assert redact_text("a cab at http://u:ab@h/rag") == "a cab at http://u:***@h/rag"
+
+
+def test_third_party_log_records_pass_the_same_redaction(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from ragjury.logs import configure_logging
+
+    configure_logging("info")
+    logging.getLogger("some.exporter").warning("cannot reach %s", "http://o:pa55word@h:1/v1")
+    assert "pa55word" not in capsys.readouterr().err
+
+
 # -- exit codes -----------------------------------------------------------------------------
 
 

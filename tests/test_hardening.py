@@ -22,7 +22,7 @@ from ragjury.cli import main
 
 from conftest import read_jsonl, read_summary, script_happy_path
 from evalfakes import script_judges
-from fakeopenai import FakeOpenAI, chat_json, error
+from fakeopenai import FakeOpenAI, chat, chat_json, error
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
 
@@ -297,6 +297,42 @@ def test_a_killed_runs_calls_in_flight_are_on_the_books_and_the_run_is_closed(
     assert first[1] is not None
     assert json.loads(first[2])["killed"] is True
     assert second[1] is not None
+
+
+def test_a_killed_runs_answered_calls_count_in_the_job_totals_when_it_resumes(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """kill -9 while one call waits for its re-ask and another for its first answer: the
+    answer the endpoint gave before the kill (tokens and cost) is in the job's totals."""
+    hang = chat_json({"statements": []}, delay=30.0)
+    fake.route("statement_splitter", chat("not json", prompt_tokens=70, completion_tokens=30), hang)
+    samples = samples_file(tmp_path, [SAMPLE, {**SAMPLE, "id": "s2"}])
+    priced = ("--metrics", "faithfulness", "--model", "gpt-4o-mini")
+    command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out",
+               str(tmp_path / "r.jsonl"), "--db", str(tmp_path / "run.db"), *endpoint(fake),
+               *priced]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # one answered (it did not parse) and re-asked; the other sample's first request
+        until(lambda: len(fake.requests) == 3 and fake.in_flight == 2, "a re-ask in flight")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    fake.reset()
+    script_judges(fake)
+
+    assert evaluate(fake, tmp_path, samples, *priced) == 0
+
+    summary = read_summary(tmp_path)
+    served = fake.stats()
+    assert summary["llm_calls"] == served["chat_requests"]  # this run's own
+    totals = summary["job_totals"]
+    assert totals["runs"] == 2
+    assert totals["llm_calls"] == served["chat_requests"] + 1  # and the answer before the kill
+    assert totals["prompt_tokens"] == served["prompt_tokens"] + 70
+    assert totals["completion_tokens"] == served["completion_tokens"] + 30
+    assert totals["cost_usd"] > summary["cost_usd"]
 
 
 # -- the small ones -------------------------------------------------------------------------

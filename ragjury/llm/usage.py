@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+IN_FLIGHT = "in flight: sent, not yet answered"
+"""The error of a call's record while it is in flight (what a killed run leaves)."""
+
 
 @dataclass
 class StageUsage:

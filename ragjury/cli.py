@@ -24,7 +24,12 @@ from ragjury.commands import (
     review_options,
 )
 from ragjury.commands.common_options import add_llm_options, add_run_options, declared
-from ragjury.errors import ConfigurationError, InputError, RagjuryError
+from ragjury.errors import (
+    ConfigurationError,
+    EndpointUnreachableError,
+    InputError,
+    RagjuryError,
+)
 
 if TYPE_CHECKING:
     import pydantic
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
 # 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
 # failed) and 130 (stopped by a signal); see commands/_run.py.
-EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_NOTHING_JUDGED = 0, 1, 2, 4
 
 # Flags that map one-to-one onto GenerationOptions fields.
 _GENERATION_FLAGS = (
@@ -382,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, settings)
         finally:
             tracing.flush()
+    except EndpointUnreachableError as exc:  # found at the first call: nothing judged
+        print(f"ragjury: error: nothing was judged: {redact_text(str(exc))}", file=sys.stderr)
+        return EXIT_NOTHING_JUDGED
     except (ConfigurationError, InputError) as exc:
         print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG

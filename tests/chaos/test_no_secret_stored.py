@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from fakebatches import FakeBatches
+from test_daemon import Daemon, daemons, spawn, until
+from test_workers import states
 
 from ragjury.cli import main
 
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, error
 from pgserver import PASSWORD as PG_PASSWORD
+
+__all__ = ["daemons"]  # the fixture, shared with test_daemon
 
 PASSWORD, TOKEN = "s3cretPassw0rd", "t0kenValue42"
 
@@ -154,10 +159,12 @@ def test_no_url_secret_is_in_any_artifact_of_a_run_with_every_kind_of_url(
     tmp_path: Path,
     request: pytest.FixtureRequest,
     capfd: pytest.CaptureFixture[str],
+    daemons: list[Daemon],
     store: str,
 ) -> None:
     """--target, --base-url (through the batch endpoints: files and batches), --db and the
-    OTLP endpoint each carry a password; one evaluate, then status, report and export, and
+    OTLP endpoint each carry a password; one evaluate, the same queued and worked by `serve`,
+    then status, report and export, and
     the failures of a wrong password and of a database that is down: no file written, no
     byte of the database (SQLite's file, PostgreSQL's pg_dump), no stdout or stderr or log
     line holds any of them."""
@@ -208,6 +215,20 @@ def test_no_url_secret_is_in_any_artifact_of_a_run_with_every_kind_of_url(
     failed = next(r for r in results if r["id"] == "q1")["metrics"]["faithfulness"]["reason"]
     assert "bob:***@" in failed  # is stored, its URL redacted
     assert "token=***" in failed
+    # samples queued and worked by a daemon, its log at debug level kept with the rest
+    answered = work / "answered.jsonl"
+    answered.write_text(json.dumps({"id": "a1", "question": "Where is the tower?",
+                                    "answer": "In Paris.", "contexts": ["The tower is in Paris."]})
+                        + "\n")  # fmt: skip
+    assert main(["submit", "--samples", str(answered), "--db", db]) == 0
+    log = work / "serve.log"
+    serving = ["serve", "--base-url", base_url, "--api-key", "k", "--db", db]
+    daemon = Daemon(spawn([*serving, "--log-level", "debug"], log), log)
+    daemons.append(daemon)
+    until(lambda: states(db)["queued"] + states(db)["processing"] == 0, "the queue worked")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+    assert "llm_request" in daemon.stderr()  # it judged through the URL with the password
     assert main(["status", "--db", db]) == 0
     assert main(["status", "--db", db, "--json"]) == 0
     assert main(["report", "--db", db, "--out", str(work / "report.html")]) == 0

@@ -83,3 +83,13 @@ def redacted(url: str) -> str:
         host += f":{parts.port}"
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def endpoint_shown(url: str) -> str:
+    """An endpoint as a report's header shows it: scheme, host and path, no user, password
+    or query string."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

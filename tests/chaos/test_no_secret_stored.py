@@ -22,6 +22,7 @@ from ragjury.cli import main
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, error
 from pgserver import PASSWORD as PG_PASSWORD
+from pgserver import PostgresServer
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
 
@@ -146,11 +147,12 @@ def _ragjury(args: list[str], env: dict[str, str], streams: list[str]) -> int:
     return ran.returncode
 
 
-def _dump(url: str, dump: Path) -> None:
+def _dump(server: PostgresServer, url: str, dump: Path) -> None:
     """The whole PostgreSQL database as pg_dump writes it (its rows, as a backup keeps them)."""
     env = {**os.environ, "PGPASSWORD": PG_PASSWORD}
-    subprocess.run(["pg_dump", "--dbname", url.replace(f":{PG_PASSWORD}@", "@"), "--file",
-                    str(dump)], env=env, check=True)  # fmt: skip
+    bare = url.replace(f":{PG_PASSWORD}@", "@")
+    command = [str(server.bin / "pg_dump"), "--dbname", bare, "--file", str(dump)]
+    subprocess.run(command, env=env, check=True)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
@@ -240,7 +242,7 @@ def test_no_url_secret_is_in_any_artifact_of_a_run_with_every_kind_of_url(
         assert "cannot log in" in capfd.readouterr().err
         assert main(["status", "--db", down]) == 2
         assert "cannot connect" in capfd.readouterr().err
-        _dump(db, work / "dump.sql")
+        _dump(request.getfixturevalue("postgres"), db, work / "dump.sql")
         assert "The tower is in Paris." in (work / "dump.sql").read_text()  # the rows are there
 
     printed = capfd.readouterr()

@@ -106,12 +106,12 @@ def test_a_crash_never_truncates_an_earlier_output(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
     out.write_text('{"id": "from an earlier run"}\n', encoding="utf-8")
     samples = samples_file(tmp_path, [SAMPLE])
-    # nothing listens there: the run stops with a configuration error after opening --out
+    # nothing listens there: the run stops (nothing judged) after opening --out
     dead = ["--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "--max-transport-retries", "0"]
     code = main(
         ["evaluate", str(samples), "--out", str(out), "--db", str(tmp_path / "r.db"), *dead]
     )
-    assert code == 2
+    assert code == 4
     assert out.read_text(encoding="utf-8") == '{"id": "from an earlier run"}\n'
     assert not list(tmp_path.glob(".results.jsonl.*"))  # no partial file left behind
 
@@ -142,7 +142,7 @@ def test_a_password_in_the_base_url_is_never_stored_or_printed(
     code = main(["evaluate", str(samples), "--out", str(tmp_path / "r.jsonl"), "--db",
                  str(tmp_path / "other.db"), "--base-url", dead, "--api-key", "k",
                  "--max-transport-retries", "0", "--no-cache"])  # fmt: skip
-    assert code == 2
+    assert code == 4  # nothing judged: the endpoint refused the connection
     err = capsys.readouterr().err
     assert "alice:***@" in err
     assert "hunter2" not in err

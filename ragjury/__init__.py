@@ -28,6 +28,9 @@ if _typing.TYPE_CHECKING:
         ConfigurationError as ConfigurationError,
     )
     from ragjury.errors import (
+        EndpointUnreachableError as EndpointUnreachableError,
+    )
+    from ragjury.errors import (
         InputError as InputError,
     )
     from ragjury.errors import (
@@ -195,6 +198,7 @@ _WHERE = {
     "Criterion": "ragjury.schemas",
     "CritiqueResult": "ragjury.schemas",
     "DocumentJudged": "ragjury.schemas",
+    "EndpointUnreachableError": "ragjury.errors",
     "EvaluationOptions": "ragjury.config",
     "EvaluationResult": "ragjury.results",
     "Failure": "ragjury.schemas",
@@ -260,6 +264,7 @@ __all__ = [
     "Criterion",
     "CritiqueResult",
     "DocumentJudged",
+    "EndpointUnreachableError",
     "EvaluationOptions",
     "EvaluationResult",
     "Failure",

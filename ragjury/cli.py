@@ -25,7 +25,12 @@ from ragjury.commands import (
     review_options,
 )
 from ragjury.commands.common_options import add_llm_options, add_run_options, declared
-from ragjury.errors import ConfigurationError, InputError, RagjuryError
+from ragjury.errors import (
+    ConfigurationError,
+    EndpointUnreachableError,
+    InputError,
+    RagjuryError,
+)
 
 if TYPE_CHECKING:
     import pydantic
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
 # 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
 # failed) and 130 (stopped by a signal); see commands/_run.py.
-EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_NOTHING_JUDGED = 0, 1, 2, 4
 
 # Flags that map one-to-one onto GenerationOptions fields.
 _GENERATION_FLAGS = (
@@ -394,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from ragjury.llm import tracing
     from ragjury.logs import configure_logging
+    from ragjury.urls import redact_text
 
     try:
         settings = settings_from_args(args)
@@ -404,11 +410,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, settings)
         finally:
             tracing.flush()
+    except EndpointUnreachableError as exc:  # found at the first call: nothing judged
+        print(f"ragjury: error: nothing was judged: {redact_text(str(exc))}", file=sys.stderr)
+        return EXIT_NOTHING_JUDGED
     except (ConfigurationError, InputError) as exc:
-        print(f"ragjury: error: {exc}", file=sys.stderr)
+        print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     except RagjuryError as exc:
-        print(f"ragjury: error: {exc}", file=sys.stderr)
+        print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_NOTHING_PROCESSED
     except KeyboardInterrupt:
         print("ragjury: interrupted; results written so far are kept", file=sys.stderr)

@@ -389,6 +389,14 @@ class Settings(BaseSettings):
     def _db_location(cls, value: Any) -> Any:
         return str(value) if isinstance(value, Path) else value
 
+    @field_validator("db", "base_url")
+    @classmethod
+    def _url_secrets_known(cls, value: str | None) -> str | None:
+        """Where these URLs enter: their passwords are hidden in any text from here on."""
+        from ragjury.urls import remember_secrets
+
+        return remember_secrets(value)
+
     @field_validator("llm")
     @classmethod
     def _llm_spec(cls, value: str | None) -> str | None:

@@ -4,7 +4,10 @@ and what to do next.
 ::
 
     RagjuryError
-    ├── ConfigurationError        bad or missing settings (no endpoint, bad option value)
+    ├── ConfigurationError        bad or missing settings (no endpoint, bad option value,
+    │                             an API key or model the endpoint rejects)
+    ├── EndpointUnreachableError  the LLM endpoint could not be reached at all: the run
+    │                             stopped with nothing judged (exit code 4)
     ├── InputError                input files or records that cannot be used
     ├── StoreUnavailableError     the database server stayed out of reach too long
     ├── BusError                  the bus is closed or misused
@@ -33,6 +36,11 @@ class RagjuryError(Exception):
 
 class ConfigurationError(RagjuryError):
     """Settings are missing or invalid; the message names the setting and how to fix it."""
+
+
+class EndpointUnreachableError(RagjuryError):
+    """The LLM endpoint refused or never answered a connection in this run; the run stopped
+    with its work queued, nothing judged."""
 
 
 class InputError(RagjuryError):

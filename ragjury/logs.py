@@ -37,6 +37,20 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
         cache_logger_on_first_use=False,
     )
     quiet_dependencies()
+    _redact_stdlib_records()
+
+
+def _redact_stdlib_records() -> None:
+    """The libraries' own log records (stdlib logging: an exporter that cannot reach its
+    endpoint, a driver) pass the same redaction as ragjury's, whoever prints them; an
+    application's own record factory is left alone."""
+    if logging.getLogRecordFactory() is logging.LogRecord:
+        logging.setLogRecordFactory(_RedactedRecord)
+
+
+class _RedactedRecord(logging.LogRecord):
+    def getMessage(self) -> str:
+        return redact_text(super().getMessage())
 
 
 def _redact_secrets(

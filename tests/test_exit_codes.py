@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,12 @@ def test_1_when_some_input_lines_are_invalid_and_the_rest_pass(
 
 def test_2_for_usage_errors_before_any_llm_call(fake: FakeOpenAI, tmp_path: Path) -> None:
     assert run(fake, tmp_path, [TOKYO], "--metrics", "faithfulnes") == 2
+    # a gate on a metric not requested, and one off its metric's scale (1-5)
     assert (
         run(fake, tmp_path, [TOKYO], "--metrics", "keywords", "--fail-under", "correctness=4") == 2
     )
+    gate = ("--fail-under", "answer_relevance=0.8")
+    assert run(fake, tmp_path, [TOKYO], "--metrics", "answer_relevance", *gate) == 2
     assert fake.requests == []
 
 
@@ -52,10 +56,38 @@ def test_3_when_more_judgements_failed_than_allowed(fake: FakeOpenAI, tmp_path: 
     assert code == 3
 
 
-def test_4_when_every_judgement_failed(fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_4_when_every_judgement_failed_and_it_says_so(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake.fallback(error(503, "overloaded"))
     path = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
     assert evaluate(fake, tmp_path, path, "--max-transport-retries", "0") == 4
+    assert "nothing was judged: all" in capsys.readouterr().err
+
+
+def test_4_when_the_endpoint_refuses_connections_and_it_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:  # a port of this machine that nothing listens on
+        taken.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{taken.getsockname()[1]}/v1"
+    path = write_jsonl(tmp_path / "samples.jsonl", [TOKYO])
+    args = ["--metrics", "faithfulness", "--base-url", closed, "--api-key", "k"]
+    assert evaluate(None, tmp_path, path, *args, "--max-transport-retries", "0") == 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ragjury: error: nothing was judged:" in err  # which: the endpoint, by its URL
+    assert f"check that {closed} is up" in err
+
+
+def test_the_first_of_4_3_5_is_the_code_when_several_apply(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+    fake.route("correctness_judge", error(400, "bad request"))  # fails one metric at once
+    path = write_jsonl(tmp_path / "samples.jsonl", [EIFFEL])
+    flags = ("--metrics", "faithfulness,correctness", "--fail-under", "faithfulness=0.9")
+    assert evaluate(fake, tmp_path, path, *flags) == 5  # the failure is within --max-failed
+    assert evaluate(fake, tmp_path, path, *flags, "--max-failed", "0", "--no-cache") == 3
 
 
 def test_4_when_nothing_was_applicable_and_it_says_so(

@@ -22,7 +22,7 @@ from ragjury.cli import main
 
 from conftest import read_jsonl, read_summary, script_happy_path
 from evalfakes import script_judges
-from fakeopenai import FakeOpenAI, chat_json, error
+from fakeopenai import FakeOpenAI, chat, chat_json, error
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
 
@@ -106,12 +106,12 @@ def test_a_crash_never_truncates_an_earlier_output(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
     out.write_text('{"id": "from an earlier run"}\n', encoding="utf-8")
     samples = samples_file(tmp_path, [SAMPLE])
-    # nothing listens there: the run stops with a configuration error after opening --out
+    # nothing listens there: the run stops (nothing judged) after opening --out
     dead = ["--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "--max-transport-retries", "0"]
     code = main(
         ["evaluate", str(samples), "--out", str(out), "--db", str(tmp_path / "r.db"), *dead]
     )
-    assert code == 2
+    assert code == 4
     assert out.read_text(encoding="utf-8") == '{"id": "from an earlier run"}\n'
     assert not list(tmp_path.glob(".results.jsonl.*"))  # no partial file left behind
 
@@ -142,7 +142,7 @@ def test_a_password_in_the_base_url_is_never_stored_or_printed(
     code = main(["evaluate", str(samples), "--out", str(tmp_path / "r.jsonl"), "--db",
                  str(tmp_path / "other.db"), "--base-url", dead, "--api-key", "k",
                  "--max-transport-retries", "0", "--no-cache"])  # fmt: skip
-    assert code == 2
+    assert code == 4  # nothing judged: the endpoint refused the connection
     err = capsys.readouterr().err
     assert "alice:***@" in err
     assert "hunter2" not in err
@@ -167,6 +167,32 @@ def test_secrets_in_urls_are_redacted_from_any_text_ragjury_logs_or_stores(
         "ConnectError: http://bob:***@10.0.0.1:8000/v1 refused (https://h/x?api_key=***&a=2)"
     )
     assert redact_text("postgresql://u@db/x and no secret") == "postgresql://u@db/x and no secret"
+
+
+def test_a_secret_noted_where_its_url_entered_is_hidden_even_cut_out_of_the_url() -> None:
+    from ragjury.config import Settings
+    from ragjury.evaluation.targets import HttpTarget
+    from ragjury.urls import redact_text
+
+    Settings(db="postgresql://u:dbSecret9@h/x", base_url="http://a:llmSecret9@h/v1")
+    HttpTarget("http://h/rag?token=tokSecret9", headers={"Authorization": "Bearer hdrSecret9"})
+    # an exporter that moved the query string, a driver that quotes only the password
+    line = "url: /?token=tokSecret9/v1; password dbSecret9 llmSecret9 rejected; Bearer hdrSecret9"
+    assert redact_text(line) == "url: /?token=*** password *** *** rejected; ***"
+    HttpTarget("http://u:ab@h/rag")  # too short to hide alone: inside its URL it still is
+    assert redact_text("a cab at http://u:ab@h/rag") == "a cab at http://u:***@h/rag"
+
+
+def test_third_party_log_records_pass_the_same_redaction(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from ragjury.logs import configure_logging
+
+    configure_logging("info")
+    logging.getLogger("some.exporter").warning("cannot reach %s", "http://o:pa55word@h:1/v1")
+    assert "pa55word" not in capsys.readouterr().err
 
 
 # -- exit codes -----------------------------------------------------------------------------
@@ -271,6 +297,42 @@ def test_a_killed_runs_calls_in_flight_are_on_the_books_and_the_run_is_closed(
     assert first[1] is not None
     assert json.loads(first[2])["killed"] is True
     assert second[1] is not None
+
+
+def test_a_killed_runs_answered_calls_count_in_the_job_totals_when_it_resumes(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """kill -9 while one call waits for its re-ask and another for its first answer: the
+    answer the endpoint gave before the kill (tokens and cost) is in the job's totals."""
+    hang = chat_json({"statements": []}, delay=30.0)
+    fake.route("statement_splitter", chat("not json", prompt_tokens=70, completion_tokens=30), hang)
+    samples = samples_file(tmp_path, [SAMPLE, {**SAMPLE, "id": "s2"}])
+    priced = ("--metrics", "faithfulness", "--model", "gpt-4o-mini")
+    command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out",
+               str(tmp_path / "r.jsonl"), "--db", str(tmp_path / "run.db"), *endpoint(fake),
+               *priced]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # one answered (it did not parse) and re-asked; the other sample's first request
+        until(lambda: len(fake.requests) == 3 and fake.in_flight == 2, "a re-ask in flight")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    fake.reset()
+    script_judges(fake)
+
+    assert evaluate(fake, tmp_path, samples, *priced) == 0
+
+    summary = read_summary(tmp_path)
+    served = fake.stats()
+    assert summary["llm_calls"] == served["chat_requests"]  # this run's own
+    totals = summary["job_totals"]
+    assert totals["runs"] == 2
+    assert totals["llm_calls"] == served["chat_requests"] + 1  # and the answer before the kill
+    assert totals["prompt_tokens"] == served["prompt_tokens"] + 70
+    assert totals["completion_tokens"] == served["completion_tokens"] + 30
+    assert totals["cost_usd"] > summary["cost_usd"]
 
 
 # -- the small ones -------------------------------------------------------------------------

@@ -107,6 +107,7 @@ async def judge_samples(
 ) -> JobRun:
     """Work an evaluation job of ``total`` samples until done or signalled (``evaluate``,
     ``calibrate``): say so when it resumes, and show a progress bar of judged samples."""
+    await run.store.note_run_job(run.run_id, job.id)
     done = (await run.store.counts([job.id]))["done"]
     if not job.created:
         console.print(

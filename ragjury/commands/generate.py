@@ -169,6 +169,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console) -> JobRun:
+    await run.store.note_run_job(run.run_id, job.id)
     counts = await generation_counts(run.store, job.id)
     counts.documents = job.size
     if not job.created:

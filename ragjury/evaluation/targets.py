@@ -24,7 +24,7 @@ import structlog
 
 from ragjury.errors import ConfigurationError, TargetError
 from ragjury.text import clean_value
-from ragjury.urls import redact_text, redacted
+from ragjury.urls import redact_text, redacted, remember_secret, remember_secrets, secret_header
 
 __all__ = [
     "CallableTarget",
@@ -111,7 +111,10 @@ class HttpTarget:
             )
         if timeout <= 0:
             raise ConfigurationError(f"target timeout must be > 0 seconds, got {timeout!r}; try 60")
-        self.url = url
+        self.url = remember_secrets(url) or url  # where a target's URL enters
+        for header, value in (headers or {}).items():
+            if secret_header(header):
+                remember_secret(value)
         self.question_field = question_field
         self.answer_field = answer_field
         self.contexts_field = contexts_field

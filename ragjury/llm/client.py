@@ -61,7 +61,7 @@ from ragjury.llm.tokens import (
     estimate_prompt_tokens,
     estimate_tokens,
 )
-from ragjury.llm.usage import CallStats, UsageLedger
+from ragjury.llm.usage import IN_FLIGHT, CallStats, UsageLedger
 from ragjury.pricing import PriceTable
 from ragjury.schemas.responses import checking
 from ragjury.urls import redacted
@@ -385,6 +385,10 @@ class LLM:
             answered = await self.batch.answer(stats, kwargs)
             if answered is not None:
                 return self._batch_answer(stats, *answered)
+        elif stats.requests and stats.record is not None and self._on_call is not None:
+            # a re-ask: the answers so far go on the books before the next request, so a
+            # process killed while it is in flight leaves them counted
+            await self._on_call(stats, IN_FLIGHT)
         prompt = estimate_prompt_tokens(kwargs.get("messages", ()))
         if prompt > self.max_prompt_tokens:
             raise LLMTransportError(

@@ -19,6 +19,7 @@ which ragjury then uses. The ``otel`` extra brings the packages.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -58,9 +59,25 @@ def export(service: str = "ragjury") -> None:
         raise _missing(exc) from exc
     from ragjury import __version__
 
+    _remember_exporter_secrets()
     _provider = TracerProvider(resource=Resource.create({"service.name": service}))
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     _tracer = _provider.get_tracer("ragjury", __version__)
+
+
+def _remember_exporter_secrets() -> None:
+    """Where the OTLP endpoint enters: its password and the credentials among its headers
+    are hidden in any text (the exporter logs its endpoint when it cannot reach it)."""
+    from urllib.parse import unquote
+
+    from ragjury.urls import remember_secret, remember_secrets, secret_header
+
+    for kind in ("", "TRACES_"):
+        remember_secrets(os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}ENDPOINT"))
+        for pair in os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}HEADERS", "").split(","):
+            name, _, value = pair.partition("=")
+            if value and secret_header(unquote(name)):
+                remember_secret(unquote(value).strip())
 
 
 def use_global() -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+IN_FLIGHT = "in flight: sent, not yet answered"
+"""The error of a call's record while it is in flight (what a killed run leaves)."""
+
 
 @dataclass
 class StageUsage:

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
@@ -16,17 +15,7 @@ from ragjury.report.gates import GateResult
 from ragjury.report.junit import junit_xml
 from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
-
-
-def redact_url(url: str | None) -> str | None:
-    """An endpoint as a report may show it: no user, password or query string."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+from ragjury.urls import endpoint_shown
 
 
 def run_details(
@@ -39,7 +28,7 @@ def run_details(
     """What a report's header shows beyond the figures: input, endpoint, prompts, time."""
     return {
         "input": str(samples),
-        "base_url": redact_url(base_url),
+        "base_url": base_url and endpoint_shown(base_url),
         "prompt_versions": prompt_versions(prompts, metrics, judges),
         "prompt_origins": prompt_origins(prompts, metrics, judges),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -30,7 +30,7 @@ from anyio.abc import TaskStatus
 
 from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError
+from ragjury.errors import ConfigurationError, EndpointUnreachableError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
@@ -176,7 +176,10 @@ class Runner:
                     )
                 await self.store.unregister_worker(self.owner)
         if refused and self.llm.fatal_error is not None:
-            raise ConfigurationError(
+            # no connection at all: nothing judged (4); a key or model refused: settings (2)
+            unreachable = self.llm.fatal_error.status_code is None
+            refusal = EndpointUnreachableError if unreachable else ConfigurationError
+            raise refusal(
                 f"{self.llm.fatal_error.message}. Nothing is lost: unfinished work stays queued "
                 f"in {self.store.location}, and the same command resumes it."
             ) from self.llm.fatal_error

@@ -19,7 +19,6 @@ from ragjury._id_hashes import Repeats, id_hash
 from ragjury.errors import InputError
 from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
 
-IN_FLIGHT = "in flight: sent, not yet answered"
 KILLED = "in flight when its process was killed: never answered"
 UNFINISHED_STATES = ("queued", "processing", "running")
 PAGE = 200
@@ -29,6 +28,11 @@ PAGE = 200
 def iso(timestamp: float | None = None) -> str:
     moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
     return moment.isoformat()
+
+
+def epoch(timestamp: str) -> float:
+    """An :func:`iso` time as epoch seconds."""
+    return datetime.fromisoformat(timestamp).timestamp()
 
 
 def encode(payload: Any) -> str:
@@ -157,9 +161,17 @@ def job_summary_pattern(job_id: str) -> str:
 
 
 def latest_run_of(rows: Sequence[Sequence[Any]], job_id: str) -> RunRecord | None:
-    """The first of ``rows`` (newest first) whose summary names ``job_id``."""
+    """The first of ``rows`` (newest first) whose summary names ``job_id`` and that ended on
+    its own (a killed run's summary holds only its calls)."""
     runs = (run_record(row) for row in rows)
-    return next((r for r in runs if r.summary and r.summary.get("job") == job_id), None)
+    return next(
+        (
+            r
+            for r in runs
+            if r.summary and r.summary.get("job") == job_id and not r.summary.get("killed")
+        ),
+        None,
+    )
 
 
 def job_record(row: Sequence[Any]) -> Job:

@@ -181,6 +181,11 @@ class CallLog(Protocol):
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None: ...
 
+    async def note_run_job(self, run_id: str, job_id: str) -> None:
+        """Note the job an unfinished run works on, so that if its process is killed, the
+        calls it made still count in the job's totals."""
+        ...
+
     async def open_call(self, run_id: str, stats: CallStats) -> int:
         """Record a call as it is sent (in flight); its record, for :meth:`record_call`."""
         ...

@@ -12,14 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragjury.llm.ratelimit import wait_for
-from ragjury.llm.usage import CallStats
+from ragjury.llm.usage import IN_FLIGHT, CallStats
 from ragjury.store._common import (
-    IN_FLIGHT,
     KILLED,
     alive,
+    epoch,
     iso,
     job_summary_pattern,
     latest_run_of,
+    machine,
     run_record,
     totals,
 )
@@ -33,6 +34,15 @@ from ragjury.store.sql.steps import (
     execute,
     fetch,
 )
+
+_ANSWERED_TOTALS = (
+    "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0), "
+    "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_usd), 0), "
+    "COALESCE(SUM(CASE WHEN requests > 0 AND cost_usd IS NULL THEN 1 ELSE 0 END), 0) "
+    "FROM llm_calls WHERE run_id = ?"
+)
+"""A killed run's calls as the provider answered them: a call killed in flight counts the
+requests answered before its last (none if that was its first)."""
 
 _INSERT_CALL = (
     "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
@@ -68,30 +78,37 @@ class CallLogSQL(Driven):
     async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
         run_id = uuid.uuid4().hex
         text = json.dumps(settings, default=str)
-        host, pid = socket.gethostname(), os.getpid()
+        host, pid = machine(), os.getpid()
 
         def start() -> Steps[None]:
-            # runs of this host whose process is gone were killed: say so, and that their
-            # calls still in flight will never be answered
-            for other, other_pid in (
+            # runs of this machine whose process is gone (or whose pid a later process took)
+            # were killed: say so, with what their answered calls took, and that their calls
+            # still in flight will never be answered
+            for other, other_pid, started, partial in (
                 yield from fetch(
-                    "SELECT id, pid FROM runs WHERE host = ? AND finished_at IS NULL", host
+                    "SELECT id, pid, started_at, summary FROM runs "
+                    "WHERE host IN (?, ?) AND finished_at IS NULL",
+                    host,
+                    socket.gethostname(),  # a run recorded before hosts named their boot
                 )
             ):
-                if other_pid is None or alive(int(other_pid)):
+                if other_pid is None or alive(int(other_pid), epoch(str(started))):
                     continue
-                killed = json.dumps({"killed": True, "pid": other_pid})
-                yield from execute(
-                    "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
-                    iso(),
-                    killed,
-                    other,
-                )
                 yield from execute(
                     "UPDATE llm_calls SET error = ? WHERE run_id = ? AND error = ?",
                     KILLED,
                     other,
                     IN_FLIGHT,
+                )
+                [row] = yield from fetch(_ANSWERED_TOTALS, other)
+                figures = {k: v for k, v in totals(row).items() if k != "cost_known_usd"}
+                killed = {**json.loads(partial or "{}"), **figures}
+                killed.update(killed=True, pid=other_pid)
+                yield from execute(
+                    "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?",
+                    iso(),
+                    json.dumps(killed),
+                    other,
                 )
             yield from execute(
                 "INSERT INTO runs (id, command, started_at, settings, host, pid) "
@@ -101,6 +118,11 @@ class CallLogSQL(Driven):
 
         await self._write(start)
         return run_id
+
+    async def note_run_job(self, run_id: str, job_id: str) -> None:
+        sql = "UPDATE runs SET summary = ? WHERE id = ? AND finished_at IS NULL"
+        params = (json.dumps({"job": job_id}), run_id)
+        await self._write(lambda: execute(sql, *params), single=True)
 
     async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
         sql = "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?"
@@ -149,7 +171,8 @@ class CallLogSQL(Driven):
         """The finished runs whose summary may name ``job_id``, newest first."""
         return await self.read(
             "SELECT id, command, started_at, finished_at, settings, summary FROM runs "
-            "WHERE summary LIKE ? ORDER BY finished_at DESC, started_at DESC",
+            "WHERE summary LIKE ? AND finished_at IS NOT NULL "
+            "ORDER BY finished_at DESC, started_at DESC",
             (job_summary_pattern(job_id),),
         )
 

@@ -9,7 +9,7 @@ duplicate dropped and, for faithfulness, one statement per sentence of the answe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from ragjury.pricing import PRICES_AS_OF, PriceTable
 from ragjury.prompts import Prompt
 from ragjury.schemas import MULTI_CHUNK_TYPES, Chunk, ChunkReady, Document, QAPair, Sample
 from ragjury.schemas.drafts import DRAFT_MODELS
+from ragjury.schemas.panel import Panel
 
 COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80, "pair_quotes": 60}
 """Assumed completion tokens of generation: per drafted pair, per critique (each metric's
@@ -197,10 +198,13 @@ def estimate_evaluation(
     prompts: Mapping[str, Prompt],
     *,
     has_target: bool,
+    panel: Panel | None = None,
+    judged: Sequence[str] = (),
 ) -> Estimate:
     """The calls each metric makes for each sample, as its declaration estimates them.
     ``samples`` is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.
-    SampleFile`)."""
+    SampleFile`). With a ``panel``, each metric in ``judged`` is estimated once per judge
+    and repeat, at the judge's model, its stages named ``role@judge`` as the run books them."""
     options, model = settings.evaluate, settings.model
     estimate = Estimate("evaluate", {"samples": 0})
     estimate.assumptions = [
@@ -208,6 +212,11 @@ def estimate_evaluation(
         "statements: one per sentence of the text split; every context window judges "
         "every statement",
     ]
+    if panel is not None and judged:
+        estimate.assumptions.append(
+            f"{', '.join(judged)}: asked of {len(panel.judges)} judge(s) "
+            f"({', '.join(panel.names)}) {panel.repeats} time(s) each"
+        )
     if has_target:
         estimate.assumptions.append(
             "samples without an answer get a three-sentence answer from --target, with their "
@@ -234,10 +243,29 @@ def estimate_evaluation(
             add=add,
         )
         for metric in metrics:
-            if metric.estimate is not None:
-                context.metric = metric
+            if metric.estimate is None:
+                continue
+            context.metric = metric
+            if panel is None or metric.name not in judged:
+                context.model, context.add = model, add
                 metric.estimate(context)
+                continue
+            for judge in panel.judges:
+                context.model, context.add = judge.model, _judge_add(add, judge.name)
+                for _ in range(panel.repeats):
+                    metric.estimate(context)
     return estimate
+
+
+def _judge_add(
+    add: Callable[[str, str, int, int, int], None], judge: str
+) -> Callable[[str, str, int, int, int], None]:
+    """``add`` for one judge of a panel: its stages named ``role@judge``."""
+
+    def judged(stage: str, model: str, prompt_tokens: int, completion: int, calls: int) -> None:
+        add(f"{stage}@{judge}", model, prompt_tokens, completion, calls)
+
+    return judged
 
 
 def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.panel import panel_metrics
+from ragjury.llm.judge_endpoints import api_key_of, declared_for
 from ragjury.metrics import Metric
 from ragjury.schemas.panel import Panel, PanelJudge, panel_of, parse_judges
 
@@ -19,9 +20,13 @@ def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric
     judges: tuple[PanelJudge, ...] = ()
     if args.judges:
         try:
-            judges = parse_judges(args.judges)
+            judges = parse_judges(args.judges, settings.panel)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
+        for judge in judges:  # a key that is not set is said before any call
+            declared = declared_for(settings, judge)
+            if declared is not None:
+                api_key_of(judge.name, declared)
     repeats = int(args.repeats or 1)
     if repeats < 1 or repeats > 50:
         raise ConfigurationError(f"--repeats must be 1 to 50, got {repeats}")
@@ -35,6 +40,17 @@ def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric
             "--metrics (e.g. faithfulness or correctness)"
         )
     return panel
+
+
+def priced(settings: Settings, panel: Panel | None) -> Settings:
+    """``settings`` with the price each declared judge of ``panel`` has at its endpoint, for
+    a ``--dry-run`` estimate (the run's clients take them from the declarations)."""
+    prices = dict(settings.prices)
+    for judge in panel.judges if panel is not None else ():
+        declared = declared_for(settings, judge)
+        if declared is not None and declared.price is not None:
+            prices[judge.model] = declared.price
+    return settings.model_copy(update={"prices": prices})
 
 
 def _figure(value: object) -> str:

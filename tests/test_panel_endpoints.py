@@ -1,0 +1,146 @@
+"""Panel judges as a user declares them in ragjury.toml (``[panel.NAME]``: model, endpoint,
+the variable holding its key, concurrency, rpm, tpm, price), each on a scripted server of
+its own, and ``--dry-run`` of a panel: every judge x repeat at each judge's price."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_panels import QUESTIONS, SCORES, scripted
+
+from ragjury.cli import main
+
+from evalcli import evaluate, write_jsonl
+from fakeopenai import Behaviour, FakeOpenAI
+
+PRICES = {"a": (1.0, 2.0), "b": (0.0, 0.0)}  # USD per million tokens: a paid, b our own
+
+
+@pytest.fixture
+def two_endpoints() -> Iterator[dict[str, FakeOpenAI]]:
+    fakes = {name: FakeOpenAI() for name in ("a", "b")}
+    for name, fake in fakes.items():
+        fake.start()
+        fake.route(f"correctness_judge@{name}", scripted(SCORES[name]))
+    try:
+        yield fakes
+    finally:
+        for fake in fakes.values():
+            fake.stop()
+
+
+def declare(
+    tmp_path: Path,
+    fakes: Mapping[str, FakeOpenAI],
+    monkeypatch: pytest.MonkeyPatch,
+    limits: Mapping[str, str] | None = None,
+) -> None:
+    """ragjury.toml in the working directory with judges a and b, each on its server."""
+    lines = []
+    for name, fake in fakes.items():
+        price_in, price_out = PRICES[name]
+        lines += [
+            f"[panel.{name}]",
+            f'model = "model-{name}"',
+            f'base_url = "{fake.base_url}"',
+            f'api_key_env = "JUDGE_{name.upper()}_KEY"',
+            f"price = {{ input = {price_in}, output = {price_out} }}",
+            (limits or {}).get(name, ""),
+            "",
+        ]
+        monkeypatch.setenv(f"JUDGE_{name.upper()}_KEY", f"key-of-{name}")
+    (tmp_path / "ragjury.toml").write_text("\n".join(lines), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+
+
+def samples(tmp_path: Path, copies: int = 1) -> Path:
+    records = [
+        {"id": f"{sid}-{n}", "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}."}
+        for sid, q in QUESTIONS.items()
+        for n in range(copies)
+    ]
+    return write_jsonl(tmp_path / "samples.jsonl", records)
+
+
+def summary(tmp_path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((tmp_path / "summary.json").read_text())
+    return loaded
+
+
+def test_dry_run_counts_every_judge_and_repeat_at_each_judges_price(
+    two_endpoints: dict[str, FakeOpenAI], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    declare(tmp_path, two_endpoints, monkeypatch)
+    path = samples(tmp_path)
+    flags = ("--metrics", "correctness", "--judges", "a,b", "--repeats", "3")
+    assert evaluate(None, tmp_path, path, *flags, "--dry-run") == 0
+    estimate = summary(tmp_path)
+    assert all(fake.requests == [] for fake in two_endpoints.values())
+    # 4 samples x 3 repeats for each of two judges, each at its own model
+    assert estimate["llm_calls"] == 2 * 3 * 4
+    stages = estimate["by_stage"]
+    assert set(stages) == {"correctness_judge@a", "correctness_judge@b"}
+    for name, stage in ((n, stages[f"correctness_judge@{n}"]) for n in ("a", "b")):
+        assert stage["model"] == f"model-{name}"
+        assert stage["llm_calls"] == 12
+        price_in, price_out = PRICES[name]
+        cost = (stage["prompt_tokens"] * price_in + stage["completion_tokens"] * price_out) / 1e6
+        assert stage["cost_usd"] == pytest.approx(cost, abs=1e-6)
+    assert stages["correctness_judge@a"]["cost_usd"] > 0
+    assert estimate["cost_usd"] == pytest.approx(stages["correctness_judge@a"]["cost_usd"])
+
+    assert evaluate(two_endpoints["a"], tmp_path, path, *flags) == 0
+    real = summary(tmp_path)
+    assert real["llm_calls"] == estimate["llm_calls"]
+    assert {s: f["llm_calls"] for s, f in real["by_stage"].items()} == {
+        s: f["llm_calls"] for s, f in stages.items()
+    }
+    # the real run is priced as the estimate was: judge b's endpoint costs nothing
+    assert real["panel"]["cost_by_judge"]["b"]["cost_usd"] == 0
+    assert real["panel"]["cost_by_judge"]["a"]["cost_usd"] > 0
+
+
+def test_each_declared_judge_has_its_own_concurrency_and_key_at_its_server(
+    two_endpoints: dict[str, FakeOpenAI], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for fake in two_endpoints.values():
+        fake.behave(Behaviour(latency=0.05))
+    declare(tmp_path, two_endpoints, monkeypatch, {"a": "concurrency = 1", "b": "concurrency = 3"})
+    path = samples(tmp_path, copies=4)  # 16 samples
+    code = evaluate(
+        two_endpoints["a"], tmp_path, path, "--metrics", "correctness", "--judges", "a,b",
+        "--concurrency", "8",
+    )  # fmt: skip
+    assert code in (0, 5)
+    a, b = two_endpoints["a"], two_endpoints["b"]
+    assert len(a.requests_for("correctness_judge@a")) == 16
+    assert len(b.requests_for("correctness_judge@b")) == 16
+    assert a.stats()["in_flight_max"] == 1  # judge a's limit, seen at its server
+    assert 2 <= b.stats()["in_flight_max"] <= 3  # judge b's own, not a's and not the run's 8
+    assert {r.headers["authorization"] for r in a.requests} == {"Bearer key-of-a"}
+    assert {r.headers["authorization"] for r in b.requests} == {"Bearer key-of-b"}
+
+
+def test_a_declared_judge_whose_key_is_not_set_stops_before_any_call(
+    two_endpoints: dict[str, FakeOpenAI],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    declare(tmp_path, two_endpoints, monkeypatch)
+    monkeypatch.delenv("JUDGE_B_KEY")
+    path = samples(tmp_path)
+    code = evaluate(two_endpoints["a"], tmp_path, path, "--metrics", "correctness",
+                    "--judges", "a,b")  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "judge 'b': [panel.b] in ragjury.toml takes its API key from JUDGE_B_KEY" in err
+    assert all(fake.requests == [] for fake in two_endpoints.values())
+    # an undeclared bare name says which judges are declared
+    assert main(["evaluate", str(path), "--out", str(tmp_path / "r.jsonl"),
+                 "--metrics", "correctness", "--judges", "a,zz"]) == 2  # fmt: skip
+    assert "the judges declared in ragjury.toml are a, b" in capsys.readouterr().err

@@ -200,13 +200,14 @@ def estimate_evaluation(
     has_target: bool,
     panel: Panel | None = None,
     judged: Sequence[str] = (),
+    command: str = "evaluate",
 ) -> Estimate:
     """The calls each metric makes for each sample, as its declaration estimates them.
     ``samples`` is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.
     SampleFile`). With a ``panel``, each metric in ``judged`` is estimated once per judge
     and repeat, at the judge's model, its stages named ``role@judge`` as the run books them."""
     options, model = settings.evaluate, settings.model
-    estimate = Estimate("evaluate", {"samples": 0})
+    estimate = Estimate(command, {"samples": 0})
     estimate.assumptions = [
         "no retries or re-asks",
         "statements: one per sentence of the text split; every context window judges "

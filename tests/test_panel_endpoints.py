@@ -14,6 +14,7 @@ from test_panels import QUESTIONS, SCORES, scripted
 
 from ragjury.cli import main
 
+from calibratecli import calibrate, write_labels
 from evalcli import evaluate, write_jsonl
 from fakeopenai import Behaviour, FakeOpenAI
 
@@ -144,3 +145,54 @@ def test_a_declared_judge_whose_key_is_not_set_stops_before_any_call(
     assert main(["evaluate", str(path), "--out", str(tmp_path / "r.jsonl"),
                  "--metrics", "correctness", "--judges", "a,zz"]) == 2  # fmt: skip
     assert "the judges declared in ragjury.toml are a, b" in capsys.readouterr().err
+
+
+# the person agrees with judge a on every sample (a passes s1, s2 and s4)
+HUMAN = {"s1": True, "s2": True, "s3": False, "s4": True}
+
+
+def test_calibrate_a_panel_gives_each_judges_agreement_with_people_and_the_panels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fakes = {name: FakeOpenAI() for name in SCORES}
+    for name, fake in fakes.items():
+        fake.start()
+        fake.route(f"correctness_judge@{name}", scripted(SCORES[name]))
+    try:
+        labels = write_labels(
+            tmp_path,
+            [
+                {"id": sid, "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}.",
+                 "human": HUMAN[sid]}
+                for sid, q in QUESTIONS.items()
+            ],
+        )  # fmt: skip
+        judges = ",".join(f"{n}=model-{n}@{f.base_url}" for n, f in fakes.items())
+        args = ("--metric", "correctness", "--judges", judges, "--summary",
+                str(tmp_path / "summary.json"))  # fmt: skip
+        assert calibrate(None, tmp_path, str(labels), *args, "--dry-run") == 0
+        assert summary(tmp_path)["llm_calls"] == 3 * 4
+        assert calibrate(None, tmp_path, str(labels), *args, "--json") == 0
+        asked = [len(f.requests_for(f"correctness_judge@{n}")) for n, f in fakes.items()]
+        assert asked == [4, 4, 4]
+    finally:
+        for fake in fakes.values():
+            fake.stop()
+    figures = json.loads(capsys.readouterr().out)
+    by_hand = {
+        # a: all four as the person; b fails s2; c fails s2 and s4, passes s3
+        "a": 4 / 4,
+        "b": 3 / 4,
+        "c": 1 / 4,
+    }
+    by_judge = figures["by_judge"]
+    assert {n: c["agreement"]["accuracy"]["value"] for n, c in by_judge.items()} == (
+        pytest.approx(by_hand)
+    )
+    assert {n: c["model"] for n, c in by_judge.items()} == {n: f"model-{n}" for n in SCORES}
+    # the panel's majority fails s2 (a alone passes it): 3 of 4 agree with the person
+    assert figures["agreement"]["accuracy"]["value"] == pytest.approx(3 / 4)
+    assert figures["model"].startswith("panel of a (model-a), b (model-b), c (model-c)")
+    run = summary(tmp_path)
+    assert run["panel"]["metrics"]["correctness"]["disagreements"] == 3
+    assert run["calibration"]["by_judge"]["c"]["compared"] == 4

@@ -53,6 +53,14 @@ def priced(settings: Settings, panel: Panel | None) -> Settings:
     return settings.model_copy(update={"prices": prices})
 
 
+def panel_name(panel: Panel) -> str:
+    """The panel as a calibration names its judge: ``panel of a (model-a), b (model-b)``,
+    with the repeats."""
+    judges = ", ".join(f"{j.name} ({j.model})" for j in panel.judges)
+    times = f", {panel.repeats} repeats each" if panel.repeats > 1 else ""
+    return f"panel of {judges} by {panel.combine}{times}"
+
+
 def _figure(value: object) -> str:
     return "-" if value is None else f"{value}"
 

@@ -80,4 +80,7 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
         help="contexts longer than this are judged in windows (default 12000)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    from ragjury.commands.panel_options import add_panel_options
+
+    add_panel_options(parser)
     parser.add_argument("--summary", type=Path, help="write the run summary as JSON here")

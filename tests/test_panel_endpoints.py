@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from test_panels import QUESTIONS, SCORES, scripted
 
+from ragjury import JudgeEndpoint, Jury, Panel, PanelJudge
 from ragjury.cli import main
 
 from calibratecli import calibrate, write_labels
+from conftest import make_settings
 from evalcli import evaluate, write_jsonl
 from fakeopenai import Behaviour, FakeOpenAI
 
@@ -196,3 +198,42 @@ def test_calibrate_a_panel_gives_each_judges_agreement_with_people_and_the_panel
     run = summary(tmp_path)
     assert run["panel"]["metrics"]["correctness"]["disagreements"] == 3
     assert run["calibration"]["by_judge"]["c"]["compared"] == 4
+
+
+@pytest.mark.anyio
+async def test_a_jury_with_a_panel_asks_each_judge_with_its_declared_key(
+    two_endpoints: dict[str, FakeOpenAI], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_endpoints["a"], two_endpoints["b"]
+    monkeypatch.setenv("JUDGE_B_KEY", "key-of-b")
+    settings = make_settings(
+        a,
+        tmp_path,
+        panel={"b": JudgeEndpoint(model="model-b", base_url=b.base_url, api_key_env="JUDGE_B_KEY")},
+    )
+    panel = Panel(
+        judges=(
+            PanelJudge(name="a", model="model-a", base_url=a.base_url),
+            PanelJudge(name="b", model="model-b", base_url=b.base_url),
+        ),
+        repeats=2,
+    )
+    samples = [
+        {"id": sid, "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}."}
+        for sid, q in QUESTIONS.items()
+    ]
+    async with Jury(settings, panel=panel) as jury:
+        judged = await jury.evaluate(samples, metrics=["correctness"])
+    # each of 4 samples asked twice of each judge, above temperature 0
+    assert len(a.requests_for("correctness_judge@a")) == 8
+    assert len(b.requests_for("correctness_judge@b")) == 8
+    assert {r.body["temperature"] for r in (*a.requests, *b.requests)} == {0.7}
+    assert {r.headers["authorization"] for r in b.requests} == {"Bearer key-of-b"}
+    assert {r.headers["authorization"] for r in a.requests} == {"Bearer test-key"}
+    for result in judged:
+        sid = result.sample.id
+        votes = [SCORES[j][sid] >= 4 for j in ("a", "b")]
+        correctness = result["correctness"]
+        assert correctness.passing is all(votes)  # two judges: a tie fails
+        assert correctness.details["panel"]["answered"] == 2
+        assert correctness.details["panel"]["repeats"] == 2

@@ -52,6 +52,7 @@ from ragjury.report.ci import run_details
 from ragjury.report.load import declarations
 from ragjury.runner import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
+from ragjury.schemas.panel import Panel
 from ragjury.store import open_store
 from ragjury.store.base import Job
 
@@ -154,6 +155,8 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
             command="calibrate",
         )
         return await report_estimate(estimate, priced(settings, panel), args, console)
+    if args.submit:
+        return await _submit(settings, labelled, plan, prompts, panel, console)
     llm_needed = plan.needs_llm()
     if llm_needed:
         choose_llm(settings)  # says how to configure one, if none is
@@ -230,6 +233,40 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
         )
         return EXIT_NOTHING_JUDGED
     return EXIT_INVALID_INPUT if labelled.invalid else 0
+
+
+async def _submit(
+    settings: Settings,
+    labelled: LabelledSamples,
+    plan: MetricPlan,
+    prompts: Mapping[str, Prompt],
+    panel: Panel | None,
+    console: Console,
+) -> int:
+    """Queue the job this command would run (the same job, so the command without
+    ``--submit`` finds it judged) for ``ragjury serve`` workers, and say what comes next."""
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
+        job = await submit_samples(
+            store, settings, labelled.samples, plan.names, prompts, judges=plan.judges, panel=panel
+        )
+        counts = await store.counts([job.id])
+    said = (
+        f"queued {len(labelled.samples)} labelled sample(s) for {', '.join(plan.names)} as "
+        f"job {job.id} in {settings.db_shown}"
+        if job.created
+        else f"the same work is already job {job.id} in {settings.db_shown} ({counts['done']} "
+        f"done, {counts['queued'] + counts['processing']} to go, {counts['failed']} failed); "
+        "nothing added"
+    )
+    console.print(
+        f"ragjury calibrate: {said}; `ragjury serve --db ...` judges them (give it the same "
+        "--model and --base-url), then run this command again without --submit for the "
+        "figures",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    return 0
 
 
 def _summary(

@@ -1,0 +1,64 @@
+"""``ragjury calibrate --submit``: the judging queued in the database, worked by a real
+``ragjury serve`` process, and the figures read back by the same command without
+``--submit`` at no LLM call, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from ragjury.cli import main
+
+from calibratecli import write_labels
+from fakeopenai import FakeOpenAI
+from test_daemon import Daemon, daemons, endpoint, serve, states, until
+from test_panels import QUESTIONS, SCORES, scripted
+
+__all__ = ["daemons"]  # the fixture, used by name
+
+HUMAN = {"s1": True, "s2": True, "s3": False, "s4": True}  # judge a's own verdicts
+
+
+def test_a_calibration_submitted_is_served_by_a_daemon_and_read_back_without_a_call(
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    daemons: list[Daemon],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake.route("correctness_judge", scripted(SCORES["a"]))
+    labels = write_labels(
+        tmp_path,
+        [
+            {"id": sid, "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}.",
+             "human": HUMAN[sid]}
+            for sid, q in QUESTIONS.items()
+        ],
+    )  # fmt: skip
+    db = tmp_path / "queue.db"
+    command = ["calibrate", str(labels), "--metric", "correctness", "--db", str(db),
+               *endpoint(fake)]  # fmt: skip
+
+    assert main([*command, "--submit"]) == 0
+    assert "queued 4 labelled sample(s) for correctness as job" in capsys.readouterr().err
+    assert fake.requests == []
+    assert states(db) == {"queued": 4}
+
+    daemon = serve(daemons, fake, db, "serve")
+    until(lambda: states(db).get("done") == 4, "the daemon to judge the four samples")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+    assert len(fake.requests_for("correctness_judge")) == 4
+
+    assert main([*command, "--submit"]) == 0  # submitted again: nothing added
+    assert "(4 done, 0 to go, 0 failed); nothing added" in capsys.readouterr().err
+
+    summary = tmp_path / "summary.json"
+    assert main([*command, "--json", "--summary", str(summary)]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["compared"] == 4
+    assert figures["agreement"]["accuracy"]["value"] == 1.0  # the judge is the person
+    assert len(fake.requests) == 4  # read back: no call
+    assert json.loads(summary.read_text(encoding="utf-8"))["llm_calls"] == 0

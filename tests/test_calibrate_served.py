@@ -9,13 +9,13 @@ import signal
 from pathlib import Path
 
 import pytest
+from test_daemon import Daemon, daemons, endpoint, serve, states, until
+from test_panels import QUESTIONS, SCORES, scripted
 
 from ragjury.cli import main
 
 from calibratecli import write_labels
 from fakeopenai import FakeOpenAI
-from test_daemon import Daemon, daemons, endpoint, serve, states, until
-from test_panels import QUESTIONS, SCORES, scripted
 
 __all__ = ["daemons"]  # the fixture, used by name
 

@@ -198,6 +198,12 @@ def test_calibrate_a_panel_gives_each_judges_agreement_with_people_and_the_panel
     run = summary(tmp_path)
     assert run["panel"]["metrics"]["correctness"]["disagreements"] == 3
     assert run["calibration"]["by_judge"]["c"]["compared"] == 4
+    page = tmp_path / "report.html"
+    assert main(["report", "--db", str(tmp_path / "ragjury.db"), "--out", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "each judge of the panel against the people" in html
+    assert '<th scope="row">c (model-c)</th><td class="num">4</td><td>0.250 (' in html
+    assert '<th scope="row">the panel</th><td class="num">4</td><td>0.750 (' in html
 
 
 @pytest.mark.anyio

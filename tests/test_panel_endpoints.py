@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_panels import QUESTIONS, SCORES, scripted
 
-from ragjury import JudgeEndpoint, Jury, Panel, PanelJudge
+from ragjury import LLM, JudgeEndpoint, Jury, Panel, PanelJudge, Settings
 from ragjury.cli import main
 
 from calibratecli import calibrate, write_labels
@@ -243,3 +243,29 @@ async def test_a_jury_with_a_panel_asks_each_judge_with_its_declared_key(
         assert correctness.passing is all(votes)  # two judges: a tie fails
         assert correctness.details["panel"]["answered"] == 2
         assert correctness.details["panel"]["repeats"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_declared_judge_paces_its_own_client_and_lends_nothing_to_another_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JUDGE_A_KEY", "key-of-a")
+    declared = JudgeEndpoint(
+        model="model-a",
+        base_url="http://127.0.0.1:9/v1",
+        api_key_env="JUDGE_A_KEY",
+        concurrency=2,
+        rpm=30,
+        tpm=5000,
+    )
+    settings = Settings(
+        base_url="http://127.0.0.1:8/v1", api_key="run-key", model="m", rpm=1000,
+        panel={"a": declared},
+    )  # fmt: skip
+    async with LLM(settings) as llm:
+        a = llm.sibling("a", "model-a", "http://127.0.0.1:9/v1", 0.0)
+        assert (a.limiter.rpm, a.limiter.tpm) == (30, 5000)
+        assert (a.settings.concurrency, a.settings.api_key) == (2, "key-of-a")
+        # the same name for another model is not the declared judge: the run's settings
+        other = llm.sibling("a", "model-z", "http://127.0.0.1:9/v1", 0.0)
+        assert (other.limiter.rpm, other.settings.api_key) == (1000, "run-key")

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 from test_daemon import Daemon, daemons, endpoint, serve, states, until
+from test_panel_endpoints import declare, two_endpoints
 from test_panels import QUESTIONS, SCORES, scripted
 
 from ragjury.cli import main
 
 from calibratecli import write_labels
-from fakeopenai import FakeOpenAI
+from fakeopenai import Behaviour, FakeOpenAI
 
-__all__ = ["daemons"]  # the fixture, used by name
+__all__ = ["daemons", "two_endpoints"]  # the fixtures, used by name
 
 HUMAN = {"s1": True, "s2": True, "s3": False, "s4": True}  # judge a's own verdicts
 
@@ -62,3 +63,47 @@ def test_a_calibration_submitted_is_served_by_a_daemon_and_read_back_without_a_c
     assert figures["agreement"]["accuracy"]["value"] == 1.0  # the judge is the person
     assert len(fake.requests) == 4  # read back: no call
     assert json.loads(summary.read_text(encoding="utf-8"))["llm_calls"] == 0
+
+
+def test_a_served_panel_uses_the_judges_declared_where_the_daemon_runs(
+    two_endpoints: dict[str, FakeOpenAI],
+    tmp_path: Path,
+    daemons: list[Daemon],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The job keeps each judge's name, model and URL; the key and limits are read by the
+    process that makes the calls: here the daemon, from its ragjury.toml and environment."""
+    for fake in two_endpoints.values():
+        fake.behave(Behaviour(latency=0.05))
+    declare(tmp_path, two_endpoints, monkeypatch, {"a": "concurrency = 1"})
+    labels = write_labels(
+        tmp_path,
+        [
+            {"id": f"{sid}-{n}", "question": q, "answer": f"Fact {sid}.",
+             "reference": f"Fact {sid}.", "human": HUMAN[sid]}
+            for sid, q in QUESTIONS.items()
+            for n in range(2)
+        ],
+    )  # fmt: skip
+    db = tmp_path / "queue.db"
+    command = ["calibrate", str(labels), "--metric", "correctness", "--judges", "a,b",
+               "--db", str(db), *endpoint(two_endpoints["a"])]  # fmt: skip
+    assert main([*command, "--submit"]) == 0
+    assert all(fake.requests == [] for fake in two_endpoints.values())
+
+    daemon = serve(daemons, two_endpoints["a"], db, "serve", "--concurrency", "8")
+    until(lambda: states(db).get("done") == 8, "the daemon to judge the eight samples")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+    a, b = two_endpoints["a"], two_endpoints["b"]
+    assert len(a.requests_for("correctness_judge@a")) == 8
+    assert len(b.requests_for("correctness_judge@b")) == 8
+    assert a.stats()["in_flight_max"] == 1  # the daemon kept judge a's declared limit
+    assert {r.headers["authorization"] for r in b.requests} == {"Bearer key-of-b"}
+
+    capsys.readouterr()
+    assert main([*command, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["by_judge"]["a"]["agreement"]["accuracy"]["value"] == 1.0
+    assert figures["compared"] == 8

@@ -1,6 +1,7 @@
-"""``ragjury calibrate --submit``: the judging queued in the database, worked by a real
-``ragjury serve`` process, and the figures read back by the same command without
-``--submit`` at no LLM call, as a user runs it."""
+"""Judges served by a daemon: ``ragjury calibrate --submit`` (the judging queued in the
+database, worked by a real ``ragjury serve`` process, the figures read back by the same
+command without ``--submit`` at no LLM call) and ``ragjury submit --judges``, as a user runs
+them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from test_panels import QUESTIONS, SCORES, scripted
 from ragjury.cli import main
 
 from calibratecli import write_labels
+from conftest import read_jsonl
 from fakeopenai import Behaviour, FakeOpenAI
 
 __all__ = ["daemons", "two_endpoints"]  # the fixtures, used by name
@@ -107,3 +109,39 @@ def test_a_served_panel_uses_the_judges_declared_where_the_daemon_runs(
     figures = json.loads(capsys.readouterr().out)
     assert figures["by_judge"]["a"]["agreement"]["accuracy"]["value"] == 1.0
     assert figures["compared"] == 8
+
+
+def test_a_panel_submitted_with_submit_is_judged_by_each_judge_in_the_daemon(
+    two_endpoints: dict[str, FakeOpenAI],
+    tmp_path: Path,
+    daemons: list[Daemon],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    samples = write_labels(
+        tmp_path,
+        [
+            {"id": sid, "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}."}
+            for sid, q in QUESTIONS.items()
+        ],
+    )
+    db = tmp_path / "queue.db"
+    judges = ",".join(f"{n}=model-{n}@{f.base_url}" for n, f in two_endpoints.items())
+    assert main(["submit", "--samples", str(samples), "--db", str(db), "--metrics",
+                 "correctness", "--judges", judges, "--repeats", "2"]) == 0  # fmt: skip
+    assert "4 sample(s) for evaluation (correctness), asked of a, b 2 times each" in (
+        capsys.readouterr().err
+    )
+    daemon = serve(daemons, two_endpoints["a"], db, "serve")
+    until(lambda: states(db).get("done") == 4, "the daemon to judge the four samples")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0, daemon.stderr()
+    for name, fake in two_endpoints.items():
+        assert len(fake.requests_for(f"correctness_judge@{name}")) == 8  # 4 samples x 2
+
+    out = tmp_path / "results.jsonl"
+    assert main(["export", "--db", str(db), "--results", str(out)]) == 0
+    for record in read_jsonl(out):
+        panel = record["metrics"]["correctness"]["panel"]
+        assert (panel["answered"], panel["of"], panel["repeats"]) == (2, 2, 2)
+        votes = [SCORES[j][record["id"]] >= 4 for j in ("a", "b")]
+        assert record["metrics"]["correctness"]["passing"] is all(votes)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_panels import QUESTIONS, SCORES, scripted
+from test_panels import QUESTIONS, SCORES, flipping, scripted
 
 from ragjury import LLM, JudgeEndpoint, Jury, Panel, PanelJudge, Settings
 from ragjury.cli import main
@@ -269,3 +269,27 @@ async def test_a_declared_judge_paces_its_own_client_and_lends_nothing_to_anothe
         # the same name for another model is not the declared judge: the run's settings
         other = llm.sibling("a", "model-z", "http://127.0.0.1:9/v1", 0.0)
         assert (other.limiter.rpm, other.settings.api_key) == (1000, "run-key")
+
+
+def test_calibrate_with_repeats_reports_the_flaky_samples_of_a_judge_that_flips(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.route("correctness_judge@judge", flipping())
+    labels = write_labels(
+        tmp_path,
+        [
+            {"id": sid, "question": q, "answer": f"Fact {sid}.", "reference": f"Fact {sid}.",
+             "human": HUMAN[sid]}
+            for sid, q in QUESTIONS.items()
+        ],
+    )  # fmt: skip
+    summary_path = str(tmp_path / "summary.json")
+    flags = ("--metric", "correctness", "--repeats", "3", "--summary", summary_path, "--json")
+    assert calibrate(fake, tmp_path, str(labels), *flags) == 0
+    assert len(fake.requests_for("correctness_judge@judge")) == 12  # 4 samples x 3 repeats
+    assert {r.body["temperature"] for r in fake.requests} == {0.7}
+    figures = json.loads(capsys.readouterr().out)
+    # each sample's three answers are 5, 2, 5: the majority passes every sample
+    assert figures["by_judge"]["judge"]["agreement"]["accuracy"]["value"] == pytest.approx(3 / 4)
+    panel = summary(tmp_path)["panel"]["metrics"]["correctness"]
+    assert (panel["flaky_samples"], panel["flaky_share"]) == (4, 1.0)

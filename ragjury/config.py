@@ -236,8 +236,9 @@ class JudgeEndpoint(BaseModel):
     def _variable_name(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.match(value):
             raise ValueError(
-                f'api_key_env names an environment variable (e.g. "LLAMA_API_KEY"), '
-                f"got {value!r}; the key itself never goes in ragjury.toml"
+                "api_key_env names the environment variable holding the key (letters, digits "
+                'and _, e.g. "LLAMA_API_KEY"), not the key: the key itself never goes in '
+                "ragjury.toml"
             )
         return value
 
@@ -385,7 +386,7 @@ class Settings(BaseSettings):
     @classmethod
     def _judge_names(cls, value: dict[str, JudgeEndpoint]) -> dict[str, JudgeEndpoint]:
         for name in value:
-            check_judge_name(name, "[panel.NAME] in ragjury.toml")
+            check_judge_name(name, "e.g. [panel.llama]")
         return value
 
     @classmethod

@@ -293,3 +293,32 @@ def test_calibrate_with_repeats_reports_the_flaky_samples_of_a_judge_that_flips(
     assert figures["by_judge"]["judge"]["agreement"]["accuracy"]["value"] == pytest.approx(3 / 4)
     panel = summary(tmp_path)["panel"]["metrics"]["correctness"]
     assert (panel["flaky_samples"], panel["flaky_share"]) == (4, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ('[panel.a]\nmodel = "m"\nconcurency = 2\n',
+         "[panel.a] in ragjury.toml: concurency: extra inputs are not permitted"),
+        ('[panel.a]\nmodel = "m"\nbase_url = "localhost:8000"\n',
+         "[panel.a] in ragjury.toml: base_url: value error, base_url must be an http(s) URL"),
+        ('[panel.a]\nmodel = "m"\napi_key_env = "sk-secret-123"\n',
+         "[panel.a] in ragjury.toml: api_key_env: value error, api_key_env names the "
+         "environment variable holding the key"),
+    ],
+)  # fmt: skip
+def test_a_bad_declared_judge_is_named_with_the_fix_and_a_key_is_never_repeated(
+    table: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "ragjury.toml").write_text(table, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    path = samples(tmp_path)
+    assert main(["evaluate", str(path), "--out", str(tmp_path / "r.jsonl"),
+                 "--metrics", "correctness", "--judges", "a"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert said in err
+    assert "sk-secret-123" not in err

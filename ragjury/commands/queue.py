@@ -109,9 +109,8 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
             )
             what = f"{samples.count} sample(s) for evaluation ({', '.join(metrics)})"
             if panel is not None:
-                what += (
-                    f", asked of {', '.join(panel.names)}"
-                    + (f" {panel.repeats} times each" if panel.repeats > 1 else "")
+                what += f", asked of {', '.join(panel.names)}" + (
+                    f" {panel.repeats} times each" if panel.repeats > 1 else ""
                 )
         await _say_submitted(console, store, job, what, settings)
     return 0

@@ -19,6 +19,9 @@ if _typing.TYPE_CHECKING:
         GenerationOptions as GenerationOptions,
     )
     from ragjury.config import (
+        JudgeEndpoint as JudgeEndpoint,
+    )
+    from ragjury.config import (
         Settings as Settings,
     )
     from ragjury.errors import (
@@ -180,6 +183,12 @@ if _typing.TYPE_CHECKING:
     from ragjury.schemas import (
         StatementVerdict as StatementVerdict,
     )
+    from ragjury.schemas.panel import (
+        Panel as Panel,
+    )
+    from ragjury.schemas.panel import (
+        PanelJudge as PanelJudge,
+    )
 
 __version__ = "0.1.0"
 
@@ -205,6 +214,7 @@ _WHERE = {
     "FaithfulnessResult": "ragjury.results",
     "GenerationOptions": "ragjury.config",
     "InputError": "ragjury.errors",
+    "JudgeEndpoint": "ragjury.config",
     "ItemFailed": "ragjury.schemas",
     "Jury": "ragjury.jury",
     "KeywordCheck": "ragjury.schemas",
@@ -224,6 +234,8 @@ _WHERE = {
     "ModelPrice": "ragjury.pricing",
     "BatchPrice": "ragjury.pricing",
     "PairJudged": "ragjury.schemas",
+    "Panel": "ragjury.schemas.panel",
+    "PanelJudge": "ragjury.schemas.panel",
     "PairOutcome": "ragjury.schemas",
     "Persona": "ragjury.schemas",
     "Prompt": "ragjury.prompts",
@@ -272,6 +284,7 @@ __all__ = [
     "GenerationOptions",
     "InputError",
     "ItemFailed",
+    "JudgeEndpoint",
     "Jury",
     "KeywordCheck",
     "KeywordRule",
@@ -289,6 +302,8 @@ __all__ = [
     "ModelPrice",
     "PairJudged",
     "PairOutcome",
+    "Panel",
+    "PanelJudge",
     "Persona",
     "Prompt",
     "QAPair",

@@ -335,9 +335,16 @@ def _personas_file(args: argparse.Namespace) -> object:
 def _explain(exc: pydantic.ValidationError) -> str:
     parts = []
     for error in exc.errors():
-        name = ".".join(str(p) for p in error["loc"] if p not in ("generate", "evaluate"))
-        flag = "--" + name.replace("_", "-")
         message = error["msg"][:1].lower() + error["msg"][1:]  # the value keeps its case
+        loc = [str(p) for p in error["loc"]]
+        if loc[:1] == ["panel"]:  # a judge declared in ragjury.toml: no flag sets it
+            table = f"[panel.{loc[1]}]" if len(loc) > 1 else "[panel.NAME]"
+            field = f" {'.'.join(loc[2:])}:" if len(loc) > 2 else ""
+            # the value is not repeated: api_key_env may hold a key put there by mistake
+            parts.append(f"{table} in ragjury.toml:{field} {message}")
+            continue
+        name = ".".join(p for p in loc if p not in ("generate", "evaluate"))
+        flag = "--" + name.replace("_", "-")
         parts.append(f"{flag} {message} (got {error.get('input')!r})")
     return "; ".join(parts)
 

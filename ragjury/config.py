@@ -7,6 +7,7 @@ Only the CLI and ``main.py`` build :class:`Settings` from the environment
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -29,8 +30,10 @@ from pydantic_settings import (
 )
 
 from ragjury.pricing import ModelPrice
+from ragjury.schemas.panel import PanelJudge, check_judge_name
 from ragjury.schemas.records import QUESTION_TYPES, Persona, without_defaults
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 StructuredMode = Literal["json", "tools", "json_schema", "md_json"]
 AnswerStyle = Literal["factoid", "detailed"]
 OutputFormat = Literal["jsonl", "csv", "parquet"]
@@ -234,6 +237,61 @@ class EvaluationOptions(BaseModel):
         return tuple(sorted(set(value)))
 
 
+class JudgeEndpoint(BaseModel):
+    """A judge declared in ragjury.toml (``[panel.NAME]``): its model and endpoint, and what
+    its endpoint allows (requests in flight, per minute, tokens per minute), the variable
+    holding its key and its price. ``--judges NAME`` asks it; the limits are read by the
+    process that makes the calls (an ``evaluate``, a ``serve`` worker) from its own
+    settings, as the run's own concurrency is, so only the name, model and URL go with
+    the job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1, description="Chat model name at the judge's endpoint.")
+    base_url: str | None = Field(
+        default=None, description="The judge's endpoint; None: the run's (--base-url)."
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="The environment variable holding the judge's API key; None: the run's.",
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Requests in flight at the judge at once, at most."
+    )
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute, at most.")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute, at most.")
+    price: ModelPrice | None = Field(
+        default=None,
+        description="USD per million tokens at this endpoint, e.g. { input = 0, output = 0 } "
+        "for a model of your own; None: the price of the model (built-in or [prices]).",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {value!r}")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                "api_key_env names the environment variable holding the key (letters, digits "
+                'and _, e.g. "LLAMA_API_KEY"), not the key: the key itself never goes in '
+                "ragjury.toml"
+            )
+        return value
+
+    def serves(self, judge: PanelJudge, run_base_url: str | None) -> bool:
+        """Whether ``judge`` (as a job keeps it) is this declaration: same model and endpoint,
+        so its key and limits may be used for it."""
+        return judge.model == self.model and (judge.base_url or run_base_url) == (
+            self.base_url or run_base_url
+        )
+
+
 class Settings(BaseSettings):
     """Everything a run needs to know about its LLM endpoint, workers and storage."""
 
@@ -358,8 +416,20 @@ class Settings(BaseSettings):
         description="Judge files (TOML) whose metrics every evaluation may ask for; "
         "``--judge FILE`` adds more.",
     )
+    panel: dict[str, JudgeEndpoint] = Field(
+        default_factory=dict,
+        description="Judges by name (``[panel.NAME]`` tables: model, base_url, api_key_env, "
+        "concurrency, rpm, tpm, price), each asked with ``--judges NAME,...``.",
+    )
     generate: GenerationOptions = GenerationOptions()
     evaluate: EvaluationOptions = EvaluationOptions()
+
+    @field_validator("panel")
+    @classmethod
+    def _judge_names(cls, value: dict[str, JudgeEndpoint]) -> dict[str, JudgeEndpoint]:
+        for name in value:
+            check_judge_name(name, "e.g. [panel.llama]")
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -44,6 +44,7 @@ from ragjury.schemas import (
     Sample,
 )
 from ragjury.schemas.drafts import DRAFT_MODELS
+from ragjury.schemas.panel import Panel
 from ragjury.schemas.responses import ProposedPersonas, ReferenceAnswer, counted
 
 COMPLETION_GUESS = {
@@ -313,17 +314,26 @@ def estimate_evaluation(
     prompts: Mapping[str, Prompt],
     *,
     has_target: bool,
+    panel: Panel | None = None,
+    judged: Sequence[str] = (),
+    command: str = "evaluate",
 ) -> Estimate:
     """The calls each metric makes for each sample, as its declaration estimates them.
     ``samples`` is read once, a sample at a time (a :class:`~ragjury.evaluation.inputs.
-    SampleFile`)."""
+    SampleFile`). With a ``panel``, each metric in ``judged`` is estimated once per judge
+    and repeat, at the judge's model, its stages named ``role@judge`` as the run books them."""
     options, model = settings.evaluate, settings.model
-    estimate = Estimate("evaluate", {"samples": 0})
+    estimate = Estimate(command, {"samples": 0})
     estimate.assumptions = [
         "no retries or re-asks",
         "statements: one per sentence of the text split; every context window judges "
         "every statement",
     ]
+    if panel is not None and judged:
+        estimate.assumptions.append(
+            f"{', '.join(judged)}: asked of {len(panel.judges)} judge(s) "
+            f"({', '.join(panel.names)}) {panel.repeats} time(s) each"
+        )
     if has_target:
         estimate.assumptions.append(
             "samples without an answer get a three-sentence answer from --target, with their "
@@ -350,10 +360,29 @@ def estimate_evaluation(
             add=add,
         )
         for metric in metrics:
-            if metric.estimate is not None:
-                context.metric = metric
+            if metric.estimate is None:
+                continue
+            context.metric = metric
+            if panel is None or metric.name not in judged:
+                context.model, context.add = model, add
                 metric.estimate(context)
+                continue
+            for judge in panel.judges:
+                context.model, context.add = judge.model, _judge_add(add, judge.name)
+                for _ in range(panel.repeats):
+                    metric.estimate(context)
     return estimate
+
+
+def _judge_add(
+    add: Callable[[str, str, int, int, int], None], judge: str
+) -> Callable[[str, str, int, int, int], None]:
+    """``add`` for one judge of a panel: its stages named ``role@judge``."""
+
+    def judged(stage: str, model: str, prompt_tokens: int, completion: int, calls: int) -> None:
+        add(f"{stage}@{judge}", model, prompt_tokens, completion, calls)
+
+    return judged
 
 
 def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:

@@ -32,7 +32,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 from ragjury._task_groups import only_the_callers
 from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
-from ragjury.errors import InputError, RagjuryError
+from ragjury.errors import ConfigurationError, InputError, RagjuryError
+from ragjury.evaluation.panel import panel_metrics
 from ragjury.ingest import DocumentReader
 from ragjury.llm import LLM, tracing
 from ragjury.logs import configure_if_unset
@@ -42,6 +43,7 @@ from ragjury.prompts import Prompt
 from ragjury.results import EvaluationResult, is_result_event
 from ragjury.runner import Runner, evaluate_in_memory, submit_documents, submit_samples
 from ragjury.schemas import Sample
+from ragjury.schemas.panel import REPEAT_TEMPERATURE, Panel
 from ragjury.store import Store, open_store
 
 
@@ -54,10 +56,16 @@ class Jury:
         *,
         prompts: dict[str, Prompt] | None = None,
         judges: Sequence[str | Path | Metric] = (),
+        panel: Panel | None = None,
     ) -> None:
         """``judges``: judge files (paths) or :class:`~ragjury.metrics.Metric` declarations
-        whose metrics ``metrics=[...]`` may name, beside the built-in and plugin ones."""
+        whose metrics ``metrics=[...]`` may name, beside the built-in and plugin ones.
+        ``panel``: every LLM-judged metric asked of these judges, each ``repeats`` times,
+        combined per sample (``Panel(judges=(PanelJudge(name="a", model="gpt-4o-mini"),
+        ...), repeats=3)``; a judge declared in ``settings.panel`` brings its key and
+        limits), as ``--judges`` and ``--repeats`` do; None: the settings' model, once."""
         self.settings = settings
+        self._panel = panel
         self._prompts = prompts or {}
         self._judges = [j if isinstance(j, Metric) else str(j) for j in judges]
         self._llm: LLM | None = None
@@ -159,6 +167,7 @@ class Jury:
             metrics=plan.names,
             prompts=self._prompts,
             judges=plan.judges,
+            panel=self._checked_panel(plan),
         )
         if len(results) < len(samples):
             raise RagjuryError(
@@ -200,9 +209,25 @@ class Jury:
             plan.names,
             self._prompts,
             judges=plan.judges,
+            panel=self._checked_panel(plan),
         )
         self._submitted.append(job.id)
         return job.id
+
+    def _checked_panel(self, plan: MetricPlan) -> Panel | None:
+        """The jury's panel, at a temperature above 0 for repeats; a clear error when no
+        metric of ``plan`` is judged by an LLM."""
+        if self._panel is None:
+            return None
+        if not panel_metrics(plan.chosen):
+            raise ConfigurationError(
+                f"the jury's panel asks LLM judges, but none of the metrics chosen "
+                f"({', '.join(plan.names)}) is judged by an LLM; choose one with metrics=[...]"
+            )
+        panel = self._panel
+        if panel.repeats > 1 and panel.temperature == 0:
+            panel = panel.model_copy(update={"temperature": REPEAT_TEMPERATURE})
+        return panel
 
     async def events(self, *, internal: bool = False) -> AsyncGenerator[Any, None]:
         """Result events, each once its item's results are stored: PairJudged (each pair of a

@@ -127,9 +127,15 @@ def test_label_studio_round_trip_into_the_database_and_calibrate(
     assert stored["s3"][2] == "7"  # the annotation that was not cancelled
 
     capsys.readouterr()
+    asked = len(fake.requests)
     assert main(["calibrate", "reviewed", "--metric", "correctness", "--db", str(db), "--json",
-                 "--base-url", fake.base_url, "--api-key", "k"]) == 0  # fmt: skip
+                 "--base-url", fake.base_url, "--api-key", "k", "--summary",
+                 str(tmp_path / "calibrated.json")]) == 0  # fmt: skip
     figures = json.loads(capsys.readouterr().out)
+    # the judgements evaluate made are served from the step cache: nothing reaches the server
+    assert len(fake.requests) == asked
+    calibrated = json.loads((tmp_path / "calibrated.json").read_text(encoding="utf-8"))
+    assert calibrated["llm_calls"] == 0
     # the judge agrees with the person on 4 of the 6 labelled samples (s0 and s1 overruled)
     assert figures["compared"] == 6
     assert figures["agreement"]["accuracy"]["value"] == pytest.approx(4 / 6, abs=1e-3)

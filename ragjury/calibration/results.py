@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ragjury.calibration.agreement import RESAMPLES, Agreement, Judgement, agreement
 from ragjury.calibration.labels import LabelKind, LabelledSamples
@@ -50,6 +50,10 @@ class Calibration(BaseModel):
     """Of the samples compared, those the person passed."""
     agreement: Agreement | None
     """None when no sample could be compared."""
+    by_judge: dict[str, Calibration] = Field(default_factory=dict)
+    """With a panel (``--judges``, ``--repeats``): each judge's own calibration (its
+    repeats' mean score and majority verdict against the people); this one is then the
+    panel's combined verdict."""
 
 
 def judgements(
@@ -119,3 +123,30 @@ def calibrate(
         human_pass=sum(j.human_pass for j in judged),
         agreement=figures,
     )
+
+
+def judge_results(results: Mapping[str, MetricResult], judge: str) -> dict[str, MetricResult]:
+    """One panel judge's results (as :func:`ragjury.evaluation.panel.combine_results` keeps
+    them in each combined result's ``panel``): its score and verdict over its repeats."""
+    found: dict[str, MetricResult] = {}
+    for sample_id, result in results.items():
+        panel = result.details.get("panel")
+        views = panel.get("judges") if isinstance(panel, Mapping) else None
+        view = views.get(judge) if isinstance(views, Mapping) else None
+        if not isinstance(view, Mapping):
+            continue
+        outcome = view.get("outcome")
+        if outcome == "scored":
+            score, passing = view.get("score"), view.get("passing")
+            found[sample_id] = MetricResult(
+                outcome="scored",
+                score=float(score) if isinstance(score, int | float) else None,
+                passing=passing if isinstance(passing, bool) else None,
+            )
+        elif outcome in ("failed", "not_applicable"):
+            reason = view.get("reason")
+            found[sample_id] = MetricResult(
+                outcome="failed" if outcome == "failed" else "not_applicable",
+                reason=reason if isinstance(reason, str) else None,
+            )
+    return found

@@ -130,6 +130,62 @@ def review_items(
     return items
 
 
+CRITIC_METRICS = {"groundedness": "question_groundedness", "standalone": "question_standalone"}
+"""The generation critics that are also metrics of a sample's question (so ``calibrate``
+can judge a reviewed pair again): a pair's critique under its metric's name. The relevance
+critic has no such metric (it rates a question for an audience), so it is not exported."""
+
+
+def pair_review_items(
+    records: Iterable[Mapping[str, object]],
+    pass_marks: Mapping[str, float],
+    metrics: Sequence[str] = (),
+) -> list[ReviewItem]:
+    """The critics' verdicts on generated pairs (``generate --out``/``--rejected`` records,
+    or a generate job's), as review items of the critics' metrics (``metrics``, else every
+    one in :data:`CRITIC_METRICS`): the pair as a sample (its question, answer and the
+    chunk(s) it was drafted from as contexts), the rating as the score, passing at the
+    metric's mark in ``pass_marks``, and the critic's rationale as the reason."""
+    unknown = [m for m in metrics if m not in CRITIC_METRICS.values()]
+    if unknown:
+        raise InputError(
+            f"--metric {', '.join(unknown)}: generated pairs are reviewed for "
+            f"{', '.join(CRITIC_METRICS.values())} (their critics' verdicts); name one of those"
+        )
+    items: list[ReviewItem] = []
+    for record in records:
+        critiques = record.get("critiques")
+        if not isinstance(critiques, Mapping):
+            raise InputError(
+                f"record {record.get('id')!r} has no 'critiques': give what `ragjury generate` "
+                "wrote (or its job in --db)"
+            )
+        contexts = record.get("contexts") or [record.get("context")]
+        sample: dict[str, object] = {
+            "id": record.get("id"),
+            "question": record.get("question"),
+            "answer": record.get("answer"),
+            "contexts": [str(c) for c in contexts if c] if isinstance(contexts, list) else [],
+        }
+        for criterion, metric in CRITIC_METRICS.items():
+            critique = critiques.get(criterion)
+            if (metrics and metric not in metrics) or not isinstance(critique, Mapping):
+                continue
+            rating, rationale = critique.get("rating"), critique.get("rationale")
+            if not isinstance(rating, int | float):
+                continue  # the critic's output never validated: no verdict to confirm
+            items.append(
+                ReviewItem(
+                    metric,
+                    sample,
+                    float(rating),
+                    rating >= pass_marks[metric],
+                    None if rationale is None else str(rationale),
+                )
+            )
+    return items
+
+
 def label_studio_tasks(items: Sequence[ReviewItem]) -> list[dict[str, object]]:
     """Label Studio tasks: the sample and the judge's figures as ``data`` (the contexts both
     as one text to show and as the list to read back), the judge's verdict as a

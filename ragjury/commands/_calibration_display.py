@@ -76,6 +76,8 @@ def calibration_tables(
         marks.add_row("in use", _mark(t.current), _number(t.current_balanced_accuracy))
         marks.add_row("best", _mark(t.best), _number(t.best_balanced_accuracy))
         tables.append(marks)
+    if c.by_judge:
+        tables.append(_judges_table(c))
     if c.compared < _FEW:
         note = Table(show_header=False, box=None)
         note.add_row(
@@ -84,6 +86,29 @@ def calibration_tables(
         )
         tables.append(note)
     return tables
+
+
+def _judges_table(c: Calibration) -> Table:
+    """Each judge of the panel against the people, beside the panel's combined verdict."""
+    table = Table(title="each judge against the people", title_justify="left")
+    for column in ("judge", "compared", "accuracy", "balanced accuracy", "Cohen's kappa"):
+        table.add_column(column, justify="left" if column == "judge" else "right")
+
+    def row(name: str, judged: Calibration) -> None:
+        a = judged.agreement
+        if a is None:
+            table.add_row(name, "0", "-", "-", "-")
+            return
+        cells = [
+            f"{_number(f.value)} ({_interval(f)})"
+            for f in (a.accuracy, a.balanced_accuracy, a.kappa)
+        ]
+        table.add_row(name, str(judged.compared), *cells)
+
+    for name, judged in c.by_judge.items():
+        row(f"{name} ({judged.model})", judged)
+    row("the panel", c)
+    return table
 
 
 def sets_table(sets: Sequence[BundledSet]) -> Table:

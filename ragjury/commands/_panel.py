@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
 from ragjury.evaluation.panel import panel_metrics
+from ragjury.llm.judge_endpoints import api_key_of, declared_for
 from ragjury.metrics import Metric
 from ragjury.schemas.panel import Panel, PanelJudge, panel_of, parse_judges, with_batch
 
@@ -19,11 +20,15 @@ def panel_from(args: argparse.Namespace, settings: Settings, chosen: list[Metric
     judges: tuple[PanelJudge, ...] = ()
     try:
         if args.judges:
-            judges = parse_judges(args.judges)
-        if args.batch_judges:
+            judges = parse_judges(args.judges, settings.panel)
+        if getattr(args, "batch_judges", None):  # calibrate has no --batch-judges
             judges = with_batch(judges, args.batch_judges)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from exc
+    for judge in judges:  # a key that is not set is said before any call
+        declared = declared_for(settings, judge)
+        if declared is not None:
+            api_key_of(judge.name, declared)
     repeats = int(args.repeats or 1)
     if repeats < 1 or repeats > 50:
         raise ConfigurationError(f"--repeats must be 1 to 50, got {repeats}")
@@ -61,6 +66,25 @@ async def check_batch_judges(panel: Panel | None, settings: Settings) -> None:
             fix=f"leave {judge.name} out of --batch-judges"
             + (" and run without --batch" if settings.batch else ""),
         )
+
+
+def priced(settings: Settings, panel: Panel | None) -> Settings:
+    """``settings`` with the price each declared judge of ``panel`` has at its endpoint, for
+    a ``--dry-run`` estimate (the run's clients take them from the declarations)."""
+    prices = dict(settings.prices)
+    for judge in panel.judges if panel is not None else ():
+        declared = declared_for(settings, judge)
+        if declared is not None and declared.price is not None:
+            prices[judge.model] = declared.price
+    return settings.model_copy(update={"prices": prices})
+
+
+def panel_name(panel: Panel) -> str:
+    """The panel as a calibration names its judge: ``panel of a (model-a), b (model-b)``,
+    with the repeats."""
+    judges = ", ".join(f"{j.name} ({j.model})" for j in panel.judges)
+    times = f", {panel.repeats} repeats each" if panel.repeats > 1 else ""
+    return f"panel of {judges} by {panel.combine}{times}"
 
 
 def _figure(value: object) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ragjury.calibration.labels import LabelledSamples, load_labelled
-from ragjury.calibration.results import SUMMARY_KEY, Calibration, calibrate
+from ragjury.calibration.results import SUMMARY_KEY, Calibration, calibrate, judge_results
 from ragjury.calibration.review import is_reviewed, reviewed_labels
 from ragjury.calibration.sets import LABEL_FIELD, bundled_set, bundled_sets
 from ragjury.commands._calibration_display import (
@@ -26,6 +26,7 @@ from ragjury.commands._calibration_display import (
     sets_notes,
     sets_table,
 )
+from ragjury.commands._panel import panel_from, panel_lines, panel_name, priced
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     EXIT_NOTHING_JUDGED,
@@ -40,6 +41,8 @@ from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import parse_fields
+from ragjury.evaluation.panel import panel_metrics
+from ragjury.evaluation.panel_summary import PanelTally
 from ragjury.evaluation.summary import summarise
 from ragjury.llm.resolve import choose_llm
 from ragjury.metrics import Metric
@@ -49,6 +52,7 @@ from ragjury.report.ci import run_details
 from ragjury.report.load import declarations
 from ragjury.runner import JobRun, scored_samples, submit_samples
 from ragjury.schemas import SampleScored
+from ragjury.schemas.panel import Panel
 from ragjury.store import open_store
 from ragjury.store.base import Job
 
@@ -137,9 +141,22 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
     plan, metric = _plan(settings, args, labelled, metric_name)
     prompts = load_overrides(args.prompt, plan.prompt_names())
     samples = labelled.samples
+    panel = panel_from(args, settings, plan.chosen)
+    judged = panel_metrics(plan.chosen)
     if args.dry_run:
-        estimate = estimate_evaluation(samples, plan.chosen, settings, prompts, has_target=False)
-        return await report_estimate(estimate, settings, args, console)
+        estimate = estimate_evaluation(
+            samples,
+            plan.chosen,
+            settings,
+            prompts,
+            has_target=False,
+            panel=panel,
+            judged=judged,
+            command="calibrate",
+        )
+        return await report_estimate(estimate, priced(settings, panel), args, console)
+    if args.submit:
+        return await _submit(settings, labelled, plan, prompts, panel, console)
     llm_needed = plan.needs_llm()
     if llm_needed:
         choose_llm(settings)  # says how to configure one, if none is
@@ -147,20 +164,43 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
         settings = settings.model_copy(update={"logprobs": True})
     async with recorded_run(settings, "calibrate", require_endpoint=llm_needed) as run:
         job = await submit_samples(
-            run.store, settings, samples, plan.names, prompts, judges=plan.judges
+            run.store, settings, samples, plan.names, prompts, judges=plan.judges, panel=panel
         )
         result = await judge_samples(run, settings, job, console, len(samples))
         scored = await scored_samples(run.store, job.id)
+        results = {s.sample.id: s.metrics[metric.name] for s in scored if metric.name in s.metrics}
         calibration = calibrate(
             labelled,
-            {s.sample.id: s.metrics[metric.name] for s in scored if metric.name in s.metrics},
+            results,
             metric,
             settings.evaluate,
-            model=run.llm.settings.model,  # the backend's: a local model's file name
+            # the backend's: a local model's file name
+            model=run.llm.settings.model if panel is None else panel_name(panel),
             seed=args.seed,
             resamples=args.resamples,
         )
         summary = _summary(run, settings, job, result, scored, plan, prompts, path)
+        if panel is not None:
+            by_judge = {
+                judge.name: calibrate(
+                    labelled,
+                    judge_results(results, judge.name),
+                    metric,
+                    settings.evaluate,
+                    model=judge.model,
+                    seed=args.seed,
+                    resamples=args.resamples,
+                )
+                for judge in panel.judges
+            }
+            calibration = calibration.model_copy(update={"by_judge": by_judge})
+            tally = PanelTally(panel, judged)
+            for sample in scored:
+                tally.add(sample)
+            metrics_summary = summary["metrics"]
+            assert isinstance(metrics_summary, dict)  # summarise's figures by metric
+            tally.widen(metrics_summary)
+            summary["panel"] = tally.figures(run.llm.usage.by_stage())
         summary[SUMMARY_KEY] = calibration.model_dump(mode="json")
         stop = budget_stop(
             run.llm, what="samples", submitted=len(samples) - result.unfinished, total=len(samples)
@@ -169,6 +209,8 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
         budget_reason = run.llm.budget.reason
         await run.finish(summary, args.summary)
     _show(args, calibration, summary)
+    for line in panel_lines(summary):
+        console.print(f"ragjury calibrate: {line}", soft_wrap=True, markup=False, highlight=False)
     code = stopped_early(
         console,
         settings,
@@ -191,6 +233,40 @@ async def calibrate_command(args: argparse.Namespace, settings: Settings) -> int
         )
         return EXIT_NOTHING_JUDGED
     return EXIT_INVALID_INPUT if labelled.invalid else 0
+
+
+async def _submit(
+    settings: Settings,
+    labelled: LabelledSamples,
+    plan: MetricPlan,
+    prompts: Mapping[str, Prompt],
+    panel: Panel | None,
+    console: Console,
+) -> int:
+    """Queue the job this command would run (the same job, so the command without
+    ``--submit`` finds it judged) for ``ragjury serve`` workers, and say what comes next."""
+    async with open_store(settings.db, concurrency=settings.concurrency) as store:
+        job = await submit_samples(
+            store, settings, labelled.samples, plan.names, prompts, judges=plan.judges, panel=panel
+        )
+        counts = await store.counts([job.id])
+    said = (
+        f"queued {len(labelled.samples)} labelled sample(s) for {', '.join(plan.names)} as "
+        f"job {job.id} in {settings.db_shown}"
+        if job.created
+        else f"the same work is already job {job.id} in {settings.db_shown} ({counts['done']} "
+        f"done, {counts['queued'] + counts['processing']} to go, {counts['failed']} failed); "
+        "nothing added"
+    )
+    console.print(
+        f"ragjury calibrate: {said}; `ragjury serve --db ...` judges them (give it the same "
+        "--model and --base-url), then run this command again without --submit for the "
+        "figures",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    return 0
 
 
 def _summary(

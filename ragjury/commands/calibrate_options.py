@@ -80,4 +80,13 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
         help="contexts longer than this are judged in windows (default 12000)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--submit",
+        action="store_true",
+        help="queue the judging in --db for `ragjury serve` workers and stop; once they have "
+        "judged it, the same command without --submit prints the figures",
+    )
+    from ragjury.commands.panel_options import add_panel_options
+
+    add_panel_options(parser)
     parser.add_argument("--summary", type=Path, help="write the run summary as JSON here")

@@ -19,7 +19,7 @@ from ragjury.commands._display import (
     interval_text,
     retrieval_table,
 )
-from ragjury.commands._panel import check_batch_judges, panel_from, panel_lines
+from ragjury.commands._panel import check_batch_judges, panel_from, panel_lines, priced
 from ragjury.commands._run import (
     EXIT_INVALID_INPUT,
     budget_stop,
@@ -114,9 +114,15 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.dry_run:
         estimate = estimate_evaluation(
-            loaded, plan.chosen, settings, prompts, has_target=bool(args.target)
+            loaded,
+            plan.chosen,
+            settings,
+            prompts,
+            has_target=bool(args.target),
+            panel=panel,
+            judged=panel_metrics(plan.chosen),
         )
-        return await report_estimate(estimate, settings, args, console)
+        return await report_estimate(estimate, priced(settings, panel), args, console)
     await check_batch_judges(panel, settings)
     out_format = output_format(args.out, args.format)
     llm_needed = plan.needs_llm()

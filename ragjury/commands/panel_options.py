@@ -1,4 +1,5 @@
-"""The flags of a judge panel and repeats (``evaluate``): light to import, parsed when used."""
+"""The flags of a judge panel and repeats (``evaluate``, ``calibrate``, ``submit``): light to
+import, parsed when used."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ def add_panel_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("judge panels and repeats")
     group.add_argument(
         "--judges",
-        metavar="NAME=MODEL[@BASE_URL],...",
+        metavar="NAME[=MODEL[@BASE_URL]],...",
         help="ask every LLM-judged metric of several judges, each a model (on its own endpoint "
         "after '@', else --base-url) with its own rate limits and prices, e.g. "
-        "a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1; the summary gives their "
-        "agreement, dissent and cost per judge",
+        "a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1; a bare NAME is a judge declared "
+        "in ragjury.toml as [panel.NAME] (with its key, concurrency, rpm, tpm and price); the "
+        "summary gives their agreement, dissent and cost per judge",
     )
     group.add_argument(
         "--batch-judges",

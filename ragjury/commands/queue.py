@@ -15,6 +15,7 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
+from ragjury.commands._panel import panel_from
 from ragjury.commands._run import EXIT_BUDGET, propose_for_run, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
 from ragjury.config import GenerationOptions, Settings
@@ -99,10 +100,22 @@ async def submit_command(args: argparse.Namespace, settings: Settings) -> int:
                     markup=False,
                 )
             metrics = plan.names
+            panel = panel_from(args, settings, plan.chosen)
             job = await submit_samples(
-                store, settings, samples, metrics, prompts, pin_model=False, judges=plan.judges
+                store,
+                settings,
+                samples,
+                metrics,
+                prompts,
+                pin_model=False,
+                judges=plan.judges,
+                panel=panel,
             )
             what = f"{samples.count} sample(s) for evaluation ({', '.join(metrics)})"
+            if panel is not None:
+                what += f", asked of {', '.join(panel.names)}" + (
+                    f" {panel.repeats} times each" if panel.repeats > 1 else ""
+                )
         await _say_submitted(console, store, job, what, settings)
     return 0
 

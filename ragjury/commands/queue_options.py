@@ -33,6 +33,9 @@ def add_submit_arguments(submit: argparse.ArgumentParser) -> None:
     )
     add_generation_options(submit)
     add_evaluation_options(submit)
+    from ragjury.commands.panel_options import add_panel_options
+
+    add_panel_options(submit)
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:

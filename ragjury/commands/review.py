@@ -12,9 +12,11 @@ import anyio
 from rich.console import Console
 
 from ragjury.calibration.review import (
+    CRITIC_METRICS,
     LABEL_CONFIG,
     csv_text,
     label_studio_tasks,
+    pair_review_items,
     read_review,
     review_items,
 )
@@ -46,14 +48,21 @@ async def _export(args: argparse.Namespace) -> int:
             "give the evaluate results file, or --db (with --job) to read a job from the "
             "database, not both"
         )
+    if args.db is not None and args.rejected is not None:
+        raise ConfigurationError(
+            f"--rejected {args.rejected}: a generate job in --db holds its rejected pairs "
+            "already; give --rejected with the kept pairs' file instead of --db"
+        )
     if args.db is not None:
         loaded = await records_from_db(args.db, args.job)
     else:
-        results = args.results
-        loaded = await anyio.to_thread.run_sync(lambda: load_files(results))
-    if loaded.kind != "evaluation":
-        raise InputError(f"{loaded.source} is a generated dataset; review exports evaluate results")
-    items = review_items(loaded.records, args.metric)
+        results, rejected = args.results, args.rejected
+        loaded = await anyio.to_thread.run_sync(lambda: load_files(results, rejected=rejected))
+    if loaded.kind == "evaluation":
+        items = review_items(loaded.records, args.metric)
+    else:  # generated pairs: the critics' verdicts
+        marks = {name: _pass_mark(name) for name in CRITIC_METRICS.values()}
+        items = pair_review_items(loaded.records, marks, args.metric)
     if not items:
         raise InputError(f"{loaded.source}: no scored verdict to review")
     if suffix == ".csv":
@@ -89,6 +98,15 @@ async def _export(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return 0
+
+
+def _pass_mark(metric: str) -> float:
+    """A critic metric's pass mark, as its declaration gives it."""
+    from ragjury.metrics import registry
+
+    threshold = registry()[metric].threshold
+    assert threshold is not None  # the critics' metrics pass at a rating
+    return float(threshold)
 
 
 async def _import(args: argparse.Namespace, settings: Settings) -> int:

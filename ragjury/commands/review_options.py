@@ -24,11 +24,20 @@ def add_review_arguments(review: argparse.ArgumentParser) -> None:
     actions = review.add_subparsers(dest="review_command", required=True, metavar="ACTION")
     export = actions.add_parser(
         "export",
-        help="write judged samples for review",
-        description="Write judged samples and the judges' verdicts for people to label.",
+        help="write judged samples (or generated pairs) for review",
+        description="Write judged samples and the judges' verdicts, or generated pairs and "
+        "their critics' verdicts, for people to label.",
     )
     export.add_argument(
-        "results", nargs="?", type=Path, help="evaluate results JSONL (omit with --db)"
+        "results",
+        nargs="?",
+        type=Path,
+        help="evaluate results JSONL, or the pairs generate kept (--out); omit with --db",
+    )
+    export.add_argument(
+        "--rejected",
+        type=Path,
+        help="the pairs generate rejected (its --rejected file), reviewed with the kept ones",
     )
     export.add_argument(
         "--out",
@@ -44,7 +53,9 @@ def add_review_arguments(review: argparse.ArgumentParser) -> None:
         "--metric",
         action="append",
         default=[],
-        help="only this metric's verdicts (repeatable; default: every metric with a pass mark)",
+        help="only this metric's verdicts (repeatable; default: every metric with a pass "
+        "mark; for generated pairs question_groundedness and question_standalone, their "
+        "critics' verdicts)",
     )
     add_log_level(export)
     imported = actions.add_parser(

@@ -51,6 +51,7 @@ from ragjury.llm.backends import ChatBackend
 from ragjury.llm.batches import BatchChannel, Parked
 from ragjury.llm.breaker import CircuitBreaker, Health
 from ragjury.llm.budget import Budget
+from ragjury.llm.judge_endpoints import judge_endpoint
 from ragjury.llm.limiter import AdaptiveLimiter, Clock, Outcome
 from ragjury.llm.ratelimit import HeaderBox, RateLedger, answer_box
 from ragjury.llm.resolve import open_backend
@@ -194,14 +195,21 @@ class LLM:
         batch: bool = False,
     ) -> LLM:
         """A client of another model or endpoint for the same run (``judge`` of a panel):
-        its own limiter, breaker and prices, the run's budget, usage ledger and call records;
+        its own limiter, breaker and prices (with the key, concurrency, rpm, tpm and price
+        of the judge when ragjury.toml declares it as ``[panel.NAME]`` with this model and
+        endpoint), the run's budget, usage ledger and call records;
         its calls' stages end in ``@judge``, so the books show each judge's calls and cost.
         Its calls go through its endpoint's batch API with ``batch`` (``--batch-judges``) or
         when this client's do (``--batch``). Made once per judge and closed with this one."""
         key = f"{judge}\n{model}\n{base_url}\n{temperature}\n{batch}"
         found = self._siblings.get(key)
         if found is None:
-            update = {"model": model, "base_url": base_url, "temperature": temperature}
+            update: dict[str, object] = {
+                "model": model,
+                "base_url": base_url,
+                "temperature": temperature,
+                **judge_endpoint(self.settings, judge, model, base_url),
+            }
             found = LLM(
                 self.settings.model_copy(update=update),
                 sleep=self._sleep,

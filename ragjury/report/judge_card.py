@@ -6,11 +6,11 @@ report of that job shows them beside the metric's own figures."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from ragjury.calibration.agreement import FIGURES
+from ragjury.calibration.agreement import FIGURES, Figure
 from ragjury.calibration.results import SUMMARY_KEY, Calibration
 
 
@@ -23,6 +23,9 @@ class JudgeCard:
     confusion: list[tuple[str, str, str]]
     """(person, judge passes, judge fails)."""
     threshold: str | None
+    judges: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    """With a panel, each judge then the panel: (judge, compared, accuracy, balanced
+    accuracy, Cohen's kappa), each figure with its interval."""
 
 
 def _number(value: float | None) -> str:
@@ -73,4 +76,32 @@ def judge_card(summary: Mapping[str, object]) -> JudgeCard | None:
             f"{_number(t.current_balanced_accuracy)}); best on these samples {t.best:g} "
             f"({_number(t.best_balanced_accuracy)}), chosen on them, so optimistic."
         )
-    return JudgeCard(f"How far to trust {c.metric}", lede, figures, confusion, threshold)
+    return JudgeCard(
+        f"How far to trust {c.metric}", lede, figures, confusion, threshold, _judges(c)
+    )
+
+
+def _with_interval(figure: Figure) -> str:
+    if figure.low is None or figure.high is None:
+        return _number(figure.value)
+    return f"{_number(figure.value)} ({figure.low:.3f} to {figure.high:.3f})"
+
+
+def _row(name: str, judged: Calibration) -> tuple[str, str, str, str, str]:
+    a = judged.agreement
+    if a is None:
+        return (name, str(judged.compared), "-", "-", "-")
+    return (
+        name,
+        str(judged.compared),
+        _with_interval(a.accuracy),
+        _with_interval(a.balanced_accuracy),
+        _with_interval(a.kappa),
+    )
+
+
+def _judges(c: Calibration) -> list[tuple[str, str, str, str, str]]:
+    if not c.by_judge:
+        return []
+    rows = [_row(f"{n} ({j.model})", j) for n, j in c.by_judge.items()]
+    return [*rows, _row("the panel", c)]

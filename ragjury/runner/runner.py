@@ -40,6 +40,7 @@ from ragjury.runner.progress import EventListener, Progress, RunCounts
 from ragjury.runner.submit import scored_samples, submit_samples
 from ragjury.runner.workers import Workers
 from ragjury.schemas import Sample, SampleScored
+from ragjury.schemas.panel import Panel
 from ragjury.store import SQLiteStore
 from ragjury.store.base import Item, Job, Store
 from ragjury.store.cache import StepCache
@@ -339,11 +340,14 @@ async def evaluate_in_memory(
     prompts: Mapping[str, Prompt] | None = None,
     target: Target | None = None,
     judges: Sequence[Metric] = (),
+    panel: Panel | None = None,
 ) -> list[SampleScored]:
     """Judge ``samples`` with no database file (``Jury.evaluate``): the same runner on an
     in-memory store and bus; results in input order (fewer if the budget ran out)."""
     async with SQLiteStore(":memory:") as store:
-        job = await submit_samples(store, settings, samples, metrics, prompts, judges=judges)
+        job = await submit_samples(
+            store, settings, samples, metrics, prompts, judges=judges, panel=panel
+        )
         runner = Runner(
             settings,
             store,

@@ -10,8 +10,8 @@ apart and a repeat is never served another repeat's answer.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -31,6 +31,17 @@ REPEAT_TEMPERATURE = 0.7
 deterministic judge would only measure the cache)."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 _EXAMPLE = "e.g. --judges a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1"
+
+
+class Declared(Protocol):
+    """A judge declared in ragjury.toml (``ragjury.config.JudgeEndpoint``), as --judges
+    reads it."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def base_url(self) -> str | None: ...
 
 
 class PanelJudge(BaseModel):
@@ -80,18 +91,33 @@ class Panel(BaseModel):
         return [(j.name, r) for j in self.judges for r in range(self.repeats)]
 
 
-def parse_judges(text: str) -> tuple[PanelJudge, ...]:
-    """``--judges NAME=MODEL[@BASE_URL],...`` as judges; a clear error naming the bad part."""
+def parse_judges(
+    text: str, declared: Mapping[str, Declared] | None = None
+) -> tuple[PanelJudge, ...]:
+    """``--judges NAME=MODEL[@BASE_URL],...`` as judges, a bare ``NAME`` being a judge
+    ``declared`` in ragjury.toml (``[panel.NAME]``); a clear error naming the bad part."""
+    declared = declared or {}
     judges: list[PanelJudge] = []
     for part in (p.strip() for p in text.split(",")):
         name, sep, rest = part.partition("=")
         name, rest = name.strip(), rest.strip()
+        if not sep and name in declared:
+            found = declared[name]
+            if found.base_url:
+                _check_stored_url(name, found.base_url)
+            judges.append(PanelJudge(name=name, model=found.model, base_url=found.base_url))
+            continue
         if not sep or not rest:
-            raise ValueError(f"{part!r} in --judges is not NAME=MODEL[@BASE_URL] ({_EXAMPLE})")
-        if not _NAME.match(name):
-            raise ValueError(
-                f"judge name {name!r} must be 1-40 letters, digits, '_' or '-' ({_EXAMPLE})"
+            known = (
+                f"; the judges declared in ragjury.toml are {', '.join(sorted(declared))}"
+                if declared
+                else "; or declare it as [panel.NAME] in ragjury.toml and give its NAME"
             )
+            raise ValueError(
+                f"{part!r} in --judges is not NAME=MODEL[@BASE_URL] nor a declared judge "
+                f"({_EXAMPLE}){known}"
+            )
+        check_judge_name(name, _EXAMPLE)
         model, at, url = rest.partition("@")
         model, url = model.strip(), url.strip()
         if not model or (at and not url.startswith(("http://", "https://"))):
@@ -116,6 +142,13 @@ def with_batch(judges: Sequence[PanelJudge], names: str) -> tuple[PanelJudge, ..
             "e.g. --judges a=gpt-4o-mini,b=gpt-4o --batch-judges b"
         )
     return tuple(j.model_copy(update={"batch": j.name in chosen}) for j in judges)
+
+
+def check_judge_name(name: str, example: str) -> None:
+    if not _NAME.match(name):
+        raise ValueError(
+            f"judge name {name!r} must be 1-40 letters, digits, '_' or '-' ({example})"
+        )
 
 
 def _check_stored_url(name: str, url: str) -> None:

@@ -36,8 +36,8 @@ def add_report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--history",
         action="store_true",
-        help="with --db: one page of every job in the database (each metric's trend over the "
-        "runs, the gates that failed) and, in OUT-runs/ beside it, each job's report",
+        help="with --db: one page of every run in the database (each metric's trend over the "
+        "runs, the runs whose gates failed) and, in OUT-runs/ beside it, each run's report",
     )
     report.add_argument("--title", help="the page title")
 

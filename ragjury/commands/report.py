@@ -143,6 +143,10 @@ async def compare_command(args: argparse.Namespace, settings: Settings) -> int:
         from ragjury.report.html import comparison_html
 
         await _write(args.out, comparison_html(comparison, title=args.title))
+    if args.markdown is not None:
+        from ragjury.report.compare_markdown import comparison_markdown
+
+        await _write(args.markdown, comparison_markdown(comparison))
     if args.json:
         print(json.dumps(comparison.as_dict(), indent=2, ensure_ascii=False))
     else:

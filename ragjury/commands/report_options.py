@@ -52,6 +52,13 @@ def add_compare_arguments(comp: argparse.ArgumentParser) -> None:
         help="BASELINE and CANDIDATE are jobs in this database (a file, or a postgresql:// URL)",
     )
     comp.add_argument("--out", type=Path, help="also write the comparison as an HTML page")
+    comp.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the comparison as Markdown, for a pull request comment or "
+        "$GITHUB_STEP_SUMMARY (the answers of the biggest regressions side by side)",
+    )
     comp.add_argument("--json", action="store_true", help="print JSON instead of tables")
     comp.add_argument(
         "--fail-on-regression",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,7 @@ from ragjury.report.markdown import inline
 from reportruns import write_jsonl
 
 
-def judged(sample: str, answer: str, score: float, reason: str) -> dict[str, Any]:
+def judged(sample: str, answer: str, score: float, reason: str) -> dict[str, object]:
     entry = {"outcome": "scored", "score": score, "passing": score >= 0.8, "reason": reason}
     return {
         "id": sample,

@@ -140,7 +140,7 @@ def _score(record: dict[str, Any], metric: str) -> tuple[float | None, str | Non
     return float(entry["score"]), reason
 
 
-def _answer(record: dict[str, Any]) -> str | None:
+def _answer(record: Mapping[str, object]) -> str | None:
     answer = record.get("answer")
     return None if answer is None else str(answer)
 

@@ -32,7 +32,13 @@ def as_samples(items: Iterable[SampleInput]) -> list[Sample]:
         if isinstance(item, Sample):
             fields, repairs = clean_value(item.model_dump())
             if repairs:  # text no later step could encode: repaired, as at every intake
-                log.warning("input_repaired", sample=position, repairs="; ".join(repairs))
+                log.warning(
+                    "input_repaired",
+                    sample=position,
+                    repairs="; ".join(repairs),
+                    say=f"sample {position}: {'; '.join(repairs)}, so the text can be stored "
+                    "and sent",
+                )
                 item = Sample.model_validate(fields)
             numbered = item.model_copy(update={"id": f"sample-{position}"})
             samples.append(item if item.id else numbered)

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 
     from ragjury.config import Settings
 
-# Exit codes: 0 ok, 1 nothing processed, 2 configuration error; the commands add
-# 3 (a budget stopped the run), 4 (the results did not pass: nothing judged or a CI gate
-# failed) and 130 (stopped by a signal); see commands/_run.py.
+# Exit codes: 0 ok, 1 nothing processed, 2 configuration error, 4 nothing judged (here: an
+# endpoint that refuses every connection); the commands add 3 (too many failed judgements),
+# 4 (nothing judged), 5 (a gate failed), 6 (a budget stopped the run) and 130 (stopped by a
+# signal); see commands/_run.py and the README's table.
 EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_NOTHING_JUDGED = 0, 1, 2, 4
 
 # Flags that map one-to-one onto GenerationOptions fields.
@@ -410,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = settings_from_args(args)
-        configure_logging(settings.log_level)
+        # serve's logs go to a collector: its warnings stay log lines (with their sentence)
+        configure_logging(settings.log_level, sentences=args.command != "serve")
         if settings.otel:
             tracing.export()
         try:

@@ -62,7 +62,11 @@ class EvaluationSpec(JobSpec):
     ``--repeats``, ``--combine``); None: the run's one model, once."""
     target: str | None = None
     """The RAG system that answers the samples without an answer (``--target``: its URL
-    without a password, or ``module:function``), so another target is another job."""
+    without a password, or ``module:function``, and the reply fields it reads when they are
+    not the defaults), so another target is another job."""
+    embedding: str | None = None
+    """The embedding model (``--embedding-model``) when a metric asks for embeddings and it
+    is not the default one, so another one is another job."""
 
 
 def prompt_sources(prompts: Mapping[str, Prompt]) -> dict[str, str]:

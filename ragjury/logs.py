@@ -1,4 +1,9 @@
-"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is."""
+"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is.
+
+A warning meant for a person (a repaired input, a skipped file, an endpoint gone down, the
+tiny bundled model) carries ``say``, a sentence: the commands print that sentence on stderr
+(``ragjury: warning: ...``) instead of a log line; ``serve``, whose logs go to a collector,
+keeps them as log lines with the sentence in the ``say`` field."""
 
 from __future__ import annotations
 
@@ -12,8 +17,11 @@ from ragjury.urls import redact_text
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 
-def configure_logging(level: str = "warning", *, json: bool | None = None) -> None:
-    """Route ragjury's structured logs to stderr at ``level``."""
+def configure_logging(
+    level: str = "warning", *, json: bool | None = None, sentences: bool = True
+) -> None:
+    """Route ragjury's structured logs to stderr at ``level``; with ``sentences``, an event
+    that carries ``say`` is printed as that sentence."""
     name = level.lower()
     if name not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
@@ -30,6 +38,7 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             _redact_secrets,
+            *([_say_to_people] if sentences else []),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),
@@ -62,6 +71,18 @@ def _redact_secrets(
         if isinstance(value, str):
             event[key] = redact_text(value)
     return event
+
+
+def _say_to_people(
+    _logger: object, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """An event meant for a person (it has ``say``) as one sentence on stderr, not a log line."""
+    say = event.get("say")
+    if not isinstance(say, str):
+        return event
+    level = "warning" if method == "warn" else method
+    print(f"ragjury: {level}: {say}", file=sys.stderr, flush=True)
+    raise structlog.DropEvent
 
 
 def _stderr_logger(*args: object) -> structlog.PrintLogger:

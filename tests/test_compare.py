@@ -263,8 +263,12 @@ def test_compare_and_report_read_jobs_from_either_store(
     data = page_data(html)
     assert [s["answer"] for s in data["samples"]] == ["The Eiffel Tower is in Rome."]
     assert data["samples"][0]["contexts"] == ["The Eiffel Tower is in Paris."]
-    if kind == "postgresql":  # the page names the database without its password
-        assert PASSWORD not in html + json.dumps(data)
+    history = tmp_path / "history.html"
+    assert main(["report", "--db", db, "--history", "--out", str(history)]) == 0
+    runs = history.read_text(encoding="utf-8")
+    assert [job for job in jobs if f'data-job="{job}" data-run=' in runs] == jobs  # a run each
+    if kind == "postgresql":  # the pages name the database without its password
+        assert PASSWORD not in html + json.dumps(data) + runs
 
 
 def test_a_repeated_id_is_refused_with_the_id(

@@ -62,7 +62,10 @@ def test_bad_sample_records_are_repaired_or_named_and_the_rest_judged(
     assert "\ufffd" in judged["surrogate"]["answer"]
     assert "\x00" not in judged["nul"]["answer"]
     assert all(r["metrics"]["keywords"]["outcome"] == "scored" for r in judged.values())
-    assert "input_repaired" in err
+    # for a person: a sentence on stderr, not a JSON log line (stderr is not a terminal here)
+    assert "ragjury: warning: line 2: " in err
+    assert "replaced by U+FFFD, so the text can be stored and sent" in err
+    assert "input_repaired" not in err
     assert "samples.jsonl:4" in err  # the wrong types, named by line
     assert "samples.jsonl:5" in err  # a list where a record should be
 
@@ -193,6 +196,28 @@ def test_third_party_log_records_pass_the_same_redaction(
     configure_logging("info")
     logging.getLogger("some.exporter").warning("cannot reach %s", "http://o:pa55word@h:1/v1")
     assert "pa55word" not in capsys.readouterr().err
+
+
+def test_a_warning_for_people_is_a_sentence_and_serves_logs_keep_it_as_a_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    import structlog
+
+    from ragjury.logs import configure_logging
+
+    log = structlog.get_logger("ragjury.test")
+    configure_logging("warning", json=True)  # a command's (stderr is not a terminal here)
+    log.warning(
+        "endpoint_down", endpoint="http://bob:pa55@h/v1", say="http://bob:pa55@h/v1 is down"
+    )
+    assert capsys.readouterr().err == "ragjury: warning: http://bob:***@h/v1 is down\n"
+
+    configure_logging("warning", json=True, sentences=False)  # serve's
+    log.warning("endpoint_down", endpoint="h", say="h is down")
+    logged = json.loads(capsys.readouterr().err)
+    assert (logged["event"], logged["say"]) == ("endpoint_down", "h is down")
 
 
 # -- exit codes -----------------------------------------------------------------------------

@@ -181,7 +181,7 @@ async def test_no_endpoint_with_the_local_extra_uses_the_bundled_model_with_a_wa
     warnings = [e for e in logs if e["event"] == "tiny_local_model"]
     assert len(warnings) == 1
     assert warnings[0]["log_level"] == "warning"
-    assert "a real model gives real judgements" in warnings[0]["note"].lower()
+    assert "a real model gives real judgements" in warnings[0]["say"].lower()
 
 
 async def test_similarity_works_offline_with_the_embedding_model_in_the_local_extra(

@@ -154,7 +154,7 @@ async def test_headers_that_mislead_are_distrusted_once_and_no_call_fails(
     said = [entry for entry in logs if entry["event"] == "llm_rate_headers_distrusted"]
     assert len(said) == 1
     assert said[0]["log_level"] == "warning"
-    assert "paced from the answers it gives per second" in said[0]["note"]
+    assert "paced from the answers it gives per second" in said[0]["say"]
 
 
 async def test_429s_whose_headers_agree_with_them_keep_the_headers_trusted(

@@ -24,18 +24,40 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def _commands_help() -> str:
+def _parsers() -> list[argparse.ArgumentParser]:
     parser = build_parser()
     # argparse has no public way to reach a sub-parser; its _actions list is the usual route.
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     commands: dict[str, argparse.ArgumentParser] = sub.choices
-    return "\n".join([parser.format_help(), *(c.format_help() for c in commands.values())])
+    nested = [
+        choice
+        for command in commands.values()
+        for action in command._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for choice in action.choices.values()
+    ]
+    return [parser, *commands.values(), *nested]
+
+
+def _commands_help() -> str:
+    return "\n".join(p.format_help() for p in _parsers())
+
+
+def _flags() -> set[str]:
+    """Every flag a command takes (not merely named in some help text)."""
+    return {flag for p in _parsers() for a in p._actions for flag in a.option_strings}
+
+
+def test_every_flag_the_help_mentions_exists() -> None:
+    mentioned = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*[a-z])", _commands_help()))
+
+    assert sorted(mentioned - _flags()) == []
 
 
 def test_every_flag_the_readme_mentions_exists() -> None:
     documented = set(re.findall(r"`(--[a-z][a-z-]+)", README))
-    help_text = _commands_help()
-    missing = sorted(flag for flag in documented if flag not in help_text)
+    flags = _flags()
+    missing = sorted(flag for flag in documented if flag not in flags)
     assert "--verdict-batch" in documented
     assert "--questions-per-chunk" in documented
     assert missing == []

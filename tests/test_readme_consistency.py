@@ -97,6 +97,23 @@ def test_the_gate_flags_help_names_the_exit_codes_the_gates_use() -> None:
     assert f"| {EXIT_MAX_FAILED} | more judgements failed than `--max-failed N`" in table
 
 
+def test_the_readmes_exit_code_table_has_every_code_ragjury_returns() -> None:
+    from ragjury import cli
+    from ragjury.commands import _run
+
+    codes = {
+        value
+        for module in (cli, _run)
+        for name, value in vars(module).items()
+        if name.startswith("EXIT_") and isinstance(value, int)
+    }
+    table = README.split("| code | means |", 1)[1].split("\n\n", 1)[0]
+    rows = [int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
+
+    assert rows == sorted(codes)
+    assert codes == {0, 1, 2, 3, 4, 5, 6, 130}
+
+
 def test_every_gate_in_the_readmes_examples_lies_on_its_metrics_scale() -> None:
     blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README, re.DOTALL))
     specs = re.findall(r"--fail-under (\S+)", blocks)

@@ -15,7 +15,7 @@ import pytest
 
 from fakeopenai import FakeOpenAI
 from headless import Opened, chromium, open_page
-from reportruns import HOSTILE, cli, dataset_run, evaluation_run, wide_run
+from reportruns import HOSTILE, cli, dataset_run, evaluation_run, wide_run, write_jsonl
 from reportruns import SAMPLES as JUDGED
 
 if TYPE_CHECKING:
@@ -199,19 +199,46 @@ def test_the_dataset_report_shows_pairs_their_rationales_and_filters_by_outcome(
         page.screenshot(path=str(DOCS / "dataset.png"), full_page=True)
 
 
-def test_the_comparison_page_renders_with_no_console_error(
+def test_the_comparison_page_shows_both_answers_of_each_regression(
     browser: Browser, fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     run = evaluation_run(fake, tmp_path / "run")
+    changed = [dict(s) for s in JUDGED]
+    changed[0]["answer"] = "The Eiffel Tower is in Paris."  # improved
+    changed[1]["answer"] = "Tokyo is the capital of Japan. Japan is made of cheese."
+    changed[3]["answer"] = "The Seine flows through Berlin."
+    write_jsonl(run / "candidate.jsonl", changed)
+    flags = ["--db", "ragjury.db", "--base-url", fake.base_url, "--api-key", "k"]
+    flags += ["--model", "fake-model", "--max-retries", "0", "--metrics", "faithfulness"]
+    assert (
+        cli(["evaluate", "candidate.jsonl", "--out", "candidate-results.jsonl", *flags], run) == 0
+    )
     out = tmp_path / "compare.html"
-    results = str(run / "results.jsonl")
+    compared = ["compare", "results.jsonl", "candidate-results.jsonl", "--out", str(out)]
 
-    assert cli(["compare", results, results, "--out", str(out)], tmp_path) == 0
+    assert cli([*compared, "--fail-on-regression", "faithfulness=0.2"], run) == 0
 
     opened = open_page(browser, out)
-    assert opened.page.locator("table.compare tbody tr").count() == 2
-    assert "faithfulness" in opened.page.locator("table.compare").inner_text()
+    page = opened.page
+    assert page.locator("table.compare tbody tr").count() == 2
+    assert page.locator("h2").first.inner_text() == (
+        "results.jsonl (baseline) → candidate-results.jsonl (candidate)"
+    )
+    rows = page.locator("table.regressions tbody tr")
+    assert rows.count() == 2  # seine (1 -> 0), then tokyo (1 -> 0.5)
+    seine = rows.nth(0).locator("td").all_inner_texts()
+    assert seine[0] == "seine"
+    assert seine[4:6] == [
+        "The Seine flows through Paris. The Seine is 777 km long.",
+        "The Seine flows through Berlin.",
+    ]
+    assert rows.nth(1).locator("td").first.inner_text() == "tokyo"
+    box = page.locator("table.regressions").bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 1280  # the answers wrap: no sideways scroll
     assert opened.errors == []
+    if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS"):
+        page.screenshot(path=str(DOCS / "compare.png"), full_page=True)
 
 
 @pytest.fixture
@@ -257,6 +284,19 @@ def test_every_column_fits_the_window_from_1280_pixels_wide(
     assert geometry["passingWidth"] > 40
     assert geometry["questionWidth"] > 150  # the question keeps room to be read
     assert page.locator('#samples th[data-key="passing"]').is_visible()
+    figures = page.evaluate(
+        """() => [...document.querySelectorAll("dl.figures dd")].map((dd) => {
+          const card = dd.closest(".card").getBoundingClientRect();
+          const number = dd.firstChild.textContent.trim();
+          const lines = document.createRange();
+          lines.selectNodeContents(dd.firstChild);
+          return {right: dd.getBoundingClientRect().right, cardRight: card.right,
+                  number, numberLines: lines.getClientRects().length};
+        })"""
+    )
+    for figure in figures:  # every figure inside its card, and no number broken over lines
+        assert figure["right"] <= figure["cardRight"], figure
+        assert figure["numberLines"] == 1, figure
     assert opened.errors == []
     if os.environ.get("RAGJURY_UPDATE_SCREENSHOTS") and width == 1280:
         page.screenshot(path=str(DOCS / "report.png"), full_page=True)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from evalcli import EIFFEL, TOKYO, write_jsonl
-from evalfakes import script_judges
-from fakeopenai import FakeOpenAI
+from evalfakes import script_judges, splitter_reply
+from fakeopenai import FakeOpenAI, RecordedRequest, Reply, error
 
 trace_service = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
@@ -108,3 +108,45 @@ def test_an_evaluate_run_sends_a_span_per_llm_call_step_and_sample(
     assert items["eiffel"]["ragjury.metric.faithfulness.score"] == 0.5
     assert items["tokyo"]["ragjury.metric.faithfulness.outcome"] == "scored"
     assert items["tokyo"]["ragjury.kind"] == "evaluate"
+
+
+def test_otel_flag_spans_carry_cost_latency_and_the_failed_calls_outcome(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_judges(fake)
+
+    def splitter(request: RecordedRequest) -> Reply:
+        if "Tokyo" in request.text():
+            return error(400, "the model refused this one")  # permanent: fails at once
+        return splitter_reply(request)
+
+    fake.route("statement_splitter", splitter)
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"judge-model": {"input": 1.0, "output": 4.0}}', encoding="utf-8")
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL, TOKYO])
+    with otlp_receiver() as (endpoint, spans):
+        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--otel"]
+        command += ["--out", str(tmp_path / "r.jsonl"), "--db", str(tmp_path / "r.db")]
+        command += ["--base-url", fake.base_url, "--api-key", "k", "--model", "judge-model"]
+        command += ["--metrics", "faithfulness", "--prices", str(prices)]
+        command += ["--max-retries", "0", "--max-transport-retries", "0"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, 4, 5), done.stderr
+
+    calls = [span for span in spans if span.name == "chat judge-model"]
+    assert len(calls) == len(fake.requests)
+    failed = [c for c in calls if "error.type" in attributes(c)]
+    answered = [c for c in calls if "error.type" not in attributes(c)]
+    assert len(failed) == 1
+    assert failed[0].status.code == 2  # STATUS_CODE_ERROR
+    assert "refused this one" in failed[0].status.message
+    for call in answered:  # GenAI attributes, the cost from --prices, the latency as duration
+        found = attributes(call)
+        tokens = found["gen_ai.usage.input_tokens"], found["gen_ai.usage.output_tokens"]
+        assert found["ragjury.cost_usd"] == pytest.approx((tokens[0] * 1.0 + tokens[1] * 4.0) / 1e6)
+        assert call.end_time_unix_nano > call.start_time_unix_nano
+    [tokyo] = [attributes(s) for s in spans if s.name == "ragjury.item tokyo"]
+    assert tokyo["ragjury.metric.faithfulness.outcome"] == "failed"
+    [eiffel] = [attributes(s) for s in spans if s.name == "ragjury.item eiffel"]
+    assert eiffel["ragjury.metric.faithfulness.outcome"] == "scored"

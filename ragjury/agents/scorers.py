@@ -222,6 +222,7 @@ SIMILARITY = Metric(
     inputs=("answer", "reference"),
     agents={"similarity_scorer": _similarity_scorer},
     llm=True,
+    embeddings=True,
     calls="1 embeddings request",
     estimate=_estimate_similarity,
     result_type=SimilarityResult,

@@ -94,7 +94,13 @@ class _DurableSubscription:
                     job_ids=bus.job_ids,
                 )
                 if claim.dead:
-                    log.warning("messages_taken_out", group=self.group, count=claim.dead)
+                    log.warning(
+                        "messages_taken_out",
+                        group=self.group,
+                        count=claim.dead,
+                        say=f"{claim.dead} message(s) of the {self.group} agent were taken out "
+                        "after killing their worker each time; their items end failed",
+                    )
                 if claim.messages:
                     self._buffer.extend(claim.messages)
                     return

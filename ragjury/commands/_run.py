@@ -271,7 +271,14 @@ async def new_job_note(store: Store, job: Job, what: str) -> str | None:
 
 
 def _changed_options(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    names = {"llm": "model", "prompts": "prompt", "judges": "judge file", "fresh": "--no-cache"}
+    names = {
+        "llm": "model",
+        "prompts": "prompt",
+        "judges": "judge file",
+        "fresh": "--no-cache",
+        "embedding": "embedding model",
+        "panel": "judge panel",
+    }
     changed: list[str] = []
     for key in sorted(set(before) | set(now)):
         old, new = before.get(key), now.get(key)

@@ -37,7 +37,7 @@ from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.evaluation.panel import panel_metrics
 from ragjury.evaluation.panel_summary import PanelTally
 from ragjury.evaluation.summary import SummaryTally, summarise
-from ragjury.evaluation.targets import Target, target_from_spec
+from ragjury.evaluation.targets import Target, target_from_spec, target_identity
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
@@ -150,7 +150,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             judges=plan.judges,
             # the target answers only the samples without an answer: only then is it part
             # of what is judged
-            target=target.name if target is not None and loaded.unanswered else None,
+            target=target_identity(target) if target is not None and loaded.unanswered else None,
             panel=panel,
         )
         note = await new_job_note(run.store, job, "sample")

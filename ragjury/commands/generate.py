@@ -115,7 +115,8 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
             job = await submit_documents(run.store, settings, documents, prompts)
             skipped = [{"path": s.path, "reason": s.reason} for s in documents.skipped]
             for item in skipped:
-                log.warning("input_skipped", **item)
+                say = f"{item['path']}: skipped: {item['reason']}"
+                log.warning("input_skipped", **item, say=say)
             result = await _work(run, settings, job, console)
             counts = await generation_counts(run.store, job.id)
             counts.documents = job.size

@@ -29,7 +29,8 @@ def add_panel_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="ask each judge N times (at --temperature, or 0.7 when it is 0); the summary "
+        help="ask each judge N times (at the temperature of ragjury.toml or RAGJURY_TEMPERATURE, "
+        "or 0.7 when it is 0); the summary "
         "gives the samples whose verdict flips and intervals that count the repeats' spread",
     )
     group.add_argument(

@@ -48,7 +48,7 @@ async def _load_report(args: argparse.Namespace) -> Loaded:
 
 
 async def _history(args: argparse.Namespace) -> int:
-    """``--history``: the history page, and each job's report in ``OUT-runs/`` beside it."""
+    """``--history``: the history page, and each run's report in ``OUT-runs/`` beside it."""
     from ragjury.report.history import history_html
     from ragjury.report.html import dataset_html, evaluation_html
     from ragjury.report.load import history_from_db
@@ -59,7 +59,7 @@ async def _history(args: argparse.Namespace) -> int:
     if args.db is None or given:
         shown = ", ".join("RESULTS" if f == "results" else f"--{f}" for f in given)
         raise ConfigurationError(
-            "--history reads every job of --db, so it takes --db (and --out, --title) only"
+            "--history reads every run of --db, so it takes --db (and --out, --title) only"
             + (f"; drop {shown}" if given else "")
         )
     source, runs = await history_from_db(args.db)
@@ -68,15 +68,17 @@ async def _history(args: argparse.Namespace) -> int:
     if runs:
         await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     for run in runs:
-        loaded = await records_from_db(args.db, run.job)
+        loaded = await records_from_db(args.db, run.job, run.run)
         report = evaluation_html if loaded.kind == "evaluation" else dataset_html
-        await _write(folder / f"{run.job}.html", report(loaded, title=f"ragjury job {run.job}"))
-        links[run.job] = f"{folder.name}/{run.job}.html"
+        title = f"ragjury job {run.job}" + (f" run {run.run}" if run.run else "")
+        await _write(folder / f"{run.key}.html", report(loaded, title=title))
+        links[run.key] = f"{folder.name}/{run.key}.html"
     await _write(args.out, history_html(source, runs, links, title=args.title))
     failed = sum(bool(r.gates_failed) for r in runs)
+    jobs = len({r.job for r in runs})
     print(
-        f"ragjury report: {len(runs)} job(s), {failed} with failed gates -> {args.out} "
-        f"(each job's report in {folder})",
+        f"ragjury report: {len(runs)} run(s) of {jobs} job(s), {failed} with failed gates -> "
+        f"{args.out} (each run's report in {folder})",
         file=sys.stderr,
     )
     return 0
@@ -141,6 +143,10 @@ async def compare_command(args: argparse.Namespace, settings: Settings) -> int:
         from ragjury.report.html import comparison_html
 
         await _write(args.out, comparison_html(comparison, title=args.title))
+    if args.markdown is not None:
+        from ragjury.report.compare_markdown import comparison_markdown
+
+        await _write(args.markdown, comparison_markdown(comparison))
     if args.json:
         print(json.dumps(comparison.as_dict(), indent=2, ensure_ascii=False))
     else:

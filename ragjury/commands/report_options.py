@@ -36,8 +36,8 @@ def add_report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--history",
         action="store_true",
-        help="with --db: one page of every job in the database (each metric's trend over the "
-        "runs, the gates that failed) and, in OUT-runs/ beside it, each job's report",
+        help="with --db: one page of every run in the database (each metric's trend over the "
+        "runs, the runs whose gates failed) and, in OUT-runs/ beside it, each run's report",
     )
     report.add_argument("--title", help="the page title")
 
@@ -52,6 +52,13 @@ def add_compare_arguments(comp: argparse.ArgumentParser) -> None:
         help="BASELINE and CANDIDATE are jobs in this database (a file, or a postgresql:// URL)",
     )
     comp.add_argument("--out", type=Path, help="also write the comparison as an HTML page")
+    comp.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the comparison as Markdown, for a pull request comment or "
+        "$GITHUB_STEP_SUMMARY (the answers of the biggest regressions side by side)",
+    )
     comp.add_argument("--json", action="store_true", help="print JSON instead of tables")
     comp.add_argument(
         "--fail-on-regression",

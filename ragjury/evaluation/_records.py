@@ -75,7 +75,12 @@ class SampleBuilder:
         (and logged, with ``log_repairs``); ids are not checked against other records'."""
         record, repairs = clean_value(record)
         if repairs and log_repairs:
-            log.warning("input_repaired", line=line, repairs="; ".join(repairs))
+            log.warning(
+                "input_repaired",
+                line=line,
+                repairs="; ".join(repairs),
+                say=f"line {line}: {'; '.join(repairs)}, so the text can be stored and sent",
+            )
         try:
             if isinstance(record, Unreadable):
                 raise _Invalid(record.reason)

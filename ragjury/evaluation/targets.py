@@ -62,7 +62,12 @@ def repaired(reply: TargetAnswer, target: str) -> TargetAnswer:
     )
     if not repairs:
         return reply
-    log.warning("target_reply_repaired", target=target, repairs="; ".join(repairs))
+    log.warning(
+        "target_reply_repaired",
+        target=target,
+        repairs="; ".join(repairs),
+        say=f"the reply of {target}: {'; '.join(repairs)}, so the text can be stored and sent",
+    )
     return dataclasses.replace(reply, **fields)
 
 
@@ -277,6 +282,24 @@ class CallableTarget:
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+def target_identity(target: Target) -> str:
+    """What makes the target part of a job's identity: its name and, for an HTTP target, the
+    reply fields it reads when they are not the defaults (reading another field gives other
+    answers, so another job). A URL's password is never in it."""
+    if not isinstance(target, HttpTarget):
+        return target.name
+    fields = [
+        f"{role} field {value!r}"
+        for role, value, default in (
+            ("question", target.question_field, "question"),
+            ("answer", target.answer_field, "answer"),
+            ("contexts", target.contexts_field, "contexts"),
+        )
+        if value != default
+    ]
+    return target.name + (f" ({', '.join(fields)})" if fields else "")
 
 
 def target_from_spec(spec: str, **http_options: Any) -> Target:

@@ -272,7 +272,12 @@ class _Loader:
     def _add(self, doc_id: str, text: str) -> None:
         (doc_id, text), repairs = clean_value((doc_id, text))
         if repairs:
-            log.warning("input_repaired", document=doc_id, repairs="; ".join(repairs))
+            log.warning(
+                "input_repaired",
+                document=doc_id,
+                repairs="; ".join(repairs),
+                say=f"document {doc_id}: {'; '.join(repairs)}, so the text can be stored and sent",
+            )
         if not text.strip():
             raise _Skip("empty")
         if not self._seen_ids.add(doc_id):

@@ -160,7 +160,8 @@ class CircuitBreaker:
             "endpoint_down",
             endpoint=self._name,
             failures_in_a_row=self._failures,
-            note="new requests wait; one probe at a time until it answers",
+            say=f"{self._name} looks down ({self._failures} failures in a row): new requests "
+            "wait, and one probe at a time is sent until it answers",
         )
 
     def _close(self) -> None:
@@ -168,7 +169,11 @@ class CircuitBreaker:
         down = self._clock() - self._opened_at
         self.down_seconds += down
         log.warning(
-            "endpoint_back", endpoint=self._name, down_seconds=round(down, 1), probes=self.probes
+            "endpoint_back",
+            endpoint=self._name,
+            down_seconds=round(down, 1),
+            probes=self.probes,
+            say=f"{self._name} answers again after {down:.1f} s down; the waiting requests go",
         )
 
     def _wake(self) -> None:

@@ -397,9 +397,9 @@ class AdaptiveLimiter:
             throttled=sum(self._surprises),
             of_answers=len(self._surprises),
             paced_rpm=round(pacer.rate * 60.0, 1),
-            note="the endpoint kept answering 429 while its x-ratelimit-* headers said there "
+            say=f"{self._key} kept answering 429 while its x-ratelimit-* headers said there "
             "was room or that the budget would be back soon; requests are now paced from the "
-            "answers it gives per second instead",
+            f"answers it gives per second instead (about {pacer.rate * 60.0:.0f} a minute)",
         )
         self._surprises.clear()
 

@@ -126,13 +126,15 @@ def open_backend(settings: Settings, *, required: bool = True) -> ChatBackend:
     from ragjury.llm.local import LlamaCppBackend
 
     if choice.bundled and required:
+        why = "no LLM endpoint is configured" if choice.fallback else "--llm local"
         log.warning(
             "tiny_local_model",
             model=choice.model_path.name,
-            reason="no LLM endpoint is configured" if choice.fallback else "--llm local",
-            note="this is a tiny model for trying ragjury out; its judgements are poor and "
-            "many of its outputs fail validation. A real model gives real judgements: "
-            "set OPENAI_API_KEY, --base-url, or --llm local:/path/to/model.gguf",
+            reason=why,
+            say=f"judging with {choice.model_path.name}, the tiny bundled model ({why}). It "
+            "is for trying ragjury out: its judgements are poor and many of its outputs fail "
+            "validation. A real model gives real judgements: set OPENAI_API_KEY, --base-url, "
+            "or --llm local:/path/to/model.gguf",
         )
     return LlamaCppBackend(
         choice.model_path,

@@ -10,7 +10,9 @@ Off unless asked for (``--otel``, ``OTEL_EXPORTER_OTLP_ENDPOINT`` on the command
   ``output_tokens``, ``error.type``) and ragjury's own (requests sent with retries, cost);
 * ``ragjury.item {id}``: a document or sample whose results were stored, with its outcome
   (for a sample: passing, and each metric's outcome and score), from the first step this
-  process handled for it.
+  process handled for it. Where several processes share a job (``serve`` workers, a resumed
+  run) that is the first step the finishing process handled, so its duration is that
+  process's share of the item; the outcome is the stored one.
 
 The command line exports them itself (OTLP over HTTP, to ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 http://localhost:4318); an application that embeds a ``Jury`` has its own tracer provider,

@@ -210,6 +210,8 @@ class Metric:
     them in the contexts)."""
     logprobs: bool = False
     """It reads token logprobs, so a run asks the endpoint for them."""
+    embeddings: bool = False
+    """It asks the endpoint for embeddings, so ``--embedding-model`` is part of its job."""
     assertion: str | None = None
     """An extra name of its pytest assertion (``jury.assert_faithful``), beside
     ``jury.assert_<name>``."""

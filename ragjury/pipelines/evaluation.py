@@ -222,6 +222,9 @@ class EvaluationPipeline(Steps):
         metrics come from, the target that answers its unanswered samples, and its judge
         panel and repeats."""
         used = [judge for judge in judges if judge.name in metrics]
+        known = registry(judges)
+        embeds = any(known[name].embeddings for name in metrics if name in known)
+        default = Settings.model_fields["embedding_model"].default
         return EvaluationSpec(
             evaluate=settings.evaluate,
             metrics=tuple(metrics),
@@ -229,6 +232,10 @@ class EvaluationPipeline(Steps):
             judges=tuple(custom_judge.stored(used)) or None,
             target=target,
             panel=panel,
+            # the default is left out, so a job from before this field keeps its key
+            embedding=settings.embedding_model
+            if embeds and settings.embedding_model != default
+            else None,
         )
 
     @staticmethod

@@ -30,7 +30,7 @@ Change = Literal["regression", "improvement", "within noise"]
 
 @dataclass(frozen=True)
 class SampleChange:
-    """One sample's score on both sides, and the reasons each side gave."""
+    """One sample's score on both sides, and the answers and reasons each side gave."""
 
     id: str
     question: str
@@ -39,6 +39,8 @@ class SampleChange:
     difference: float
     baseline_reason: str | None
     candidate_reason: str | None
+    baseline_answer: str | None = None
+    candidate_answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,16 @@ class MetricComparison:
     not_comparable: int
     """Samples on both sides with this metric not scored on at least one of them."""
     biggest_regressions: list[SampleChange] = field(default_factory=list)
+    """The worst first; all of them, or the first ``--limit N``."""
+
+    @property
+    def regressions_title(self) -> str:
+        """'Biggest METRIC regressions', saying how many of them are listed when not all."""
+        title = f"Biggest {self.metric} regressions"
+        listed = len(self.biggest_regressions)
+        if listed < self.regressed:
+            title += f" ({listed} of {self.regressed}; --all lists every one)"
+        return title
 
     @property
     def regression(self) -> float:
@@ -128,6 +140,11 @@ def _score(record: dict[str, Any], metric: str) -> tuple[float | None, str | Non
     return float(entry["score"]), reason
 
 
+def _answer(record: Mapping[str, object]) -> str | None:
+    answer = record.get("answer")
+    return None if answer is None else str(answer)
+
+
 def _compare_metric(
     metric: str,
     ids: Sequence[str],
@@ -149,7 +166,8 @@ def _compare_metric(
             not_comparable += present
             continue
         question = str(cand[key].get("question") or base[key].get("question") or "")
-        changes.append(SampleChange(key, question, b, c, c - b, b_reason, c_reason))
+        answers = (_answer(base[key]), _answer(cand[key]))
+        changes.append(SampleChange(key, question, b, c, c - b, b_reason, c_reason, *answers))
     differences = [c.difference for c in changes]
 
     def better(change: SampleChange) -> float:

@@ -1,8 +1,9 @@
-"""``ragjury report --db FILE --history``: one page of every job in a database.
+"""``ragjury report --db FILE --history``: one page of every run in a database.
 
-Per metric, the trend of its mean over the evaluation jobs, oldest first, as a small line
+Per metric, the trend of its mean over the evaluation runs, oldest first, as a small line
 chart drawn in inline SVG (no script, no request: the page's Content Security Policy allows
-none); a table of the jobs with a link to each one's report and the gates that failed.
+none); a table of the runs (a job resumed or run again has one row a run) with a link to
+each one's report and the gates that failed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Point:
     x: float
     y: float
     job: str
+    run: str | None
     value: float
     gates_failed: bool
 
@@ -95,6 +97,7 @@ def trends(runs: Sequence[HistoryRun]) -> list[Trend]:
                 x=_LEFT + (i / span if len(judged) > 1 else 0.5) * (_WIDTH - _LEFT - _RIGHT),
                 y=_y(mean, low, high),
                 job=run.job,
+                run=run.run,
                 value=mean,
                 gates_failed=bool(run.gates_failed),
             )
@@ -107,7 +110,8 @@ def trends(runs: Sequence[HistoryRun]) -> list[Trend]:
 def history_html(
     source: str, runs: Sequence[HistoryRun], links: Mapping[str, str], *, title: str | None = None
 ) -> str:
-    """The page: ``links`` maps a job to the address of its report (relative to the page)."""
+    """The page: ``links`` maps a run's :attr:`~ragjury.report.load.HistoryRun.key` to the
+    address of its report (relative to the page)."""
     return page(
         "history.html.j2",
         title=title or "ragjury history",

@@ -23,7 +23,7 @@ from ragjury.job_spec import EvaluationSpec
 from ragjury.metrics import Metric, registry
 from ragjury.prompts import Prompt
 from ragjury.schemas import Failure, MetricResult, Sample, SampleScored
-from ragjury.store import Store, open_store, parse_location
+from ragjury.store import Job, RunRecord, Store, open_store, parse_location
 
 Kind = Literal["evaluation", "dataset"]
 _RECORD_FIELDS = ("outcome", "score", "passing", "reason", "error", "llm_calls")
@@ -208,9 +208,10 @@ def prompt_origins(
     return origins
 
 
-async def records_from_db(db: str | Path, job: str | None) -> Loaded:
-    """A job's records and its latest run summary, from the store at ``db`` (a SQLite file
-    or a ``postgresql://`` URL).
+async def records_from_db(db: str | Path, job: str | None, run: str | None = None) -> Loaded:
+    """A job's records and the summary of its latest run (of the run ``run`` when given: the
+    history page's report of each run), from the store at ``db`` (a SQLite file or a
+    ``postgresql://`` URL).
 
     The one place the reports read the store (through :class:`~ragjury.store.Store`, so
     any store will do): ``job`` (default: the newest job) decides whether they are judged
@@ -232,8 +233,8 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
                 jobs = await store.jobs(limit=5)
                 known = ", ".join(f"{j.id} ({j.kind})" for j in jobs) or "none"
                 raise InputError(f"no job {job!r} in {shown}; newest jobs: {known}") from None
-        where = f"{shown} job {found.id}"
-        summary = await _run_summary(store, found.id)
+        where = f"{shown} job {found.id}" + (f" run {run}" if run is not None else "")
+        summary = await _run_summary(store, found.id, run)
         if found.kind == "generate":
             pairs = [record async for record in store.pairs([found.id])]
             return Loaded("dataset", pairs, where, summary)
@@ -260,9 +261,15 @@ async def records_from_db(db: str | Path, job: str | None) -> Loaded:
         return Loaded("evaluation", records, where, summary)
 
 
-async def _run_summary(store: Store, job: str) -> dict[str, Any]:
-    """The summary of the newest finished run of ``job``, with its endpoint and times."""
-    run = await store.latest_run(job)
+async def _run_summary(store: Store, job: str, run_id: str | None = None) -> dict[str, Any]:
+    """The summary of the newest finished run of ``job`` (or of its run ``run_id``), with its
+    endpoint and times."""
+    if run_id is None:
+        run = await store.latest_run(job)
+    else:
+        run = next((r for r in await store.job_runs(job) if r.id == run_id), None)
+        if run is None:
+            raise InputError(f"no finished run {run_id!r} of job {job!r}")
     if run is None or run.summary is None:
         return {"job": job}
     summary = dict(run.summary)
@@ -275,55 +282,82 @@ async def _run_summary(store: Store, job: str) -> dict[str, Any]:
 
 @dataclass
 class HistoryRun:
-    """One job of a database as the history page shows it: when, what, its figures per
-    metric (from its stored results, so a job judged by ``serve`` counts too), and the gates
-    of its newest finished run."""
+    """One run of a database as the history page shows it: which run of which job, when,
+    what, its figures per metric and its gates. A finished run's figures are those its
+    summary kept (the job's samples judged when it ended); a job no finished run names (one
+    judged by ``serve``, or stopped before its summary) is one entry, ``run`` None, with
+    figures tallied from its stored results."""
 
     job: str
+    run: str | None
     kind: Kind
     finished_at: str | None
     model: str | None
     items: int
+    resumed: bool = False
+    """The run resumed a job an earlier run had started."""
     figures: dict[str, dict[str, object]] = field(default_factory=dict)
     gates: list[Mapping[str, object]] = field(default_factory=list)
     declarations: dict[str, Mapping[str, object]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """What names the entry (and its report's file): the run, else the job."""
+        return self.run if self.run is not None else self.job
 
     @property
     def gates_failed(self) -> list[Mapping[str, object]]:
         return [g for g in self.gates if not g.get("passed")]
 
 
+def _history_entry(job: Job, run: RunRecord) -> HistoryRun:
+    summary = run.summary or {}
+    figures = summary.get("metrics") if job.kind != "generate" else None
+    return HistoryRun(
+        job=job.id,
+        run=run.id,
+        kind="dataset" if job.kind == "generate" else "evaluation",
+        finished_at=run.finished_at,
+        model=run.settings.get("model"),
+        items=job.size,
+        resumed=bool(summary.get("resumed")),
+        figures={name: kept for name, kept in (figures or {}).items() if isinstance(kept, dict)},
+        gates=[g for g in summary.get("gates") or [] if isinstance(g, dict)],
+        declarations={
+            name: kept
+            for name, kept in (summary.get("declarations") or {}).items()
+            if isinstance(kept, dict)
+        },
+    )
+
+
 async def history_from_db(db: str | Path) -> tuple[str, list[HistoryRun]]:
-    """Every job in the store at ``db``, oldest first, and the store's location as shown
-    (a URL's password redacted). A job's figures are tallied one judged sample at a time."""
+    """Every finished run in the store at ``db``, oldest first (and a job no run names in
+    its place), and the store's location as shown (a URL's password redacted)."""
     from ragjury.evaluation.summary import SummaryTally
 
     location = parse_location(db)
     if location.path is not None and not await anyio.Path(location.path).exists():
         raise InputError(f"no database at {str(location.path)!r}; give the --db the runs used")
-    runs: list[HistoryRun] = []
+    entries: list[tuple[str, HistoryRun]] = []
+    when = ""
     async with open_store(location) as store:
         for job in reversed(await store.jobs()):
-            run = await store.latest_run(job.id)
-            summary = dict(run.summary or {}) if run is not None else {}
+            runs = await store.job_runs(job.id)
+            for run in runs:
+                when = run.finished_at or when
+                entries.append((when, _history_entry(job, run)))
+            if runs:
+                continue
             kind: Kind = "dataset" if job.kind == "generate" else "evaluation"
             found = HistoryRun(
-                job=job.id,
-                kind=kind,
-                finished_at=run.finished_at if run is not None else None,
-                model=(run.settings.get("model") if run is not None else None),
-                items=job.size,
-                gates=[g for g in summary.get("gates") or [] if isinstance(g, dict)],
-                declarations={
-                    name: kept
-                    for name, kept in (summary.get("declarations") or {}).items()
-                    if isinstance(kept, dict)
-                },
+                job=job.id, run=None, kind=kind, finished_at=None, model=None, items=job.size
             )
             if kind == "evaluation":
                 tally = SummaryTally(list(EvaluationSpec.model_validate(job.options).metrics))
                 async for text in store.scored(job.id):
                     tally.add(SampleScored.model_validate_json(text))
                 found.figures = tally.metric_figures()
-            runs.append(found)
-        return store.location, runs
+            entries.append((when, found))
+        ordered = sorted(entries, key=lambda entry: entry[0])  # stable: a job's runs in order
+        return store.location, [entry for _, entry in ordered]

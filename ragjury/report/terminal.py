@@ -68,14 +68,19 @@ def comparison_view(comparison: Comparison) -> RenderableType:
     for m in comparison.metrics:
         if not m.biggest_regressions:
             continue
-        worst = Table(title=f"Biggest {m.metric} regressions", title_justify="left")
-        for column in ("sample", "baseline", "candidate", "candidate's reason"):
-            worst.add_column(column, overflow="fold")
+        worst = Table(title=m.regressions_title, title_justify="left")
+        worst.add_column("sample", overflow="fold")
+        for column in ("baseline", "candidate"):
+            worst.add_column(column, justify="right", no_wrap=True)
+        for column in ("baseline's answer", "candidate's answer", "candidate's reason"):
+            worst.add_column(column, overflow="fold", ratio=1)
         for change in m.biggest_regressions:
             worst.add_row(
                 Text(change.id),
                 _number(change.baseline),
                 _number(change.candidate),
+                Text(_short(change.baseline_answer, 160)),
+                Text(_short(change.candidate_answer, 160)),
                 Text(_short(change.candidate_reason)),
             )
         parts.append(worst)

@@ -157,7 +157,8 @@ class Runner:
                     nonlocal refused
                     await self.llm.fatal.wait()
                     refused = True
-                    log.error("endpoint_refused", error=str(self.llm.fatal_error))
+                    # info: the ConfigurationError raised below tells the person, once
+                    log.info("endpoint_refused", error=str(self.llm.fatal_error))
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(refuse)
@@ -228,7 +229,8 @@ class Runner:
         capacity = intake_capacity(self.settings)
         while not self.stopping.is_set():
             if await self._budget_spent():
-                log.warning("budget_reached", reason=self.llm.budget.reason)
+                # info: each command says so in its own words (what stopped, what is queued)
+                log.info("budget_reached", reason=self.llm.budget.reason)
                 self.budget_stopped = True
                 return
             free = capacity - await self.store.unfinished_items(self.owner)

@@ -303,7 +303,9 @@ class Workers:
             log.exception("failed_results_refused", job=job_id, item=key)
             stored = await self.store.fail_item(job_id, key, reason)
         if stored:
-            log.warning("item_failed", job=job_id, item=key, reason=reason)
+            log.warning(
+                "item_failed", job=job_id, item=key, reason=reason, say=f"{key}: failed: {reason}"
+            )
             await self.progress.failed(job_id, key, reason)
         else:
             self.progress.ended()

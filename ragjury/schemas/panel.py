@@ -27,7 +27,7 @@ Combine = Literal["majority", "mean", "median", "min"]
 COMBINE: tuple[Combine, ...] = ("majority", "mean", "median", "min")
 LANE_MARK = "@@"
 REPEAT_TEMPERATURE = 0.7
-"""The temperature repeats are asked at when ``--temperature`` is 0 (repeats of a
+"""The temperature repeats are asked at when the configured temperature is 0 (repeats of a
 deterministic judge would only measure the cache)."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 _EXAMPLE = "e.g. --judges a=gpt-4o-mini,b=llama3.1@http://localhost:11434/v1"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -42,15 +43,34 @@ def fingerprint(*parts: Any) -> str:
 
 
 def llm_fingerprint(settings: Settings) -> str:
-    """The settings of the LLM that change what it answers."""
-    return fingerprint(
+    """The settings of the LLM that change what it answers. A local model (``--llm local``,
+    ``--llm local:PATH``, or the bundled one taken when no endpoint is configured) adds
+    which one, so its judgements are never taken for an endpoint's or another file's; an
+    endpoint's fingerprint is what it always was."""
+    parts: list[object] = [
         settings.base_url,
         settings.model,
         settings.mode,
         settings.temperature,
         settings.logprobs,
         settings.max_retries,
-    )
+    ]
+    local = local_model(settings)
+    if local is not None:
+        parts.append(local)
+    return fingerprint(*parts)
+
+
+def local_model(settings: Settings) -> str | None:
+    """Which local model the run uses, as ``choose_llm`` decides it (without loading
+    anything): ``local:`` and the GGUF file's absolute path, ``local:bundled``, or None for
+    an OpenAI-compatible endpoint."""
+    spec = settings.llm
+    if spec == "openai" or (spec is None and (settings.base_url or settings.api_key)):
+        return None
+    if spec is not None and spec.startswith("local:"):
+        return "local:" + str(Path(spec.removeprefix("local:")).expanduser().resolve())
+    return "local:bundled"
 
 
 class StepCache:

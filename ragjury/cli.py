@@ -50,6 +50,8 @@ _GENERATION_FLAGS = (
     "id_field",
     "question_types",
     "seed",
+    "answer_check",
+    "multi_hop_strict",
 )
 # Flags that map one-to-one onto EvaluationOptions fields.
 _EVALUATION_FLAGS = (

@@ -63,11 +63,23 @@ class GenerationOptions(BaseModel):
         "comparative); each chunk draws one. Also 'factoid=0.5,multi_hop=0.5'.",
     )
     seed: int = Field(default=0, description="Seeds each chunk's draw of its question type.")
+    answer_check: bool = Field(
+        default=True,
+        description="The answerability critic answers each question from its contexts alone "
+        "and a pair whose answer it cannot reproduce is rejected (--no-answer-check: off).",
+    )
+    multi_hop_strict: bool = Field(
+        default=False,
+        description="Reject a multi-hop question that one of its chunks answers alone, "
+        "instead of retyping it to a factoid of that chunk.",
+    )
 
     @model_serializer(mode="wrap")
     def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        # a job keeps its options: one that uses neither stores what earlier versions did
-        return without_defaults(self, handler, ("question_types", "seed"))
+        # a job keeps its options: one that uses none of these stores what earlier versions
+        # did. answer_check is always stored: a stored job without it predates the check
+        # (see GenerationSpec), so a job with the check on is a new job
+        return without_defaults(self, handler, ("question_types", "seed", "multi_hop_strict"))
 
     @property
     def typed(self) -> bool:

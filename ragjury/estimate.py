@@ -15,6 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragjury.agents.answerability import (
+    AGREEMENT_STAGE,
+    ANSWER_STAGE,
+    AnswerAgreement,
+    OwnAnswer,
+)
 from ragjury.agents.critics import (
     GroundednessCritique,
     RelevanceCritique,
@@ -33,9 +39,15 @@ from ragjury.prompts import Prompt
 from ragjury.schemas import MULTI_CHUNK_TYPES, Chunk, ChunkReady, Document, QAPair, Sample
 from ragjury.schemas.drafts import DRAFT_MODELS
 
-COMPLETION_GUESS = {"pair_factoid": 45, "pair_detailed": 140, "critique": 80, "pair_quotes": 60}
-"""Assumed completion tokens of generation: per drafted pair, per critique (each metric's
-own assumptions are in its declaration's ``estimate``)."""
+COMPLETION_GUESS = {
+    "pair_factoid": 45,
+    "pair_detailed": 140,
+    "critique": 80,
+    "pair_quotes": 60,
+    "own_answer": 40,
+}
+"""Assumed completion tokens of generation: per drafted pair, per critique, per answer of the
+answerability critic (each metric's own assumptions are in its declaration's ``estimate``)."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
 _ASSUMED_CONTEXT = "A retrieved passage of typical length. " * 25
 _CRITICS = (
@@ -103,7 +115,9 @@ class Estimate:
 def estimate_generation(
     documents: Iterable[Document], settings: Settings, prompts: Mapping[str, Prompt]
 ) -> Estimate:
-    """One generator call per chunk and three critic calls per drafted pair. ``documents``
+    """One generator call per chunk, three critic calls per drafted pair and, with the
+    answerability check, its two (an own answer, then the comparison; a multi-hop pair one
+    more answer per chunk, assumed not to answer alone). ``documents``
     is read once, a document at a time; with ``--question-types`` other than factoid the
     job's chunks are kept (their related chunks are found among all of them), and each
     chunk is estimated with its type's prompt and its related chunk, as the run plans it."""
@@ -122,6 +136,12 @@ def estimate_generation(
             f"{COMPLETION_GUESS['pair_quotes']} more completion tokens per pair of a type "
             "other than factoid (its quotes)"
         )
+    if options.answer_check:
+        estimate.assumptions.append(
+            "the answerability critic answers every question from its contexts (then compares "
+            "its answer with the drafted one), and no chunk of a multi-hop question answers it "
+            "alone (each such chunk would add a comparison)"
+        )
     critics = [
         (role, prompts.get(name) or Prompt.builtin(name), schema, extra)
         for (role, name, schema), extra in zip(
@@ -131,6 +151,8 @@ def estimate_generation(
     drafting = {
         kind: prompts.get(name) or Prompt.builtin(name) for kind, name in TYPE_PROMPTS.items()
     }
+    answering = prompts.get("answerability") or Prompt.builtin("answerability")
+    agreement = prompts.get("answer_agreement") or Prompt.builtin("answer_agreement")
     planned = _planned(documents, options, estimate)
     for event in planned:
         chunk, plan = event.chunk, event.plan
@@ -147,6 +169,7 @@ def estimate_generation(
             context=chunk.text,
             source=chunk.source,
             chunk_id=chunk.id,
+            question_type=kind,
             related=() if plan is None else plan.related,
         )
         for role, prompt, schema, extra in critics:
@@ -162,7 +185,39 @@ def estimate_generation(
                 COMPLETION_GUESS["critique"] * wanted,
                 calls=wanted,
             )
+        if options.answer_check:
+            _estimate_check(estimate, model, typical, answering, agreement, wanted)
     return estimate
+
+
+def _estimate_check(
+    estimate: Estimate,
+    model: str,
+    pair: QAPair,
+    answering: Prompt,
+    agreement: Prompt,
+    wanted: int,
+) -> None:
+    """The answerability critic's calls for ``wanted`` pairs like ``pair``: an own answer
+    from every context and its comparison, and a multi-hop pair's answer from each chunk."""
+    texts = [pair_context(pair)]
+    if pair.question_type == "multi_hop" and pair.related:
+        texts += list(pair.contexts)
+    for text in texts:
+        messages = answering.render(question=pair.question, context=text)
+        estimate.stage(ANSWER_STAGE, model).add(
+            _prompt(messages, OwnAnswer) * wanted,
+            COMPLETION_GUESS["own_answer"] * wanted,
+            calls=wanted,
+        )
+    messages = agreement.render(
+        question=pair.question, answer=pair.answer, own_answer=_TYPICAL_ANSWER["factoid"]
+    )
+    estimate.stage(AGREEMENT_STAGE, model).add(
+        _prompt(messages, AnswerAgreement) * wanted,
+        COMPLETION_GUESS["critique"] * wanted,
+        calls=wanted,
+    )
 
 
 def _planned(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ragjury.config import EvaluationOptions, GenerationOptions
 from ragjury.prompts import Prompt
@@ -49,6 +49,19 @@ class JobSpec(BaseModel):
 
 class GenerationSpec(JobSpec):
     generate: GenerationOptions = Field(default_factory=GenerationOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_before_the_answer_check(cls, data: Any) -> Any:
+        """A job stored before the answerability check has no ``answer_check`` in its
+        options: it runs as it was submitted, without it (its drafted pairs in flight were
+        never sent to that critic, so waiting for its critique would never end)."""
+        if not isinstance(data, dict):
+            return data
+        stored = data.get("generate", {})
+        if not isinstance(stored, dict) or "answer_check" in stored:
+            return data
+        return {**data, "generate": {**stored, "answer_check": False}}
 
 
 class EvaluationSpec(JobSpec):

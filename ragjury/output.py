@@ -1,7 +1,7 @@
 """Output records and the writers that stream them to disk: JSONL, CSV or Parquet.
 
 JSONL holds each record as it is (nested). CSV and Parquet hold flat rows, one column per
-field, described by a :class:`Table`: judged pairs (:data:`PAIR_TABLE`), failed chunks
+field, described by a :class:`Table`: judged pairs (:func:`pair_table`), failed chunks
 (:data:`FAILED_CHUNK_TABLE`) and judged samples (:func:`sample_table`, one group of columns
 per metric). In CSV a list is a JSON array and a nested value its JSON; in Parquet a list is
 a list column. JSONL and CSV are flushed record by record, so an interrupted run keeps what
@@ -22,7 +22,7 @@ from typing import IO, Any, Literal
 from ragjury.config import OutputFormat
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.evaluation.tables import pyarrow_module
-from ragjury.schemas import CRITERIA, PairJudged
+from ragjury.schemas import ANSWERABILITY, CRITERIA, PairJudged
 
 __all__ = [
     "FAILED_CHUNK_TABLE",
@@ -32,6 +32,7 @@ __all__ = [
     "failed_chunk_record",
     "output_format",
     "pair_record",
+    "pair_table",
     "sample_table",
 ]
 
@@ -89,6 +90,8 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
         },
         "outcome": judged.outcome,
     }
+    if judged.answer_check is not None:
+        record["answer_check"] = judged.answer_check.model_dump()
     if judged.error is not None:
         record["error"] = judged.error.model_dump()
     return record
@@ -129,27 +132,29 @@ def _pair_row(record: dict[str, Any]) -> dict[str, Any]:
         key: record.get(key)
         for key in ("id", "question", "answer", "context", "source", "chunk_id", "outcome")
     }
-    for criterion in CRITERIA:
+    for criterion in (*CRITERIA, ANSWERABILITY):
         critique = record["critiques"].get(criterion) or {}
         row[f"{criterion}_rating"] = critique.get("rating")
         row[f"{criterion}_rationale"] = critique.get("rationale")
+    check = record.get("answer_check") or {}
+    row |= {
+        "check_answer": check.get("answer"),
+        "check_answerable": check.get("answerable"),
+        "check_alone": _json(check.get("alone")) if check.get("alone") else None,
+        "answered_alone_by": check.get("answered_alone_by"),
+        "retyped_from": check.get("retyped_from"),
+        "check_note": check.get("note"),
+    }
     row["error"] = _json(record.get("error"))
     return row
 
 
-PAIR_TABLE = Table(
-    columns=(
-        *((name, "str") for name in ("id", "question", "answer", "context", "source")),
-        ("chunk_id", "str"),
-        ("outcome", "str"),
-        *(
-            column
-            for c in CRITERIA
-            for column in ((f"{c}_rating", "int"), (f"{c}_rationale", "str"))
-        ),
-        ("error", "str"),
-    ),
-    row=_pair_row,
+_PAIR_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    *((name, "str") for name in ("id", "question", "answer", "context", "source")),
+    ("chunk_id", "str"),
+    ("outcome", "str"),
+    *(column for c in CRITERIA for column in ((f"{c}_rating", "int"), (f"{c}_rationale", "str"))),
+    ("error", "str"),
 )
 
 _TYPED_COLUMNS: tuple[tuple[str, Kind], ...] = (
@@ -160,14 +165,39 @@ _TYPED_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("shared_terms", "list"),
 )
 
-TYPED_PAIR_TABLE = Table(
-    columns=(*PAIR_TABLE.columns[:7], *_TYPED_COLUMNS, *PAIR_TABLE.columns[7:]),
-    row=lambda record: {
-        **_pair_row(record),
-        **{name: record.get(name) for name, _ in _TYPED_COLUMNS},
-    },
+_CHECK_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    (f"{ANSWERABILITY}_rating", "int"),
+    (f"{ANSWERABILITY}_rationale", "str"),
+    ("check_answer", "str"),
+    ("check_answerable", "bool"),
+    ("check_alone", "str"),
+    ("answered_alone_by", "str"),
+    ("retyped_from", "str"),
+    ("check_note", "str"),
 )
-"""The pairs of a job with ``--question-types``: each says its type and its chunks."""
+
+
+def pair_table(*, typed: bool, checked: bool) -> Table:
+    """The flat columns of a job's pairs: :data:`PAIR_TABLE`'s; with ``typed``
+    (``--question-types``) each pair's type and chunks after ``outcome``; with ``checked``
+    (the answerability check) its rating and rationale, the critic's own answer, its tries
+    from each chunk alone (JSON) and any retyping, before ``error``."""
+    columns = list(_PAIR_COLUMNS)
+    if checked:
+        columns[-1:-1] = _CHECK_COLUMNS
+    if typed:
+        columns[7:7] = _TYPED_COLUMNS
+    names = [name for name, _ in columns]
+
+    def row(record: dict[str, Any]) -> dict[str, Any]:
+        flat = _pair_row(record) | {name: record.get(name) for name, _ in _TYPED_COLUMNS}
+        return {name: flat.get(name) for name in names}
+
+    return Table(columns=tuple(columns), row=row)
+
+
+PAIR_TABLE = pair_table(typed=False, checked=False)
+"""The pairs of a job of factoids without the answerability check (``--no-answer-check``)."""
 
 FAILED_CHUNK_TABLE = Table(
     columns=(("chunk_id", "str"), ("source", "str"), ("outcome", "str"), ("error", "str")),

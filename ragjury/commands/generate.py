@@ -31,11 +31,10 @@ from ragjury.ingest import DocumentReader
 from ragjury.llm.resolve import choose_llm
 from ragjury.output import (
     FAILED_CHUNK_TABLE,
-    PAIR_TABLE,
-    TYPED_PAIR_TABLE,
     RecordWriter,
     failed_chunk_record,
     output_format,
+    pair_table,
     write_text_atomically,
 )
 from ragjury.pipelines.generation import PROMPT_NAMES, generation_counts, report_of, summarise
@@ -86,7 +85,7 @@ async def generate_command(args: argparse.Namespace, settings: Settings) -> int:
     }
     # Open the outputs first: a path we cannot write fails before any LLM call.
     with contextlib.ExitStack() as stack:
-        pairs = TYPED_PAIR_TABLE if options.typed else PAIR_TABLE
+        pairs = pair_table(typed=options.typed, checked=options.answer_check)
         kept = stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
         rejected = (
             stack.enter_context(RecordWriter(args.rejected, formats["--rejected"], pairs))

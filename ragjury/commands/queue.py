@@ -23,13 +23,7 @@ from ragjury.evaluation.inputs import load_samples, parse_fields
 from ragjury.ingest import DocumentReader
 from ragjury.job_spec import GenerationSpec
 from ragjury.llm.resolve import choose_llm
-from ragjury.output import (
-    PAIR_TABLE,
-    TYPED_PAIR_TABLE,
-    RecordWriter,
-    output_format,
-    sample_table,
-)
+from ragjury.output import RecordWriter, output_format, pair_table, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.pipelines.generation import PROMPT_NAMES as _GENERATION_PROMPTS
 from ragjury.prompts import load_overrides
@@ -278,7 +272,8 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     written = {"kept": 0, "rejected": 0, "samples": 0}
     async with open_store(settings.db, concurrency=settings.concurrency) as store:
         counts = await store.counts(args.jobs)
-        pairs = TYPED_PAIR_TABLE if await _typed(store, args.jobs) else PAIR_TABLE
+        typed, checked = await _pair_columns(store, args.jobs)
+        pairs = pair_table(typed=typed, checked=checked)
         with contextlib.ExitStack() as stack:
             kept_writer = (
                 stack.enter_context(RecordWriter(args.out, formats["--out"], pairs))
@@ -316,14 +311,15 @@ async def export_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _typed(store: Store, jobs: list[str] | None) -> bool:
-    """Whether a generation job exported drafted question types (its pairs then have the
-    columns of :data:`TYPED_PAIR_TABLE`)."""
-    return any(
-        GenerationSpec.model_validate(job.options).generate.typed
+async def _pair_columns(store: Store, jobs: list[str] | None) -> tuple[bool, bool]:
+    """Whether a generation job exported drafted question types, and whether one ran the
+    answerability check (its pairs then have those columns, see :func:`pair_table`)."""
+    options = [
+        GenerationSpec.model_validate(job.options).generate
         for job in await store.jobs()
         if job.kind == "generate" and (jobs is None or job.id in jobs)
-    )
+    ]
+    return any(o.typed for o in options), any(o.answer_check for o in options)
 
 
 async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:

@@ -1,8 +1,9 @@
 """Dataset generation: documents in, critic-filtered question/answer pairs out.
 
 ``DocumentSubmitted -> chunker -> ChunkReady -> generator -> QuestionsDrafted -> deduplicator
--> PairDrafted -> three critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
-DocumentJudged`` (terminal). The collector also hears of the chunks (``DocumentChunked``),
+-> PairDrafted -> critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
+DocumentJudged`` (terminal). The critics are three raters and, unless the job's options turn
+it off (``--no-answer-check``), the answerability critic. The collector also hears of the chunks (``DocumentChunked``),
 failed chunks, drafted questions and dropped duplicates, so it knows when a document is over.
 """
 
@@ -24,6 +25,7 @@ from ragjury.agents import (
     RelevanceCritic,
     StandaloneCritic,
 )
+from ragjury.agents.answerability import AnswerabilityCritic
 from ragjury.agents.generator import TYPE_PROMPTS
 from ragjury.agents.joins import JoinState
 from ragjury.config import Settings
@@ -34,6 +36,8 @@ from ragjury.pipelines.base import Step, Steps, transient_failures
 from ragjury.pipelines.job_corpus import JobCorpus
 from ragjury.prompts import GENERATION_PROMPTS, Prompt
 from ragjury.schemas import (
+    ANSWERABILITY,
+    CRITERIA,
     QUESTION_TYPES,
     BusEvent,
     Document,
@@ -100,11 +104,18 @@ class GenerationPipeline(Steps):
         "groundedness_critic",
         "relevance_critic",
         "standalone_critic",
+        "answerability_critic",
         "aggregator",
         "collector",
     )
     _llm_roles: ClassVar[frozenset[str]] = frozenset(
-        {"generator", "groundedness_critic", "relevance_critic", "standalone_critic"}
+        {
+            "generator",
+            "groundedness_critic",
+            "relevance_critic",
+            "standalone_critic",
+            "answerability_critic",
+        }
     )
 
     @classmethod
@@ -141,6 +152,14 @@ class GenerationPipeline(Steps):
         if typed:  # a default job's fingerprint stays what it always was
             drafting.append({kind: p.version for kind, p in typed.items()})
         corpus = JobCorpus(store, job.id, options) if options.typed else None
+        checks: dict[str, Step] = {}
+        if options.answer_check:
+            answering, agreement = prompt("answerability"), prompt("answer_agreement")
+            checks["answerability_critic"] = Step(
+                AnswerabilityCritic(llm, answering, agreement, options.min_score),
+                fingerprint(model, answering.version, agreement.version, options.min_score),
+            )
+        criteria = (*CRITERIA, ANSWERABILITY) if options.answer_check else CRITERIA
         super().__init__(
             {
                 "chunker": Step(Chunker(options, corpus)),
@@ -161,7 +180,15 @@ class GenerationPipeline(Steps):
                     StandaloneCritic(llm, prompt("standalone")),
                     fingerprint(model, prompt("standalone").version),
                 ),
-                "aggregator": Step(Aggregator(options.min_score, joins)),
+                **checks,
+                "aggregator": Step(
+                    Aggregator(
+                        options.min_score,
+                        joins,
+                        criteria,
+                        multi_hop_strict=options.multi_hop_strict,
+                    )
+                ),
                 "collector": Step(Collector(joins)),
             }
         )

@@ -116,9 +116,11 @@ GENERATION_PROMPTS = (
     "groundedness",
     "relevance",
     "standalone",
+    "answerability",
+    "answer_agreement",
 )
 """The templates dataset generation renders: the generator's (factoids, then the other
-question types) and its critics'."""
+question types) and its critics' (the answerability critic's two last)."""
 
 
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:

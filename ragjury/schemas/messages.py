@@ -27,6 +27,7 @@ from ragjury.schemas.evaluation import (
     StatementsSplit,
 )
 from ragjury.schemas.records import (
+    AnswerCheck,
     Chunk,
     Criterion,
     CritiqueResult,
@@ -104,6 +105,13 @@ class CritiqueIssued(_Event):
     criterion: Criterion
     critique: CritiqueResult | None = None
     error: Failure | None = None
+    answer_check: AnswerCheck | None = Field(
+        default=None, description="The answerability critic's own answer (its criterion only)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _check_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("answer_check",))
 
 
 class PairJudged(_Event):
@@ -114,6 +122,13 @@ class PairJudged(_Event):
     outcome: PairOutcome
     critiques: dict[Criterion, CritiqueResult]
     error: Failure | None = None
+    answer_check: AnswerCheck | None = Field(
+        default=None, description="What the answerability check did (None: it was off)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _check_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("answer_check",))
 
 
 class DocumentChunked(_Event):

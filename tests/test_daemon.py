@@ -22,9 +22,17 @@ import pytest
 
 from ragjury.cli import main
 
-from conftest import CRITIC_AGENTS, critic_reply, generator_reply, read_jsonl, write_qa_document
+from conftest import (
+    CRITIC_AGENTS,
+    agreement_reply,
+    critic_reply,
+    generator_reply,
+    own_answer_reply,
+    read_jsonl,
+    write_qa_document,
+)
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply
-from typed_corpus import typed_generator_reply, write_topics
+from typed_corpus import typed_answer_reply, typed_generator_reply, write_topics
 
 DEADLINE = 60.0
 
@@ -40,6 +48,8 @@ def script_slowly(fake: FakeOpenAI, seconds: float) -> None:
     fake.route("generator", slow(generator_reply, seconds))
     for agent in CRITIC_AGENTS:
         fake.route(agent, slow(critic_reply(), seconds))
+    fake.route("answerability_critic", slow(own_answer_reply, seconds))
+    fake.route("answer_agreement", slow(agreement_reply, seconds))
 
 
 def submit(tmp_path: Path, n: int) -> Path:
@@ -339,6 +349,8 @@ def test_two_daemons_plan_a_typed_job_as_one_generate_process_does(
     fake.route("generator", typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    fake.route("answerability_critic", typed_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
     docs = write_topics(tmp_path / "docs", 5)
     typed = ["--whole-documents", "--question-types", "factoid=1,multi_hop=1,comparative=1"]
     db = tmp_path / "queue.db"

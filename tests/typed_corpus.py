@@ -111,20 +111,19 @@ def typed_answer_reply(
     request: RecordedRequest, *, alone: frozenset[str] = frozenset()
 ) -> Reply:
     """The answerability critic answering a typed corpus's questions from the text it is
-    shown: a multi-hop or comparative question only when it sees both pages of the topic
-    (or one page of ``alone``, a topic tag whose pages each answer it alone); a reasoning
-    question from its page; a factoid from its Q:/A: line."""
+    shown: a multi-hop or comparative question only when it sees both pages of its topic, or
+    a page named in ``alone`` (``"aa-b"``: topic aa's page b answers it by itself); a
+    reasoning question from its page; a factoid from its Q:/A: line."""
     question = question_of(request)
     context = _TEXT.search(request.text()).group(1)  # type: ignore[union-attr]  # our prompt
     topic = _TOPIC.search(question)
-    for start, answer, parts in _TYPED_ANSWERS:
+    for start, answer, needed in _TYPED_ANSWERS:
         if not question.startswith(start) or topic is None:
             continue
         t = topic.group(1)
         seen = {part for part in ("a", "b") if f"# Topic {t} part {part}" in context}
-        if set(parts) <= seen and (seen or t in alone):
-            return chat_json({"answer": answer, "answerable": True})
-        if t in alone and seen:
+        enough = set(needed) <= seen if needed else bool(seen)
+        if enough or any(f"{t}-{part}" in alone for part in seen):
             return chat_json({"answer": answer, "answerable": True})
         return chat_json({"answer": "The text names only part of it.", "answerable": False})
     return own_answer_reply(request)

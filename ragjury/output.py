@@ -11,6 +11,7 @@ it wrote; Parquet is written in row groups and is whole once the writer closes.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -127,11 +128,13 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _pair_row(record: dict[str, Any]) -> dict[str, Any]:
+def _pair_row(record: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``record`` as a row of the columns ``names`` (see :func:`pair_table`)."""
     row = {
         key: record.get(key)
         for key in ("id", "question", "answer", "context", "source", "chunk_id", "outcome")
     }
+    row |= {name: record.get(name) for name, _ in _TYPED_COLUMNS}
     for criterion in (*CRITERIA, ANSWERABILITY):
         critique = record["critiques"].get(criterion) or {}
         row[f"{criterion}_rating"] = critique.get("rating")
@@ -146,7 +149,7 @@ def _pair_row(record: dict[str, Any]) -> dict[str, Any]:
         "check_note": check.get("note"),
     }
     row["error"] = _json(record.get("error"))
-    return row
+    return {name: row.get(name) for name in names}
 
 
 _PAIR_COLUMNS: tuple[tuple[str, Kind], ...] = (
@@ -187,13 +190,8 @@ def pair_table(*, typed: bool, checked: bool) -> Table:
         columns[-1:-1] = _CHECK_COLUMNS
     if typed:
         columns[7:7] = _TYPED_COLUMNS
-    names = [name for name, _ in columns]
-
-    def row(record: dict[str, Any]) -> dict[str, Any]:
-        flat = _pair_row(record) | {name: record.get(name) for name, _ in _TYPED_COLUMNS}
-        return {name: flat.get(name) for name in names}
-
-    return Table(columns=tuple(columns), row=row)
+    names = tuple(name for name, _ in columns)
+    return Table(columns=tuple(columns), row=functools.partial(_pair_row, names=names))
 
 
 PAIR_TABLE = pair_table(typed=False, checked=False)

@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
+from test_daemon import Daemon, daemons, serve, states, until
 
 from ragjury.cli import main
 from ragjury.config import GenerationOptions
@@ -33,7 +34,6 @@ from conftest import (
     write_qa_document,
 )
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
-from test_daemon import Daemon, daemons, serve, states, until
 from typed_corpus import typed_answer_reply, typed_generator_reply, write_topics
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
@@ -162,7 +162,8 @@ def test_a_multi_hop_question_one_chunk_answers_alone_is_retyped_to_that_chunk(
     assert run(fake, tmp_path, docs, "--question-types", "multi_hop=1") == 0
 
     kept = {r["question"]: r for r in read_jsonl(tmp_path / "kept.jsonl")}
-    assert len(kept) == 6 and read_jsonl(tmp_path / "rej.jsonl") == []
+    assert len(kept) == 6
+    assert read_jsonl(tmp_path / "rej.jsonl") == []
     # drafted from aa-a with aa-b; aa-b answers it alone, so it is a factoid of aa-b
     moved = kept["Which moraa records join velaa and danaa when stored?"]
     assert moved["question_type"] == "factoid"
@@ -185,7 +186,8 @@ def test_a_multi_hop_question_one_chunk_answers_alone_is_retyped_to_that_chunk(
     assert [Path(c).name for c in kept_b["chunk_ids"]] == ["aa-b.md::0"]
     # topics ab and ac need both pages: still multi-hop, each page tried alone, found short
     for record in (r for r in kept.values() if "velaa" not in r["question"]):
-        assert record["question_type"] == "multi_hop" and len(record["chunk_ids"]) == 2
+        assert record["question_type"] == "multi_hop"
+        assert len(record["chunk_ids"]) == 2
         assert [a["answerable"] for a in record["answer_check"]["alone"]] == [False, False]
         assert record["answer_check"]["retyped_from"] is None
 

@@ -50,7 +50,7 @@ def script(fake: FakeOpenAI) -> None:
     fake.route("answer_agreement", agreement_reply)
 
 
-def calls_of(records: list[dict[str, Any]]) -> int:
+def calls_of(records: list[dict[str, str]]) -> int:
     """The LLM calls a run made for ``records`` of one chunk each: a draft, three critics and
     the answerability check's two, and a multi-hop pair's answers from each of its two chunks
     alone (which do not answer it, so no comparison)."""
@@ -242,7 +242,8 @@ def test_dry_run_counts_the_calls_a_typed_run_makes(fake: FakeOpenAI, tmp_path: 
     assert fake.requests == []
     assert run(fake, tmp_path, docs, *typed) == 0
     ran = read_summary(tmp_path)
-    assert ran["llm_calls"] == estimate["llm_calls"] == calls_of(read_jsonl(tmp_path / "kept.jsonl"))
+    kept = read_jsonl(tmp_path / "kept.jsonl")
+    assert ran["llm_calls"] == estimate["llm_calls"] == calls_of(kept)
     for stage, figures in estimate["by_stage"].items():
         assert figures["llm_calls"] == ran["by_stage"][stage]["llm_calls"], stage
     factoid = run(fake, tmp_path, docs, "--dry-run", db="other.db")
@@ -284,7 +285,8 @@ async def test_a_default_job_has_the_fingerprints_and_cache_keys_it_always_had(
 
     fingerprints = {role: step.fingerprint for role, step in pipeline.steps.items()}
     checked = fingerprints.pop("answerability_critic")
-    assert checked is not None and checked not in _DEFAULT_FINGERPRINTS.values()
+    assert checked is not None
+    assert checked not in _DEFAULT_FINGERPRINTS.values()
     assert {r: f for r, f in fingerprints.items() if f is not None} == _DEFAULT_FINGERPRINTS
     [ready] = [event for event in out if isinstance(event, ChunkReady)]
     assert StepCache.key("generator", _DEFAULT_FINGERPRINTS["generator"], ready) == _CHUNK_KEY

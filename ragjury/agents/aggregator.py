@@ -82,17 +82,17 @@ class Aggregator:
             )
         kept = all(c.rating >= self._min_score for c in critiques.values())
         pair = drafted.pair
-        if kept and check is not None and check.answered_alone_by is not None:
+        alone = None if check is None else check.answered_alone_by
+        if kept and check is not None and alone is not None:
             if self._strict:
                 kept = False
-                check = check.model_copy(
-                    update={
-                        "note": f"a multi-hop question answered from chunk "
-                        f"{check.answered_alone_by} alone; rejected (--multi-hop-strict)"
-                    }
+                note = (
+                    f"a multi-hop question answered from chunk {alone} alone; rejected "
+                    "(--multi-hop-strict)"
                 )
+                check = check.model_copy(update={"note": note})
             else:
-                pair, check = _retyped(pair, check, check.answered_alone_by)
+                pair, check = _retyped(pair, check, alone)
         return PairJudged(
             pair=pair,
             outcome="kept" if kept else "rejected",

@@ -3,8 +3,9 @@
 ``DocumentSubmitted -> chunker -> ChunkReady -> generator -> QuestionsDrafted -> deduplicator
 -> PairDrafted -> critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
 DocumentJudged`` (terminal). The critics are three raters and, unless the job's options turn
-it off (``--no-answer-check``), the answerability critic. The collector also hears of the chunks (``DocumentChunked``),
-failed chunks, drafted questions and dropped duplicates, so it knows when a document is over.
+it off (``--no-answer-check``), the answerability critic. The collector also hears of the
+chunks (``DocumentChunked``), failed chunks, drafted questions and dropped duplicates, so it
+knows when a document is over.
 """
 
 from __future__ import annotations

@@ -82,22 +82,35 @@ class Aggregator:
             )
         kept = all(c.rating >= self._min_score for c in critiques.values())
         pair = drafted.pair
-        alone = None if check is None else check.answered_alone_by
-        if kept and check is not None and alone is not None:
-            if self._strict:
+        alone = self._answered_alone_by(check)
+        if check is not None and alone is not None:
+            check = check.model_copy(update={"answered_alone_by": alone})
+            if kept and self._strict:
                 kept = False
                 note = (
                     f"a multi-hop question answered from chunk {alone} alone; rejected "
                     "(--multi-hop-strict)"
                 )
                 check = check.model_copy(update={"note": note})
-            else:
+            elif kept:
                 pair, check = _retyped(pair, check, alone)
         return PairJudged(
             pair=pair,
             outcome="kept" if kept else "rejected",
             critiques=critiques,
             answer_check=check,
+        )
+
+    def _answered_alone_by(self, check: AnswerCheck | None) -> str | None:
+        """The first chunk whose answer alone agrees with the drafted one as well as the bar
+        asks (a multi-hop question it shows is not one)."""
+        return next(
+            (
+                attempt.chunk_id
+                for attempt in (() if check is None else check.alone)
+                if attempt.rating is not None and attempt.rating >= self._min_score
+            ),
+            None,
         )
 
 

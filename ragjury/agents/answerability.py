@@ -5,9 +5,11 @@ answer and the drafted one agree (the ``answer_agreement`` prompt): rationale fi
 rating 1..5, the pair's ``answerability`` critique. A question it cannot answer from its
 contexts rates 1 without the second call.
 
-A multi-hop pair that passes is also tried from each of its chunks alone: a chunk that
-answers it, in agreement with the drafted answer, shows that the question is not multi-hop
-(the aggregator retypes or rejects it, as ``--multi-hop-strict`` says). Everything it wrote
+A multi-hop pair whose question it could answer is also tried from each of its chunks alone:
+a chunk whose answer agrees with the drafted one (as well as ``--min-score`` asks) shows that
+the question is not multi-hop (the aggregator retypes or rejects it, as
+``--multi-hop-strict`` says). What it does depends on no option, so its steps are cached
+across runs that change only the bar. Everything it wrote
 is kept on the critique (:class:`~ragjury.schemas.AnswerCheck`) for audit.
 """
 
@@ -70,11 +72,8 @@ class AnswerabilityCritic:
     response_model: ClassVar[type[Critique]] = AnswerAgreement
     consumes: ClassVar[tuple[type[PairDrafted]]] = (PairDrafted,)
 
-    def __init__(self, llm: LLM, answering: Prompt, agreement: Prompt, min_score: int) -> None:
-        """``min_score``: a multi-hop pair whose answer agrees this well is tried from each
-        chunk alone, and a chunk whose answer agrees this well answers it alone."""
+    def __init__(self, llm: LLM, answering: Prompt, agreement: Prompt) -> None:
         self._llm, self._answering, self._agreement = llm, answering, agreement
-        self._min_score = min_score
 
     def answer_messages(self, question: str, context: str) -> list[dict[str, str]]:
         """The prompt of an own answer: the question and the text, never the drafted answer."""
@@ -90,7 +89,7 @@ class AnswerabilityCritic:
         try:
             own, rating, rationale = await self._attempt(pair, pair_context(pair))
             alone: list[AloneAttempt] = []
-            if pair.question_type == "multi_hop" and pair.related and rating >= self._min_score:
+            if pair.question_type == "multi_hop" and pair.related and own.answerable:
                 for chunk_id, text in zip(pair.chunk_ids, pair.contexts, strict=True):
                     one, one_rating, one_rationale = await self._attempt(pair, text)
                     alone.append(
@@ -108,13 +107,7 @@ class AnswerabilityCritic:
                     pair_id=pair.id, criterion=ANSWERABILITY, error=failure_from(self.role, exc)
                 )
             ]
-        by = next(
-            (a.chunk_id for a in alone if a.rating is not None and a.rating >= self._min_score),
-            None,
-        )
-        check = AnswerCheck(
-            answer=own.answer, answerable=own.answerable, alone=tuple(alone), answered_alone_by=by
-        )
+        check = AnswerCheck(answer=own.answer, answerable=own.answerable, alone=tuple(alone))
         return [
             CritiqueIssued(
                 pair_id=pair.id,

@@ -157,8 +157,8 @@ class GenerationPipeline(Steps):
         if options.answer_check:
             answering, agreement = prompt("answerability"), prompt("answer_agreement")
             checks["answerability_critic"] = Step(
-                AnswerabilityCritic(llm, answering, agreement, options.min_score),
-                fingerprint(model, answering.version, agreement.version, options.min_score),
+                AnswerabilityCritic(llm, answering, agreement),
+                fingerprint(model, answering.version, agreement.version),
             )
         criteria = (*CRITERIA, ANSWERABILITY) if options.answer_check else CRITERIA
         super().__init__(

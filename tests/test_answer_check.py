@@ -153,6 +153,31 @@ def test_a_pair_whose_answer_the_critic_cannot_reproduce_is_rejected_with_its_an
     assert read_summary(tmp_path)["by_stage"]["answer_agreement"]["llm_calls"] == 2
 
 
+def test_a_comparison_that_never_validates_fails_the_pair_with_the_reason(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    victim = FACTS["cli.md"][0][0]
+
+    def agreement(request: RecordedRequest) -> Reply:
+        if question_of(request) == victim:  # a rating off the scale, every time
+            return chat_json({"rationale": "They agree.", "rating": 9})
+        return agreement_reply(request)
+
+    fake.route("answer_agreement", agreement)
+
+    assert run(fake, tmp_path, corpus(tmp_path), "--max-retries", "1") == 0
+
+    [failed] = read_jsonl(tmp_path / "rej.jsonl")
+    assert (failed["question"], failed["outcome"]) == (victim, "failed")
+    assert failed["error"]["stage"] == "answerability_critic"
+    assert failed["error"]["attempts"] == 2  # asked, then re-asked once
+    assert "answer_agreement" in failed["error"]["message"]
+    assert '"rating": 9' in failed["error"]["last_raw_output"]
+    assert set(failed["critiques"]) == {"groundedness", "relevance", "standalone"}
+    assert read_summary(tmp_path)["failed"] == 1
+
+
 def test_a_multi_hop_question_one_chunk_answers_alone_is_retyped_to_that_chunk(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:

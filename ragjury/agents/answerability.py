@@ -29,6 +29,7 @@ from ragjury.schemas import (
     AnswerCheck,
     Critique,
     CritiqueIssued,
+    Criterion,
     CritiqueResult,
     PairDrafted,
     QAPair,
@@ -68,7 +69,7 @@ class AnswerAgreement(Critique):
 
 class AnswerabilityCritic:
     role: ClassVar[str] = "answerability_critic"
-    criterion: ClassVar[str] = ANSWERABILITY
+    criterion: ClassVar[Criterion] = ANSWERABILITY
     response_model: ClassVar[type[Critique]] = AnswerAgreement
     consumes: ClassVar[tuple[type[PairDrafted]]] = (PairDrafted,)
 

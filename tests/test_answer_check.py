@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
+from fakebatches import FakeBatches, batched
 from test_daemon import Daemon, daemons, serve, states, until
 
 from ragjury.cli import main
@@ -290,6 +291,27 @@ def test_the_check_is_cached_and_its_prompt_and_options_make_a_new_step(
     assert run(fake, tmp_path, docs, "--no-answer-check") == 0  # a new job: drafts and
     assert fake.requests == []  # critiques come from the cache, and no check is made
     assert all("answer_check" not in r for r in read_jsonl(tmp_path / "kept.jsonl"))
+
+
+def test_in_batch_mode_the_check_asks_its_calls_in_turn_and_gives_a_direct_runs_records(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    script_happy_path(fake)
+    docs = corpus(tmp_path)
+    assert run(fake, tmp_path, docs, db="direct.db") == 0
+    direct = read_jsonl(tmp_path / "kept.jsonl")
+    fake.reset()
+    script_happy_path(fake)
+    batches = FakeBatches(fake)
+
+    fast = ("--batch", "--batch-wait", "0", "--batch-poll", "0.05")
+    assert run(fake, tmp_path, docs, *fast, db="batch.db") == 0
+
+    assert read_jsonl(tmp_path / "kept.jsonl") == direct  # answers and checks alike
+    chats = [r for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert len(chats) == 3 * (4 + CHECK_CALLS)
+    assert all(batched(r) for r in chats)
+    assert batches.created
 
 
 def test_a_stored_spec_without_answer_check_predates_it_and_runs_without() -> None:

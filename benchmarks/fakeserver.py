@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fakebatches import FakeBatches
 
-from conftest import CRITIC_AGENTS, critic_reply, generator_reply
+from conftest import CRITIC_AGENTS, critic_reply, generator_reply, script_answer_check
 from evalfakes import script_judges
 from fakeopenai import RESET_MEANINGS, Behaviour, FakeOpenAI, chat_json
 
@@ -104,6 +104,7 @@ def script(fake: FakeOpenAI) -> None:
     fake.route("generator", generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    script_answer_check(fake)
     script_judges(fake)
     fake.fallback(chat_json({"ok": True}))
 

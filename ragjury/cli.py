@@ -59,6 +59,8 @@ _GENERATION_FLAGS = (
     "seed",
     "max_pairs",
     "reference_answers",
+    "answer_check",
+    "multi_hop_strict",
 )
 # Flags that map one-to-one onto EvaluationOptions fields.
 _EVALUATION_FLAGS = (

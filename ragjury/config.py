@@ -83,14 +83,33 @@ class GenerationOptions(BaseModel):
         description="Draft at most this many pairs, from chunks spread over the documents, "
         "question types and personas.",
     )
+    answer_check: bool = Field(
+        default=True,
+        description="The answerability critic answers each question from its contexts alone "
+        "and a pair whose answer it cannot reproduce is rejected (--no-answer-check: off).",
+    )
+    multi_hop_strict: bool = Field(
+        default=False,
+        description="Reject a multi-hop question that one of its chunks answers alone, "
+        "instead of retyping it to a factoid of that chunk.",
+    )
 
     @model_serializer(mode="wrap")
     def _added_fields_when_used(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        # a job keeps its options: one that uses none stores what earlier versions did
+        # a job keeps its options: one that uses none of these stores what earlier versions
+        # did. answer_check is always stored: a stored job without it predates the check
+        # (see GenerationSpec), so a job with the check on is a new job
         return without_defaults(
             self,
             handler,
-            ("question_types", "seed", "personas", "reference_answers", "max_pairs"),
+            (
+                "question_types",
+                "seed",
+                "personas",
+                "reference_answers",
+                "max_pairs",
+                "multi_hop_strict",
+            ),
         )
 
     @property

@@ -15,6 +15,12 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel
 
+from ragjury.agents.answerability import (
+    AGREEMENT_STAGE,
+    ANSWER_STAGE,
+    AnswerAgreement,
+    OwnAnswer,
+)
 from ragjury.agents.balance import Candidate, drafted_chunks
 from ragjury.agents.critics import (
     GroundednessCritique,
@@ -54,9 +60,11 @@ COMPLETION_GUESS = {
     "pair_quotes": 60,
     "reference_answer": 150,
     "persona": 70,
+    "own_answer": 40,
 }
-"""Assumed completion tokens of generation: per drafted pair, per critique (each metric's
-own assumptions are in its declaration's ``estimate``)."""
+"""Assumed completion tokens of generation: per drafted pair, per critique, per reference
+answer, per proposed persona, per answer of the answerability critic (each metric's own
+assumptions are in its declaration's ``estimate``)."""
 _ASSUMED_TARGET_ANSWER = "A typical answer of three sentences. " * 3
 _ASSUMED_CONTEXT = "A retrieved passage of typical length. " * 25
 _CRITICS = (
@@ -166,7 +174,9 @@ def estimate_generation(
     it. ``proposed_personas`` (``--personas auto:N``): one more call, reading
     ``persona_sample`` (:func:`ragjury.persona_proposal.corpus_sample`), and N personas of
     a typical length in the drafting and relevance prompts. ``--reference-answers``: one
-    call per drafted pair, as if every pair were kept (an upper bound)."""
+    call per drafted pair, as if every pair were kept (an upper bound). The answerability
+    check: two calls per pair (an own answer, then the comparison; a multi-hop pair one
+    more answer per chunk, assumed not to answer alone)."""
     model = settings.model
     options = settings.generate
     if proposed_personas and not options.personas:
@@ -209,6 +219,12 @@ def estimate_generation(
             "every drafted pair kept, so written a reference answer (an upper bound), "
             f"{COMPLETION_GUESS['reference_answer']} completion tokens each"
         )
+    if options.answer_check:
+        estimate.assumptions.append(
+            "the answerability critic answers every question from its contexts (then compares "
+            "its answer with the drafted one), and no chunk of a multi-hop question answers it "
+            "alone (each such chunk would add a comparison)"
+        )
     critics = [
         (role, prompt(name), schema, extra)
         for (role, name, schema), extra in zip(
@@ -216,6 +232,7 @@ def estimate_generation(
         )
     ]
     drafting = {kind: prompt(name) for kind, name in TYPE_PROMPTS.items()}
+    answering, agreement = prompt("answerability"), prompt("answer_agreement")
     planned = _planned(documents, options, estimate)
     for event in planned:
         chunk, plan = event.chunk, event.plan
@@ -235,6 +252,7 @@ def estimate_generation(
             context=chunk.text,
             source=chunk.source,
             chunk_id=chunk.id,
+            question_type=kind,
             related=() if plan is None else plan.related,
             persona=event.persona,
         )
@@ -264,7 +282,39 @@ def estimate_generation(
                 COMPLETION_GUESS["reference_answer"] * wanted,
                 calls=wanted,
             )
+        if options.answer_check:
+            _estimate_check(estimate, model, typical, answering, agreement, wanted)
     return estimate
+
+
+def _estimate_check(
+    estimate: Estimate,
+    model: str,
+    pair: QAPair,
+    answering: Prompt,
+    agreement: Prompt,
+    wanted: int,
+) -> None:
+    """The answerability critic's calls for ``wanted`` pairs like ``pair``: an own answer
+    from every context and its comparison, and a multi-hop pair's answer from each chunk."""
+    texts = [pair_context(pair)]
+    if pair.question_type == "multi_hop" and pair.related:
+        texts += list(pair.contexts)
+    for text in texts:
+        messages = answering.render(question=pair.question, context=text)
+        estimate.stage(ANSWER_STAGE, model).add(
+            _prompt(messages, OwnAnswer) * wanted,
+            COMPLETION_GUESS["own_answer"] * wanted,
+            calls=wanted,
+        )
+    messages = agreement.render(
+        question=pair.question, answer=pair.answer, own_answer=_TYPICAL_ANSWER["factoid"]
+    )
+    estimate.stage(AGREEMENT_STAGE, model).add(
+        _prompt(messages, AnswerAgreement) * wanted,
+        COMPLETION_GUESS["critique"] * wanted,
+        calls=wanted,
+    )
 
 
 def _planned(

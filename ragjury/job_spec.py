@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from ragjury.config import EvaluationOptions, GenerationOptions
 from ragjury.prompts import Prompt
@@ -47,8 +47,25 @@ class JobSpec(BaseModel):
         }
 
 
+def _stored_before_the_check() -> GenerationOptions:
+    return GenerationOptions(answer_check=False)
+
+
 class GenerationSpec(JobSpec):
-    generate: GenerationOptions = Field(default_factory=GenerationOptions)
+    generate: GenerationOptions = Field(default_factory=_stored_before_the_check)
+    """A job stored before the answerability check has no ``answer_check`` in its options
+    (ragjury 0.1's none at all): it runs as it was submitted, without the check, since its
+    drafted pairs in flight were never sent to that critic and waiting for its critique would
+    never end. A job built now always stores it (see ``GenerationOptions``)."""
+
+    @field_validator("generate", mode="before")
+    @classmethod
+    def _stored_without_the_check(
+        cls, value: GenerationOptions | dict[str, JsonValue]
+    ) -> GenerationOptions | dict[str, JsonValue]:
+        if isinstance(value, dict) and "answer_check" not in value:
+            return {**value, "answer_check": False}
+        return value
 
 
 class EvaluationSpec(JobSpec):

@@ -1,7 +1,7 @@
 """Output records and the writers that stream them to disk: JSONL, CSV or Parquet.
 
 JSONL holds each record as it is (nested). CSV and Parquet hold flat rows, one column per
-field, described by a :class:`Table`: judged pairs (:data:`PAIR_TABLE`), failed chunks
+field, described by a :class:`Table`: judged pairs (:func:`pair_table`), failed chunks
 (:data:`FAILED_CHUNK_TABLE`) and judged samples (:func:`sample_table`, one group of columns
 per metric). In CSV a list is a JSON array and a nested value its JSON; in Parquet a list is
 a list column. JSONL and CSV are flushed record by record, so an interrupted run keeps what
@@ -11,6 +11,7 @@ it wrote; Parquet is written in row groups and is whole once the writer closes.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import IO, Any, Literal
 from ragjury.config import GenerationOptions, OutputFormat
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.evaluation.tables import pyarrow_module
-from ragjury.schemas import CRITERIA, PairJudged
+from ragjury.schemas import ANSWERABILITY, CRITERIA, PairJudged
 
 __all__ = [
     "FAILED_CHUNK_TABLE",
@@ -97,6 +98,8 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
         },
         "outcome": judged.outcome,
     }
+    if judged.answer_check is not None:
+        record["answer_check"] = judged.answer_check.model_dump()
     if judged.error is not None:
         record["error"] = judged.error.model_dump()
     return record
@@ -132,32 +135,37 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _pair_row(record: dict[str, Any]) -> dict[str, Any]:
+def _pair_row(record: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``record`` as a row of the columns ``names`` (see :func:`pair_table`)."""
     row = {
         key: record.get(key)
         for key in ("id", "question", "answer", "context", "source", "chunk_id", "outcome")
     }
-    for criterion in CRITERIA:
+    row |= {name: record.get(name) for name, _ in _TYPED_COLUMNS}
+    row |= {name: record.get(name) for name, _ in (*_PERSONA_COLUMNS, *_REFERENCE_COLUMNS)}
+    for criterion in (*CRITERIA, ANSWERABILITY):
         critique = record["critiques"].get(criterion) or {}
         row[f"{criterion}_rating"] = critique.get("rating")
         row[f"{criterion}_rationale"] = critique.get("rationale")
+    check = record.get("answer_check") or {}
+    row |= {
+        "check_answer": check.get("answer"),
+        "check_answerable": check.get("answerable"),
+        "check_alone": _json(check.get("alone")) if check.get("alone") else None,
+        "answered_alone_by": check.get("answered_alone_by"),
+        "retyped_from": check.get("retyped_from"),
+        "check_note": check.get("note"),
+    }
     row["error"] = _json(record.get("error"))
-    return row
+    return {name: row.get(name) for name in names}
 
 
-PAIR_TABLE = Table(
-    columns=(
-        *((name, "str") for name in ("id", "question", "answer", "context", "source")),
-        ("chunk_id", "str"),
-        ("outcome", "str"),
-        *(
-            column
-            for c in CRITERIA
-            for column in ((f"{c}_rating", "int"), (f"{c}_rationale", "str"))
-        ),
-        ("error", "str"),
-    ),
-    row=_pair_row,
+_PAIR_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    *((name, "str") for name in ("id", "question", "answer", "context", "source")),
+    ("chunk_id", "str"),
+    ("outcome", "str"),
+    *(column for c in CRITERIA for column in ((f"{c}_rating", "int"), (f"{c}_rationale", "str"))),
+    ("error", "str"),
 )
 
 _TYPED_COLUMNS: tuple[tuple[str, Kind], ...] = (
@@ -168,14 +176,17 @@ _TYPED_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("shared_terms", "list"),
 )
 
-TYPED_PAIR_TABLE = Table(
-    columns=(*PAIR_TABLE.columns[:7], *_TYPED_COLUMNS, *PAIR_TABLE.columns[7:]),
-    row=lambda record: {
-        **_pair_row(record),
-        **{name: record.get(name) for name, _ in _TYPED_COLUMNS},
-    },
+_CHECK_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    (f"{ANSWERABILITY}_rating", "int"),
+    (f"{ANSWERABILITY}_rationale", "str"),
+    ("check_answer", "str"),
+    ("check_answerable", "bool"),
+    ("check_alone", "str"),
+    ("answered_alone_by", "str"),
+    ("retyped_from", "str"),
+    ("check_note", "str"),
 )
-"""The pairs of a job with ``--question-types``: each says its type and its chunks."""
+
 
 _PERSONA_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("persona", "str"),
@@ -186,22 +197,27 @@ _REFERENCE_COLUMNS: tuple[tuple[str, Kind], ...] = (("reference_answer", "str"),
 
 def pair_table(jobs: Sequence[GenerationOptions], *, personas: bool = False) -> Table:
     """The flat columns of the pairs of ``jobs`` (one job's options, or every exported
-    job's): :data:`PAIR_TABLE`, with the question-type columns when one job drafted types,
-    ``persona`` and ``persona_description`` when one had personas, and
-    ``reference_answer`` when one wrote reference answers. ``personas``: the personas are
-    yet to be proposed (``--personas auto``)."""
-    base = TYPED_PAIR_TABLE if any(options.typed for options in jobs) else PAIR_TABLE
-    added = (*(_PERSONA_COLUMNS if personas or any(o.personas for o in jobs) else ()),) + (
-        _REFERENCE_COLUMNS if any(o.reference_answers for o in jobs) else ()
-    )
-    if not added:
-        return base
-    split = len(base.columns) - len(PAIR_TABLE.columns) + 7  # before the critiques
-    base_row = base.row
-    return Table(
-        columns=(*base.columns[:split], *added, *base.columns[split:]),
-        row=lambda record: {**base_row(record), **{name: record.get(name) for name, _ in added}},
-    )
+    job's): :data:`PAIR_TABLE`'s; after ``outcome`` each pair's type and chunks when one job
+    drafted types (``--question-types``), ``persona`` and ``persona_description`` when one
+    had personas, ``reference_answer`` when one wrote reference answers; before ``error`` the
+    answerability check's rating and rationale, the critic's own answer, its tries from each
+    chunk alone (JSON) and any retyping, when one ran the check. ``personas``: the personas
+    are yet to be proposed (``--personas auto``)."""
+    added = [
+        *(_TYPED_COLUMNS if any(o.typed for o in jobs) else ()),
+        *(_PERSONA_COLUMNS if personas or any(o.personas for o in jobs) else ()),
+        *(_REFERENCE_COLUMNS if any(o.reference_answers for o in jobs) else ()),
+    ]
+    columns = list(_PAIR_COLUMNS)
+    if any(o.answer_check for o in jobs):
+        columns[-1:-1] = _CHECK_COLUMNS
+    columns[7:7] = added
+    names = tuple(name for name, _ in columns)
+    return Table(columns=tuple(columns), row=functools.partial(_pair_row, names=names))
+
+
+PAIR_TABLE = pair_table([GenerationOptions(answer_check=False)])
+"""The pairs of a job of factoids without the answerability check (``--no-answer-check``)."""
 
 
 FAILED_CHUNK_TABLE = Table(

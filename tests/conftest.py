@@ -32,10 +32,17 @@ def _structlog_defaults() -> Iterator[None]:
 
 
 CRITIC_AGENTS = ("groundedness_critic", "relevance_critic", "standalone_critic")
+ANSWER_AGENTS = ("answerability_critic", "answer_agreement")
+"""The answerability critic's two stages: its own answers, and their comparisons."""
+CHECK_CALLS = 2
+"""LLM calls the answerability critic makes for a pair it can answer (answer, compare)."""
 _WANTED = re.compile(r"Write exactly (\d+) question")
 _TEXT = re.compile(r"<text>\n(.*?)\n</text>", re.DOTALL)
 _PAIR = re.compile(r"^Q: (?P<q>.+)\nA: (?P<a>.+)$", re.MULTILINE)
 _QUESTION = re.compile(r"^Question: (.+)$", re.MULTILINE)
+_ANSWERS = re.compile(
+    r"The key's answer:\n(?P<key>.*?)\n\nThe second reader's answer:\n(?P<own>.*)\Z", re.DOTALL
+)
 
 
 class ManualClock:
@@ -138,13 +145,49 @@ def critic_reply(
     return respond
 
 
+def own_answer_reply(request: RecordedRequest) -> Reply:
+    """The answerability critic answering from its text alone, as a careful reader would:
+    the answer on the ``A:`` line under the question's ``Q:`` line, if the text has one."""
+    text = request.text()
+    question = question_of(request)
+    context = _TEXT.search(text).group(1)  # type: ignore[union-attr]  # our prompt has it
+    found = re.search(rf"^Q: {re.escape(question)}\nA: (.+)$", context, re.MULTILINE)
+    if found is None:
+        reply = {"answer": "The text does not say.", "answerable": False}
+    else:
+        reply = {"answer": found.group(1), "answerable": True}
+    return chat_json(reply, prompt_tokens=60, completion_tokens=15)
+
+
+def agreement_reply(request: RecordedRequest) -> Reply:
+    """The comparison of the drafted answer with the critic's own: 5 when they are the same
+    text (case and spaces aside), else 1."""
+    found = _ANSWERS.search(request.messages[-1]["content"])
+    assert found is not None, "the answer_agreement prompt gives both answers"
+    same = " ".join(found["key"].split()).casefold() == " ".join(found["own"].split()).casefold()
+    rating = 5 if same else 1
+    return chat_json(
+        {"rationale": f"the answers {'agree' if same else 'differ'}", "rating": rating},
+        prompt_tokens=40,
+        completion_tokens=12,
+    )
+
+
+def script_answer_check(fake: FakeOpenAI) -> None:
+    """The answerability critic: answers from the text, compared by exact text."""
+    fake.route("answerability_critic", own_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
+
+
 def script_happy_path(
     fake: FakeOpenAI, ratings: Mapping[str, Mapping[str, int]] | None = None
 ) -> None:
-    """Generator from the text; each critic from ``ratings[agent]`` (default 5)."""
+    """Generator from the text; each critic from ``ratings[agent]`` (default 5); the
+    answerability critic answers from the text (:func:`script_answer_check`)."""
     fake.route("generator", generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply((ratings or {}).get(agent)))
+    script_answer_check(fake)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

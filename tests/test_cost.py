@@ -14,6 +14,7 @@ from ragjury.config import Settings
 from ragjury.pricing import BUILTIN_PRICES, ModelPrice, PriceTable
 
 from conftest import (
+    CHECK_CALLS,
     generator_reply,
     read_summary,
     script_happy_path,
@@ -26,7 +27,9 @@ def test_tokens_of_every_attempt_are_counted_in_the_ledger_the_database_and_the_
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     corpus(tmp_path)
-    script_happy_path(fake)  # generator: 100+30 tokens; each critic: 50+12
+    # generator: 100+30 tokens; each critic: 50+12; the answerability check: 60+15 to answer,
+    # 40+12 to compare
+    script_happy_path(fake)
     fake.route(
         "generator",
         error(429, retry_after_ms=5),
@@ -38,9 +41,9 @@ def test_tokens_of_every_attempt_are_counted_in_the_ledger_the_database_and_the_
     assert generate(fake, tmp_path, "--workers", "generator=1", model="gpt-4o-mini") == 0
 
     s = read_summary(tmp_path)
-    prompt = 70 + 3 * 100 + 9 * 50
-    completion = 5 + 3 * 30 + 9 * 12
-    assert s["llm_calls"] == len(fake.requests) == 3 + 3 + 9
+    prompt = 70 + 3 * 100 + 9 * 50 + 3 * (60 + 40)
+    completion = 5 + 3 * 30 + 9 * 12 + 3 * (15 + 12)
+    assert s["llm_calls"] == len(fake.requests) == 3 + 3 + 9 + 3 * CHECK_CALLS
     assert (s["prompt_tokens"], s["completion_tokens"]) == (prompt, completion)
     assert s["by_stage"]["generator"]["llm_calls"] == 6
     assert s["by_stage"]["generator"]["prompt_tokens"] == 70 + 300
@@ -205,6 +208,7 @@ def test_a_database_from_before_costs_gets_the_new_columns(
 
     assert generate(fake, tmp_path, model="gpt-4o-mini") == 0
 
+    calls = 3 * (4 + CHECK_CALLS)  # a draft, three critics and the check's two per document
     assert db_rows(tmp_path, "SELECT COUNT(*), COUNT(cost_usd), MIN(model) FROM llm_calls") == [
-        (12, 12, "gpt-4o-mini")
+        (calls, calls, "gpt-4o-mini")
     ]

@@ -22,9 +22,18 @@ import pytest
 
 from ragjury.cli import main
 
-from conftest import CRITIC_AGENTS, critic_reply, generator_reply, read_jsonl, write_qa_document
+from conftest import (
+    CHECK_CALLS,
+    CRITIC_AGENTS,
+    agreement_reply,
+    critic_reply,
+    generator_reply,
+    own_answer_reply,
+    read_jsonl,
+    write_qa_document,
+)
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json
-from typed_corpus import typed_generator_reply, write_topics
+from typed_corpus import typed_answer_reply, typed_generator_reply, write_topics
 
 DEADLINE = 60.0
 
@@ -40,14 +49,16 @@ def script_slowly(fake: FakeOpenAI, seconds: float) -> None:
     fake.route("generator", slow(generator_reply, seconds))
     for agent in CRITIC_AGENTS:
         fake.route(agent, slow(critic_reply(), seconds))
+    fake.route("answerability_critic", slow(own_answer_reply, seconds))
+    fake.route("answer_agreement", slow(agreement_reply, seconds))
 
 
-def submit(tmp_path: Path, n: int) -> Path:
+def submit(tmp_path: Path, n: int, *flags: str) -> Path:
     docs = tmp_path / "docs"
     for i in range(n):
         write_qa_document(docs, f"doc{i:02}.md", [(f"What is setting number {i}?", f"value {i}")])
     db = tmp_path / "queue.db"
-    assert main(["submit", str(docs), "--db", str(db), "--whole-documents"]) == 0
+    assert main(["submit", str(docs), "--db", str(db), "--whole-documents", *flags]) == 0
     return db
 
 
@@ -137,7 +148,9 @@ def test_a_daemon_killed_midway_loses_nothing_and_repeats_only_steps_in_flight(
     fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
 ) -> None:
     script_slowly(fake, 0.3)
-    db = submit(tmp_path, 8)
+    # without the answerability check: this test counts requests against cached steps, one
+    # each, and the check is one step of two requests (its kills are the other tests')
+    db = submit(tmp_path, 8, "--no-answer-check")
     first = serve(daemons, fake, db, "first")
 
     def midway() -> bool:
@@ -236,7 +249,7 @@ def test_two_daemons_share_one_database_and_never_do_an_item_twice(
     assert [daemon.wait() for daemon in pair] == [0, 0]
 
     asked = steps(fake)
-    assert len(asked) == 40
+    assert len(asked) == 10 * (4 + CHECK_CALLS)  # a draft, 3 critics, the check's 2 calls
     assert max(asked.values()) == 1  # no step was asked twice
     assert len({r["id"] for r in exported(db, tmp_path)}) == 10
     with sqlite3.connect(db) as conn:
@@ -268,7 +281,11 @@ def test_serve_logs_one_json_line_per_handled_message(
     for field in ("message_id", "correlation_id", "ms", "attempt", "llm_requests"):
         assert field in generator
     assert generator["prompt_tokens"] == 100
-    assert {line["agent"] for line in handled} == {"generator", *CRITIC_AGENTS}  # the LLM agents
+    assert {line["agent"] for line in handled} == {  # the LLM agents
+        "generator",
+        *CRITIC_AGENTS,
+        "answerability_critic",
+    }
     # (the chunker, deduplicator, aggregator and collector ran in the intake's and the
     # critics' steps, with no message of their own)
 
@@ -302,8 +319,9 @@ def test_ctrl_c_on_generate_keeps_what_finished_and_the_same_command_resumes(
 
     assert len(read_jsonl(out)) == 6
     assert states(db) == Counter({"done": 6})
-    # the finished documents were not asked again: 4 steps for each of the others at most
-    assert len(fake.requests) - asked <= 4 * (6 - done)
+    # the finished documents were not asked again: 4 steps (6 requests, the check making 2)
+    # for each of the others at most
+    assert len(fake.requests) - asked <= (4 + CHECK_CALLS) * (6 - done)
 
 
 def test_serve_works_a_judge_file_job_from_what_the_job_kept(
@@ -339,6 +357,8 @@ def test_two_daemons_plan_a_typed_job_as_one_generate_process_does(
     fake.route("generator", typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    fake.route("answerability_critic", typed_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
     docs = write_topics(tmp_path / "docs", 5)
     typed = ["--whole-documents", "--question-types", "factoid=1,multi_hop=1,comparative=1"]
     db = tmp_path / "queue.db"

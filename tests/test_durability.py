@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from test_generate import FACTS, corpus, run
 
-from conftest import CRITIC_AGENTS, read_jsonl, read_summary, script_happy_path, write_qa_document
+from conftest import (
+    CHECK_CALLS,
+    CRITIC_AGENTS,
+    read_jsonl,
+    read_summary,
+    script_happy_path,
+    write_qa_document,
+)
 from fakeopenai import FakeOpenAI, chat_json, error
 
 pytestmark = pytest.mark.anyio
@@ -26,7 +33,8 @@ def test_rerunning_generate_on_the_same_database_makes_no_llm_request(
     first = _outputs(tmp_path)
     assert [len(first[0]), len(first[1])] == [2, 1]
     asked = len(fake.requests)
-    assert asked == 3 * 4  # three documents: a generator and three critic calls each
+    # three documents: a generator call, three critics and the answerability check's two each
+    assert asked == 3 * (4 + CHECK_CALLS)
 
     (tmp_path / "kept.jsonl").unlink()
     assert run(fake, tmp_path) == 0
@@ -163,7 +171,7 @@ def test_a_finished_document_is_not_redone_when_more_are_added(
     assert run(fake, tmp_path, docs=docs) == 0
 
     # A new batch is a new job, but three of its four documents' steps are cached.
-    assert len(fake.requests) == asked + 4
+    assert len(fake.requests) == asked + 4 + CHECK_CALLS
     assert len(_outputs(tmp_path)[0]) == 4
 
 
@@ -210,7 +218,8 @@ def test_status_json_counts_items_stages_and_tokens(
     assert status["stages"]["generator"]["llm_calls"] == 3
     assert status["stages"]["generator"]["cached_steps"] == 3
     assert status["stages"]["relevance_critic"]["prompt_tokens"] == 3 * 50
-    assert status["tokens"]["prompt"] == 3 * 100 + 9 * 50
+    assert status["stages"]["answerability_critic"]["prompt_tokens"] == 3 * 60
+    assert status["tokens"]["prompt"] == 3 * 100 + 9 * 50 + 3 * (60 + 40)
     assert status["throughput"]["items_done_last_minute"] == 3
     assert status["jobs"][0]["kind"] == "generate"
 

@@ -14,6 +14,8 @@ import pytest
 from ragjury.cli import main
 
 from conftest import (
+    ANSWER_AGENTS,
+    CHECK_CALLS,
     CRITIC_AGENTS,
     critic_reply,
     generator_reply,
@@ -79,8 +81,12 @@ def test_a_full_run_writes_vetted_pairs_summary_and_database(
     assert "What port does uvicorn" in record["context"]
     assert record["chunk_id"].startswith(record["source"])
     assert record["outcome"] == "kept"
-    assert set(record["critiques"]) == {"groundedness", "relevance", "standalone"}
+    assert set(record["critiques"]) == {"groundedness", "relevance", "standalone", "answerability"}
     assert record["critiques"]["relevance"] == {"rating": 5, "rationale": "scripted rating 5"}
+    # the answerability critic's own answer, kept for audit
+    assert record["critiques"]["answerability"] == {"rating": 5, "rationale": "the answers agree"}
+    assert record["answer_check"]["answer"] == "8000"
+    assert record["answer_check"]["answerable"] is True
     assert read_jsonl(tmp_path / "rejected.jsonl") == []
 
     s = read_summary(tmp_path)
@@ -90,16 +96,18 @@ def test_a_full_run_writes_vetted_pairs_summary_and_database(
     assert s["pairs_drafted"] == 3
     assert s["duplicates_dropped"] == 0
     assert (s["kept"], s["rejected"], s["failed"]) == (3, 0, 0)
-    assert s["llm_calls"] == len(fake.requests) == 3 + 3 * 3
-    assert s["prompt_tokens"] == 3 * 100 + 9 * 50
-    assert s["completion_tokens"] == 3 * 30 + 9 * 12
+    # a generator call per document, three critics and the answerability check's two calls
+    # (its own answer, then the comparison) per pair
+    assert s["llm_calls"] == len(fake.requests) == 3 + 3 * 3 + 3 * CHECK_CALLS
+    assert s["prompt_tokens"] == 3 * 100 + 9 * 50 + 3 * (60 + 40)
+    assert s["completion_tokens"] == 3 * 30 + 9 * 12 + 3 * (15 + 12)
     assert s["wall_seconds"] > 0
 
     with sqlite3.connect(tmp_path / "ragjury.db") as db:
         stored = db.execute("SELECT outcome, COUNT(*) FROM pairs GROUP BY outcome").fetchall()
         calls = db.execute("SELECT SUM(requests), SUM(prompt_tokens) FROM llm_calls").fetchone()
     assert stored == [("kept", 3)]
-    assert calls == (12, s["prompt_tokens"])
+    assert calls == (18, s["prompt_tokens"])
 
 
 def test_filter_keeps_exactly_the_pairs_whose_every_rating_reaches_min_score(
@@ -171,7 +179,7 @@ def test_a_pair_whose_critic_never_validates_is_failed_with_the_reason(
     assert failed["error"]["attempts"] == 3
     assert failed["error"]["last_raw_output"] == "I would say about a four."
     assert failed["error"]["message"]
-    assert set(failed["critiques"]) == {"groundedness", "standalone"}
+    assert set(failed["critiques"]) == {"groundedness", "standalone", "answerability"}
     s = read_summary(tmp_path)
     assert (s["kept"], s["rejected"], s["failed"]) == (2, 0, 1)
 
@@ -213,7 +221,7 @@ def test_rate_limits_and_server_errors_are_retried_and_counted(
 
     s = read_summary(tmp_path)
     assert s["kept"] == 3
-    assert s["llm_calls"] == len(fake.requests) == 12 + 2
+    assert s["llm_calls"] == len(fake.requests) == 3 + 3 * (3 + CHECK_CALLS) + 2
     assert s["by_stage"]["generator"]["llm_calls"] == 5
 
 
@@ -235,6 +243,11 @@ def test_csv_output_has_one_row_per_pair_with_flattened_critiques(
     assert len(kept) == 2
     assert [r["standalone_rating"] for r in rejected] == ["2"]
     assert rejected[0]["standalone_rationale"] == "scripted rating 2"
+    # the answerability critic's rating, rationale and own answer have their columns
+    for row in kept + rejected:
+        assert (row["answerability_rating"], row["check_answerable"]) == ("5", "True")
+        assert row["answerability_rationale"] == "the answers agree"
+        assert row["check_answer"] == row["answer"]
 
 
 def test_questions_per_chunk_asks_for_that_many_pairs(fake: FakeOpenAI, tmp_path: Path) -> None:
@@ -361,4 +374,4 @@ def test_main_py_runs_generate_as_a_user_would(fake: FakeOpenAI, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert len(read_jsonl(tmp_path / "out.jsonl")) == 3
     assert "kept 3" in done.stderr
-    assert {r.agent for r in fake.requests} == {"generator", *CRITIC_AGENTS}
+    assert {r.agent for r in fake.requests} == {"generator", *CRITIC_AGENTS, *ANSWER_AGENTS}

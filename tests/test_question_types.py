@@ -28,9 +28,16 @@ from ragjury.store.base import Job
 from ragjury.store.cache import StepCache
 from ragjury.store.sqlite import SQLiteStore
 
-from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, read_summary
+from conftest import (
+    CHECK_CALLS,
+    CRITIC_AGENTS,
+    agreement_reply,
+    critic_reply,
+    read_jsonl,
+    read_summary,
+)
 from fakeopenai import FakeOpenAI, RecordedRequest, Reply, chat_json, error
-from typed_corpus import record_types, typed_generator_reply, write_topics
+from typed_corpus import record_types, typed_answer_reply, typed_generator_reply, write_topics
 
 WEIGHTS = "factoid=0.5,reasoning=0.2,multi_hop=0.2,comparative=0.1"
 
@@ -39,6 +46,16 @@ def script(fake: FakeOpenAI) -> None:
     fake.route("generator", typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    fake.route("answerability_critic", typed_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
+
+
+def calls_of(records: list[dict[str, str]]) -> int:
+    """The LLM calls a run made for ``records`` of one chunk each: a draft, three critics and
+    the answerability check's two, and a multi-hop pair's answers from each of its two chunks
+    alone (which do not answer it, so no comparison)."""
+    multi_hop = sum(r["question_type"] == "multi_hop" for r in records)
+    return len(records) * (1 + 3 + CHECK_CALLS) + multi_hop * 2
 
 
 def run(fake: FakeOpenAI, tmp_path: Path, docs: Path, *extra: str, db: str = "ragjury.db") -> int:
@@ -82,7 +99,7 @@ def test_each_type_gets_about_its_weight_of_the_chunks_over_a_seeded_run(
     assert set(shares) == set(QUESTION_TYPES)
     for kind, weight in weights.items():
         assert abs(shares[kind] - weight) <= 0.12, (kind, shares)
-    assert read_summary(tmp_path)["llm_calls"] == 60 * 4
+    assert read_summary(tmp_path)["llm_calls"] == calls_of(kept)
 
 
 def test_the_same_seed_draws_the_same_types_and_another_seed_others(
@@ -146,9 +163,8 @@ def test_a_multi_hop_draft_without_evidence_from_every_chunk_is_asked_again(
         }
         return chat_json({"pairs": [pair]})
 
+    script(fake)
     fake.route("generator", one_sided, typed_generator_reply)
-    for agent in CRITIC_AGENTS:
-        fake.route(agent, critic_reply())
 
     assert run(fake, tmp_path, docs, "--question-types", "multi_hop=1") == 0
 
@@ -158,21 +174,27 @@ def test_a_multi_hop_draft_without_evidence_from_every_chunk_is_asked_again(
     assert [len(r["chunk_ids"]) for r in read_jsonl(tmp_path / "kept.jsonl")] == [2, 2]
 
 
-def test_a_default_run_keeps_its_records_job_and_cache_keys(
+def test_a_default_run_keeps_its_records_and_adds_the_answer_check(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     script(fake)
     docs = write_topics(tmp_path / "docs", 2)
+    unchecked_out = tmp_path / "unchecked.jsonl"
 
-    assert run(fake, tmp_path, docs) == 0
+    assert run(fake, tmp_path, docs, "--no-answer-check", "--out", str(unchecked_out)) == 0
+    assert run(fake, tmp_path, docs, db="checked.db") == 0
 
-    kept = read_jsonl(tmp_path / "kept.jsonl")
-    assert {tuple(r) for r in kept} == {
-        ("id", "question", "answer", "context", "source", "chunk_id", "critiques", "outcome")
-    }
-    with sqlite3.connect(tmp_path / "ragjury.db") as db:
-        [(options,)] = db.execute("SELECT options FROM jobs").fetchall()
-    assert set(json.loads(options)["generate"]) == set(_DEFAULT_OPTIONS)
+    base = ("id", "question", "answer", "context", "source", "chunk_id", "critiques", "outcome")
+    # --no-answer-check: the records of earlier versions; the check adds what it did
+    assert {tuple(r) for r in read_jsonl(unchecked_out)} == {base}
+    assert {tuple(r) for r in read_jsonl(tmp_path / "kept.jsonl")} == {(*base, "answer_check")}
+    for name, check in (("ragjury.db", False), ("checked.db", True)):
+        with sqlite3.connect(tmp_path / name) as db:
+            [(options,)] = db.execute("SELECT options FROM jobs").fetchall()
+        # the options of earlier versions, and whether the check runs (always stored: a job
+        # stored without it predates the check)
+        stored = {**_DEFAULT_OPTIONS, "whole_documents": True, "answer_check": check}
+        assert json.loads(options)["generate"] == stored
 
 
 def test_bad_question_types_are_refused_naming_the_value_and_the_types(
@@ -220,7 +242,8 @@ def test_dry_run_counts_the_calls_a_typed_run_makes(fake: FakeOpenAI, tmp_path: 
     assert fake.requests == []
     assert run(fake, tmp_path, docs, *typed) == 0
     ran = read_summary(tmp_path)
-    assert ran["llm_calls"] == estimate["llm_calls"] == 10 * 4
+    kept = read_jsonl(tmp_path / "kept.jsonl")
+    assert ran["llm_calls"] == estimate["llm_calls"] == calls_of(kept)
     for stage, figures in estimate["by_stage"].items():
         assert figures["llm_calls"] == ran["by_stage"][stage]["llm_calls"], stage
     factoid = run(fake, tmp_path, docs, "--dry-run", db="other.db")
@@ -230,7 +253,10 @@ def test_dry_run_counts_the_calls_a_typed_run_makes(fake: FakeOpenAI, tmp_path: 
 
 
 # What ragjury computed for a default job before question types existed: its stored options,
-# its agents' fingerprints and the step-cache keys of one chunk and one drafted pair.
+# its agents' fingerprints and the step-cache keys of one chunk and one drafted pair. The
+# answerability check (on by default) adds a critic and stores answer_check with the options,
+# so a default job is a new job now; its other agents keep these fingerprints and keys, so a
+# run after an upgrade takes their steps from the cache and only the check costs calls.
 _DEFAULT_FINGERPRINTS = {
     "generator": "e13d0a4dfb35d2eb",
     "groundedness_critic": "2f6bc8d32a497158",
@@ -249,7 +275,7 @@ async def test_a_default_job_has_the_fingerprints_and_cache_keys_it_always_had(
         base_url="http://127.0.0.1:9/v1", api_key="k", model="m", db=str(tmp_path / "g.db")
     )
     spec = GenerationPipeline.spec(settings, {})
-    assert spec.stored() == {"generate": _DEFAULT_OPTIONS, "prompts": {}}
+    assert spec.stored() == {"generate": {**_DEFAULT_OPTIONS, "answer_check": True}, "prompts": {}}
     job = Job(id="j1", kind="generate", options=spec.stored())
     document = Document(id="d.md", source="d.md", text="# Title\n\nSome text about FastAPI.")
 
@@ -258,6 +284,9 @@ async def test_a_default_job_has_the_fingerprints_and_cache_keys_it_always_had(
         out = await pipeline.steps["chunker"].handle(DocumentSubmitted(document=document))
 
     fingerprints = {role: step.fingerprint for role, step in pipeline.steps.items()}
+    checked = fingerprints.pop("answerability_critic")
+    assert checked is not None
+    assert checked not in _DEFAULT_FINGERPRINTS.values()
     assert {r: f for r, f in fingerprints.items() if f is not None} == _DEFAULT_FINGERPRINTS
     [ready] = [event for event in out if isinstance(event, ChunkReady)]
     assert StepCache.key("generator", _DEFAULT_FINGERPRINTS["generator"], ready) == _CHUNK_KEY

@@ -14,7 +14,7 @@ import pytest
 
 from ragjury.cli import build_parser
 from ragjury.output import pair_record
-from ragjury.schemas import CritiqueResult, PairJudged, QAPair
+from ragjury.schemas import AnswerCheck, CritiqueResult, PairJudged, QAPair
 
 from conftest import script_happy_path, write_qa_document
 from evalfakes import script_judges
@@ -71,11 +71,18 @@ def test_the_readme_example_record_has_the_fields_ragjury_writes() -> None:
         PairJudged(
             pair=pair,
             outcome="kept",
-            critiques={"groundedness": critique, "relevance": critique, "standalone": critique},
+            critiques={
+                "groundedness": critique,
+                "relevance": critique,
+                "standalone": critique,
+                "answerability": critique,
+            },
+            answer_check=AnswerCheck(answer="a", answerable=True),  # on by default
         )
     )
-    assert set(example) == set(written)
+    assert list(example) == list(written)
     assert set(example["critiques"]) == set(written["critiques"])
+    assert list(example["answer_check"]) == list(written["answer_check"])
 
 
 def test_readme_first_screen_has_the_install_and_test_commands() -> None:

@@ -18,6 +18,7 @@ from ragjury.output import pair_record
 from ragjury.schemas import (
     MULTI_CHUNK_TYPES,
     QUESTION_TYPES,
+    AnswerCheck,
     Chunk,
     CritiqueResult,
     PairJudged,
@@ -184,9 +185,9 @@ def test_the_readme_records_of_each_type_are_what_the_example_corpus_plans(
             shared_terms=plan.shared_terms if plan else (),
         )
         critiques = {c: CritiqueResult(rating=5, rationale="r") for c in record["critiques"]}
-        written = pair_record(
-            PairJudged(pair=pair, outcome="kept", critiques=critiques), typed=True
-        )
+        check = AnswerCheck.model_validate(record["answer_check"])  # a default run checks
+        judged = PairJudged(pair=pair, outcome="kept", critiques=critiques, answer_check=check)
+        written = pair_record(judged, typed=True)
         assert list(record) == list(written)
         for name in ("chunk_ids", "sources", "shared_terms"):
             assert record.get(name) == written.get(name), name

@@ -221,7 +221,12 @@ def test_report_of_a_dataset_counts_outcomes_ratings_and_sources(
     assert sorted(p["outcome"] for p in data["pairs"]) == ["kept", "kept", "rejected"]
     rejected = next(p for p in data["pairs"] if p["outcome"] == "rejected")
     assert rejected["critiques"]["relevance"]["rating"] == 2
-    assert set(rejected["critiques"]) == {"groundedness", "relevance", "standalone"}
+    assert set(rejected["critiques"]) == {
+        *("groundedness", "relevance", "standalone", "answerability"),
+    }
+    # the answerability critic's rating is a column, its own answer in the pair's detail
+    assert data["criteria"] == ["groundedness", "relevance", "standalone", "answerability"]
+    assert rejected["answer_check"]["answer"] == "fastapi dev"
     assert re.search(r"<dt>kept</dt><dd[^>]*>2</dd>", html)
     assert re.search(r"<dt>rejected</dt><dd[^>]*>1</dd>", html)
     for name in ("ports.md", "cli.md", "docs.md"):

@@ -146,6 +146,13 @@ def heading_question(request: RecordedRequest) -> Reply:
     return chat_json({"pairs": [pair]}, prompt_tokens=100, completion_tokens=30)
 
 
+def first_line_answer(request: RecordedRequest) -> Reply:
+    """The answerability critic reading the chunk as the heading generator does: its answer
+    is the chunk's first line."""
+    text = _TEXT.search(request.text()).group(1)  # type: ignore[union-attr]  # our prompt has it
+    return chat_json({"answer": text.split("\n")[0], "answerable": True})
+
+
 def test_the_readme_retrieval_example_runs_on_the_shipped_corpus(
     fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +166,7 @@ def test_the_readme_retrieval_example_runs_on_the_shipped_corpus(
     )
     script_happy_path(fake)
     fake.route("generator", heading_question)
+    fake.route("answerability_critic", first_line_answer)
     script_judges(fake)
     monkeypatch.chdir(tmp_path)
     endpoint = ["--base-url", fake.base_url, "--api-key", "test-key", "--db", "r.db"]

@@ -269,7 +269,7 @@ def test_status_names_the_agents_waiting_for_workers(
         return list(json.loads(capsys.readouterr().out)["waiting_for_workers"])
 
     until(lambda: "groundedness_critic" in waiting(), "the critics' messages waiting")
-    assert {"relevance_critic", "standalone_critic"} <= set(waiting())
+    assert {"relevance_critic", "standalone_critic", "answerability_critic"} <= set(waiting())
     # agents without an LLM run where their input is made: nothing waits for them
     assert not {"generator", "chunker", "deduplicator", "aggregator", "collector"} & set(waiting())
     capsys.readouterr()

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import generator_reply
+from conftest import generator_reply, own_answer_reply, question_of
 from fakeopenai import RecordedRequest, Reply, chat_json
 
 _TEXT = re.compile(r"<text>\n(.*?)\n</text>", re.DOTALL)
@@ -95,6 +95,36 @@ def typed_generator_reply(request: RecordedRequest) -> Reply:
         }
         return chat_json({"pairs": [pair] * wanted}, prompt_tokens=150, completion_tokens=50)
     return generator_reply(request)
+
+
+_TOPIC = re.compile(r"\b(?:vel|mor|dan)([a-z]{2})\b")
+_TYPED_ANSWERS = (
+    ("Which mor", "The records both of them name.", ("a", "b")),
+    ("How do the vel", "One stores the records, the other reads them.", ("a", "b")),
+    ("Given its vel", "Both figures apply together.", ()),
+)
+"""A typed question's start, its answer, and the parts of its topic a reader needs to see
+(none: either part's page will do)."""
+
+
+def typed_answer_reply(request: RecordedRequest, *, alone: frozenset[str] = frozenset()) -> Reply:
+    """The answerability critic answering a typed corpus's questions from the text it is
+    shown: a multi-hop or comparative question only when it sees both pages of its topic, or
+    a page named in ``alone`` (``"aa-b"``: topic aa's page b answers it by itself); a
+    reasoning question from its page; a factoid from its Q:/A: line."""
+    question = question_of(request)
+    context = _TEXT.search(request.text()).group(1)  # type: ignore[union-attr]  # our prompt
+    topic = _TOPIC.search(question)
+    for start, answer, needed in _TYPED_ANSWERS:
+        if not question.startswith(start) or topic is None:
+            continue
+        t = topic.group(1)
+        seen = {part for part in ("a", "b") if f"# Topic {t} part {part}" in context}
+        enough = set(needed) <= seen if needed else bool(seen)
+        if enough or any(f"{t}-{part}" in alone for part in seen):
+            return chat_json({"answer": answer, "answerable": True})
+        return chat_json({"answer": "The text names only part of it.", "answerable": False})
+    return own_answer_reply(request)
 
 
 def record_types(path: Path) -> list[str]:

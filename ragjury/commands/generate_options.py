@@ -94,6 +94,22 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         help="keep a pair only if every critic rates it this or more (default 4)",
     )
     drafting.add_argument(
+        "--no-answer-check",
+        dest="answer_check",
+        action="store_false",
+        default=None,
+        help="skip the answerability critic, which answers each question from its contexts "
+        "alone and rejects a pair whose answer it cannot reproduce (about 2 LLM calls a pair; "
+        "a multi-hop pair 1 or 2 more per chunk)",
+    )
+    drafting.add_argument(
+        "--multi-hop-strict",
+        action="store_true",
+        default=None,
+        help="reject a multi-hop question that one of its chunks answers alone (default: "
+        "retype it to a factoid of that chunk)",
+    )
+    drafting.add_argument(
         "--dedup-threshold",
         type=float,
         help="similarity 0..1 at which a question counts as a duplicate (default 0.9)",

@@ -1,9 +1,11 @@
 """Dataset generation: documents in, critic-filtered question/answer pairs out.
 
 ``DocumentSubmitted -> chunker -> ChunkReady -> generator -> QuestionsDrafted -> deduplicator
--> PairDrafted -> three critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
-DocumentJudged`` (terminal). The collector also hears of the chunks (``DocumentChunked``),
-failed chunks, drafted questions and dropped duplicates, so it knows when a document is over.
+-> PairDrafted -> critics -> CritiqueIssued -> aggregator -> PairJudged -> collector ->
+DocumentJudged`` (terminal). The critics are three raters and, unless the job's options turn
+it off (``--no-answer-check``), the answerability critic. The collector also hears of the
+chunks (``DocumentChunked``), failed chunks, drafted questions and dropped duplicates, so it
+knows when a document is over.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ragjury.agents import (
     RelevanceCritic,
     StandaloneCritic,
 )
+from ragjury.agents.answerability import AnswerabilityCritic
 from ragjury.agents.generator import TYPE_PROMPTS
 from ragjury.agents.joins import JoinState
 from ragjury.config import Settings
@@ -35,6 +38,8 @@ from ragjury.pipelines.base import Step, Steps, transient_failures
 from ragjury.pipelines.job_corpus import JobCorpus
 from ragjury.prompts import GENERATION_PROMPTS, Prompt
 from ragjury.schemas import (
+    ANSWERABILITY,
+    CRITERIA,
     QUESTION_TYPES,
     BusEvent,
     Document,
@@ -103,6 +108,7 @@ class GenerationPipeline(Steps):
         "groundedness_critic",
         "relevance_critic",
         "standalone_critic",
+        "answerability_critic",
         "aggregator",
         "reference_writer",
         "collector",
@@ -114,6 +120,7 @@ class GenerationPipeline(Steps):
             "relevance_critic",
             "standalone_critic",
             "reference_writer",
+            "answerability_critic",
         }
     )
 
@@ -157,6 +164,14 @@ class GenerationPipeline(Steps):
             relevance.append({"persona": persona_prompts[1].version})
         planned = options.typed or options.max_pairs is not None or bool(options.personas)
         corpus = JobCorpus(store, job.id, options) if planned else None
+        checks: dict[str, Step] = {}
+        if options.answer_check:
+            answering, agreement = prompt("answerability"), prompt("answer_agreement")
+            checks["answerability_critic"] = Step(
+                AnswerabilityCritic(llm, answering, agreement),
+                fingerprint(model, answering.version, agreement.version),
+            )
+        criteria = (*CRITERIA, ANSWERABILITY) if options.answer_check else CRITERIA
         steps = {
             "chunker": Step(Chunker(options, corpus)),
             "generator": Step(
@@ -187,7 +202,12 @@ class GenerationPipeline(Steps):
                 StandaloneCritic(llm, prompt("standalone")),
                 fingerprint(model, prompt("standalone").version),
             ),
-            "aggregator": Step(Aggregator(options.min_score, joins)),
+            **checks,
+            "aggregator": Step(
+                Aggregator(
+                    options.min_score, joins, criteria, multi_hop_strict=options.multi_hop_strict
+                )
+            ),
             "collector": Step(Collector(joins, references=options.reference_answers)),
         }
         if options.reference_answers:

@@ -120,10 +120,13 @@ GENERATION_PROMPTS = (
     "standalone",
     "reference_answer",
     "personas",
+    "answerability",
+    "answer_agreement",
 )
 """The templates dataset generation renders: the generator's (factoids, the other question
-types, what a persona adds), its critics' (relevance for a persona too), the reference
-answer writer's and the persona proposal's (``--personas auto``)."""
+types, what a persona adds), its critics' (relevance for a persona too; the answerability
+critic's two), the reference answer writer's and the persona proposal's
+(``--personas auto``)."""
 
 
 def load_overrides(specs: list[str], names: tuple[str, ...]) -> dict[str, Prompt]:

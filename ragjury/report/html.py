@@ -36,7 +36,7 @@ from ragjury.report.audit import page_audit
 from ragjury.report.compare import Comparison
 from ragjury.report.judge_card import judge_card
 from ragjury.report.load import Loaded, metric_stats
-from ragjury.schemas import CRITERIA
+from ragjury.schemas import ANSWERABILITY, CRITERIA
 
 
 def packed_json(data: Any) -> str:
@@ -337,6 +337,8 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
 def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
     pairs = loaded.records
     outcomes = Counter(str(p.get("outcome", "kept")) for p in pairs)
+    checked = any(ANSWERABILITY in (p.get("critiques") or {}) for p in pairs)
+    criteria = (*CRITERIA, ANSWERABILITY) if checked else CRITERIA
     ratings = {
         criterion: _rating_bars(
             int(c["rating"])
@@ -344,7 +346,7 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
             if isinstance(c := (p.get("critiques") or {}).get(criterion), dict)
             and isinstance(c.get("rating"), int)
         )
-        for criterion in CRITERIA
+        for criterion in criteria
     }
     sources: dict[str, Counter[str]] = {}
     for pair in pairs:
@@ -360,13 +362,13 @@ def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
             key: pair.get(key)
             for key in ("id", "question", "answer", "context", "source", "outcome", "error")
         }
-        | {"critiques": pair.get("critiques") or {}}
+        | {"critiques": pair.get("critiques") or {}, "answer_check": pair.get("answer_check")}
         for pair in pairs
     ]
     return page(
         "dataset.html.j2",
         title=title or "ragjury dataset report",
-        data={"kind": "dataset", "criteria": list(CRITERIA), "pairs": data_pairs},
+        data={"kind": "dataset", "criteria": list(criteria), "pairs": data_pairs},
         source=loaded.source,
         outcomes={name: outcomes[name] for name in ("kept", "rejected", "failed")},
         total=len(pairs),

@@ -33,9 +33,12 @@ from ragjury.schemas.messages import (
     kind_of,
 )
 from ragjury.schemas.records import (
+    ANSWERABILITY,
     CRITERIA,
     MULTI_CHUNK_TYPES,
     QUESTION_TYPES,
+    AloneAttempt,
+    AnswerCheck,
     Chunk,
     Criterion,
     CritiqueResult,
@@ -67,11 +70,14 @@ from ragjury.schemas.responses import (
 )
 
 __all__ = [
+    "ANSWERABILITY",
     "CRITERIA",
     "ENVELOPE_ADAPTER",
     "EVENT_TYPES",
     "MULTI_CHUNK_TYPES",
     "QUESTION_TYPES",
+    "AloneAttempt",
+    "AnswerCheck",
     "AnswerRelevanceGrade",
     "BusEvent",
     "Chunk",

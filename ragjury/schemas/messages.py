@@ -27,6 +27,7 @@ from ragjury.schemas.evaluation import (
     StatementsSplit,
 )
 from ragjury.schemas.records import (
+    AnswerCheck,
     Chunk,
     Criterion,
     CritiqueResult,
@@ -108,6 +109,13 @@ class CritiqueIssued(_Event):
     criterion: Criterion
     critique: CritiqueResult | None = None
     error: Failure | None = None
+    answer_check: AnswerCheck | None = Field(
+        default=None, description="The answerability critic's own answer (its criterion only)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _check_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("answer_check",))
 
 
 class PairJudged(_Event):
@@ -123,10 +131,13 @@ class PairJudged(_Event):
         description="A complete, self-contained answer written for a kept pair "
         "(``--reference-answers``).",
     )
+    answer_check: AnswerCheck | None = Field(
+        default=None, description="What the answerability check did (None: it was off)."
+    )
 
     @model_serializer(mode="wrap")
-    def _reference_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        return without_defaults(self, handler, ("reference_answer",))
+    def _added_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return without_defaults(self, handler, ("reference_answer", "answer_check"))
 
 
 class ReferenceWritten(_Event):

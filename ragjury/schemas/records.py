@@ -13,8 +13,10 @@ from pydantic import (
     model_validator,
 )
 
-Criterion = Literal["groundedness", "relevance", "standalone"]
+Criterion = Literal["groundedness", "relevance", "standalone", "answerability"]
 CRITERIA: tuple[Criterion, ...] = ("groundedness", "relevance", "standalone")
+"""The critics every generation job has (the answerability check is on by the job's options)."""
+ANSWERABILITY: Criterion = "answerability"
 
 QuestionType = Literal["factoid", "reasoning", "multi_hop", "comparative"]
 QUESTION_TYPES: tuple[QuestionType, ...] = ("factoid", "reasoning", "multi_hop", "comparative")
@@ -140,6 +142,39 @@ class CritiqueResult(Record):
 
     rating: int = Field(ge=1, le=5)
     rationale: str
+
+
+class AloneAttempt(Record):
+    """The answerability critic's try at a multi-hop question from one of its chunks alone."""
+
+    chunk_id: str
+    answerable: bool = Field(description="Whether the chunk alone held an answer.")
+    answer: str
+    rating: int | None = Field(
+        default=None, ge=1, le=5, description="How well that answer agrees with the drafted one."
+    )
+    rationale: str | None = None
+
+
+class AnswerCheck(Record):
+    """What the answerability critic did to a pair: its own answer, written from the pair's
+    contexts without seeing the drafted one, and (multi-hop) its tries from each chunk alone.
+    Its rating and rationale are the pair's ``answerability`` critique."""
+
+    answer: str = Field(description="The critic's own answer to the question.")
+    answerable: bool = Field(description="Whether the critic found an answer in the contexts.")
+    alone: tuple[AloneAttempt, ...] = ()
+    answered_alone_by: str | None = Field(
+        default=None,
+        description="The chunk that answers a multi-hop question alone (so it is not one).",
+    )
+    retyped_from: QuestionType | None = Field(
+        default=None, description="The drafted type, when the pair was retyped (to factoid)."
+    )
+    chunk_ids: tuple[str, ...] = Field(
+        default=(), description="The drafted chunks of a retyped pair, before it was narrowed."
+    )
+    note: str | None = None
 
 
 class Sample(Record):

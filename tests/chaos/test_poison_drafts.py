@@ -18,7 +18,7 @@ from test_workers import states, worker
 
 from ragjury.cli import main
 
-from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, write_qa_document
+from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, script_answer_check, write_qa_document
 from fakeopenai import FakeOpenAI, chat_json
 
 __all__ = ["daemons"]  # the fixture, shared with test_daemon
@@ -38,6 +38,7 @@ def script(fake: FakeOpenAI) -> None:
     fake.route("generator", chat_json({"pairs": pairs}))
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    script_answer_check(fake)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])

@@ -248,6 +248,12 @@ function start(data) {
       const c = p.critiques[criterion];
       parts.push(section(criterion, c ? el("p", {}, el("span", { class: c.rating >= 4 ? "badge ok" : "badge bad" }, "rated " + c.rating)) : el("p", { class: "muted" }, "no critique arrived"), c ? textBlock(c.rationale) : null));
     }
+    const check = p.answer_check;
+    if (check) {
+      const said = [el("h4", {}, "Its own answer, written without the drafted one"), textBlock(check.answer)];
+      if (check.note) said.push(el("p", { class: "muted" }, check.note));
+      parts.push(section("answer check", ...said));
+    }
     if (p.error) parts.push(section("failure", errorView(p.error)));
     parts.push(el("h3", {}, "Context"), textBlock(p.context, "pre"));
     return parts;

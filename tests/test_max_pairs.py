@@ -13,9 +13,17 @@ import pytest
 from test_personas import PERSONAS, generate, persona_file
 from test_reference_answers import reference_reply
 
-from conftest import CRITIC_AGENTS, critic_reply, read_jsonl, read_summary, script_happy_path
+from conftest import (
+    CHECK_CALLS,
+    CRITIC_AGENTS,
+    agreement_reply,
+    critic_reply,
+    read_jsonl,
+    read_summary,
+    script_happy_path,
+)
 from fakeopenai import FakeOpenAI, chat_json
-from typed_corpus import typed_generator_reply, write_topics
+from typed_corpus import typed_answer_reply, typed_generator_reply, write_topics
 
 WEIGHTS = {"factoid": 0.5, "reasoning": 0.2, "multi_hop": 0.2, "comparative": 0.1}
 TYPES = ",".join(f"{kind}={weight}" for kind, weight in WEIGHTS.items())
@@ -25,6 +33,8 @@ def script_typed(fake: FakeOpenAI) -> None:
     fake.route("generator", typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    fake.route("answerability_critic", typed_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
     fake.route("reference_writer", reference_reply)
 
 
@@ -185,14 +195,20 @@ def test_dry_run_counts_the_calls_of_personas_references_and_max_pairs_as_the_ru
     assert generate(fake, tmp_path, docs, *flags) == 0
     ran = read_summary(tmp_path)
 
-    # 1 proposal, 8 chunks drafted, 3 critiques and a reference answer per pair (all kept)
-    assert ran["llm_calls"] == estimate["llm_calls"] == 1 + 8 + 8 * 3 + 8
+    # 1 proposal, 8 chunks drafted, 3 critiques, the answerability check's 2 calls (a
+    # multi-hop pair's 2 more: an answer from each chunk alone) and a reference answer per
+    # pair (all kept)
+    multi_hop = sum(r["question_type"] == "multi_hop" for r in read_jsonl(tmp_path / "kept.jsonl"))
+    check = 8 * CHECK_CALLS + 2 * multi_hop
+    assert ran["llm_calls"] == estimate["llm_calls"] == 1 + 8 + 8 * 3 + check + 8
     for stage, figures in estimate["by_stage"].items():
         assert figures["llm_calls"] == ran["by_stage"][stage]["llm_calls"], stage
     assert set(estimate["by_stage"]) == {
         "persona_proposer",
         "generator",
         *CRITIC_AGENTS,
+        "answerability_critic",
+        "answer_agreement",
         "reference_writer",
     }
     assert estimate["chunks"] == 12

@@ -20,6 +20,7 @@ from conftest import (
     generator_reply,
     read_jsonl,
     read_summary,
+    script_answer_check,
     write_qa_document,
 )
 from evalcli import evaluate
@@ -44,6 +45,7 @@ def script(fake: FakeOpenAI, rejected: str) -> None:
     for agent in CRITIC_AGENTS:
         ratings = {rejected: 2} if agent == "relevance_critic" else None
         fake.route(agent, critic_reply(ratings))
+    script_answer_check(fake)
     fake.route("reference_writer", reference_reply)
 
 
@@ -108,7 +110,8 @@ def test_a_reference_that_never_validates_fails_its_pair_with_the_stage(
     [failed] = read_jsonl(tmp_path / "r.jsonl")
     assert failed["outcome"] == "failed"
     assert failed["error"]["stage"] == "reference_writer"
-    assert set(failed["critiques"]) == {"groundedness", "relevance", "standalone"}  # kept
+    kept_by = {"groundedness", "relevance", "standalone", "answerability"}
+    assert set(failed["critiques"]) == kept_by  # its critiques are kept
     assert "shorter than the short answer" in fake.requests_for("reference_writer")[1].text()
 
 

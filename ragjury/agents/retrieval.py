@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from ragjury._json import JSONData
 from ragjury.agents.base import Step
 from ragjury.evaluation.retrieval import rank_retrieval
 from ragjury.metrics.declaration import FRACTION, Metric
@@ -107,7 +108,7 @@ class RetrievalTally:
             for name, value in figures.items():
                 sums["hit_rate" if name == "hit" else name] += value
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, JSONData]:
         """``at_k``: per k (as text, in increasing order), the means of hit, mrr, recall,
         precision and ndcg over the scored samples."""
         at_k = {

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricResult, Sample
@@ -124,7 +125,7 @@ class Tally(Protocol):
 
     def add(self, result: MetricResult) -> None: ...
 
-    def figures(self) -> dict[str, Any]: ...
+    def figures(self) -> dict[str, JSONData]: ...
 
 
 @dataclass

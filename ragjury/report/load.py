@@ -16,6 +16,7 @@ from typing import Any, Literal
 import anyio
 import pydantic
 
+from ragjury._json import JSONData
 from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
@@ -284,7 +285,7 @@ class HistoryRun:
     finished_at: str | None
     model: str | None
     items: int
-    figures: dict[str, dict[str, object]] = field(default_factory=dict)
+    figures: dict[str, dict[str, JSONData]] = field(default_factory=dict)
     gates: list[Mapping[str, object]] = field(default_factory=list)
     declarations: dict[str, Mapping[str, object]] = field(default_factory=dict)
 
@@ -306,19 +307,22 @@ async def history_from_db(db: str | Path) -> tuple[str, list[HistoryRun]]:
         for job in reversed(await store.jobs()):
             run = await store.latest_run(job.id)
             summary = dict(run.summary or {}) if run is not None else {}
+            model = run.settings.get("model") if run is not None else None
+            gates = summary.get("gates")
+            declared = summary.get("declarations")
             kind: Kind = "dataset" if job.kind == "generate" else "evaluation"
             found = HistoryRun(
                 job=job.id,
                 kind=kind,
                 finished_at=run.finished_at if run is not None else None,
-                model=(run.settings.get("model") if run is not None else None),
+                model=model if isinstance(model, str) else None,
                 items=job.size,
-                gates=[g for g in summary.get("gates") or [] if isinstance(g, dict)],
+                gates=[g for g in gates if isinstance(g, dict)] if isinstance(gates, list) else [],
                 declarations={
-                    name: kept
-                    for name, kept in (summary.get("declarations") or {}).items()
-                    if isinstance(kept, dict)
-                },
+                    name: kept for name, kept in declared.items() if isinstance(kept, dict)
+                }
+                if isinstance(declared, dict)
+                else {},
             )
             if kind == "evaluation":
                 tally = SummaryTally(list(EvaluationSpec.model_validate(job.options).metrics))

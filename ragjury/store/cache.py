@@ -33,7 +33,7 @@ def carries_failure(event: BaseModel) -> bool:
     return getattr(event, "error", None) is not None
 
 
-def fingerprint(*parts: Any) -> str:
+def fingerprint(*parts: Any) -> str:  # anything json.dumps takes; str() for the rest
     """A short stable hash of the things that change an agent's output."""
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

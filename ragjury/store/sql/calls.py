@@ -9,8 +9,8 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
+from ragjury._json import JSONData
 from ragjury.llm.ratelimit import wait_for
 from ragjury.llm.usage import CallStats
 from ragjury.store._common import (
@@ -23,12 +23,10 @@ from ragjury.store._common import (
     run_record,
     totals,
 )
-from ragjury.store.base import (
-    RunRecord,
-)
+from ragjury.store._values import Param, Row
+from ragjury.store.base import CallTotals, RunRecord
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import (
-    Row,
     Steps,
     execute,
     fetch,
@@ -65,7 +63,7 @@ class CallLogSQL(Driven):
         [(level,)] = await self._write(lambda: fetch(sql, *params), single=True)
         return wait_for(float(level), per_second)
 
-    async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
+    async def start_run(self, command: str, settings: Mapping[str, JSONData]) -> str:
         run_id = uuid.uuid4().hex
         text = json.dumps(settings, default=str)
         host, pid = socket.gethostname(), os.getpid()
@@ -102,7 +100,7 @@ class CallLogSQL(Driven):
         await self._write(start)
         return run_id
 
-    async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
+    async def finish_run(self, run_id: str, summary: Mapping[str, JSONData]) -> None:
         sql = "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?"
         params = (iso(), json.dumps(summary, default=str), run_id)
         await self._write(lambda: execute(sql, *params), single=True)
@@ -155,8 +153,8 @@ class CallLogSQL(Driven):
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
-    ) -> dict[str, Any]:
-        where, params = "1 = 1", list[Any]()
+    ) -> CallTotals:
+        where, params = "1 = 1", list[Param]()
         if run_id is not None:
             where += " AND run_id = ?"
             params.append(run_id)

@@ -63,7 +63,7 @@ from ragjury.llm.tokens import (
 )
 from ragjury.llm.usage import CallStats, UsageLedger
 from ragjury.pricing import PriceTable
-from ragjury.schemas.responses import checking
+from ragjury.schemas.responses import CheckContext, checking
 from ragjury.urls import redacted
 
 T = TypeVar("T", bound=BaseModel)
@@ -219,7 +219,7 @@ class LLM:
         messages: Sequence[Message],
         *,
         stage: str,
-        context: dict[str, Any] | None = None,
+        context: CheckContext | None = None,
     ) -> T:
         """Ask for ``response_model``; re-ask on invalid output; retry transport failures.
 
@@ -240,7 +240,7 @@ class LLM:
         messages: Sequence[Message],
         *,
         stage: str,
-        context: dict[str, Any] | None = None,
+        context: CheckContext | None = None,
     ) -> tuple[T, CallStats]:
         """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
         if self.judge is not None:

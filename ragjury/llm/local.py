@@ -19,6 +19,7 @@ import anyio.to_thread
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
+from ragjury._json import JSONValue
 from ragjury.errors import LLMTransportError, LLMUnavailableError
 from ragjury.llm import static_embeddings
 from ragjury.pricing import LOCAL_PREFIX
@@ -35,7 +36,7 @@ themselves inside a string until the token limit cuts the JSON off; a bound clos
 string so the output stays JSON, and instructor judges what it says."""
 
 
-def bounded_strings(schema: Any, limit: int = MAX_STRING_CHARS) -> Any:
+def bounded_strings(schema: JSONValue, limit: int = MAX_STRING_CHARS) -> JSONValue:
     """A copy of a JSON schema whose string values are at most ``limit`` characters long."""
     if isinstance(schema, list):
         return [bounded_strings(item, limit) for item in schema]
@@ -43,7 +44,10 @@ def bounded_strings(schema: Any, limit: int = MAX_STRING_CHARS) -> Any:
         return schema
     bounded = {key: bounded_strings(value, limit) for key, value in schema.items()}
     if bounded.get("type") == "string" and "enum" not in bounded and "const" not in bounded:
-        bounded["maxLength"] = min(int(bounded.get("maxLength", limit)), limit)
+        given = bounded.get("maxLength", limit)
+        if not isinstance(given, int | float | str):
+            raise TypeError(f"a schema's maxLength is {given!r}, not a number")
+        bounded["maxLength"] = min(int(given), limit)
     return bounded
 
 

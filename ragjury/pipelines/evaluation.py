@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import anyio
 from pydantic import BaseModel
 
+from ragjury._json import JSONObject
 from ragjury.agents import custom_judge
 from ragjury.agents.joins import JoinState
 from ragjury.agents.sample_aggregator import SampleAggregator
@@ -271,7 +272,7 @@ class EvaluationPipeline(Steps):
         )
 
     def failed(
-        self, item_key: str, payload: Mapping[str, Any] | None, reason: str
+        self, item_key: str, payload: JSONObject | None, reason: str
     ) -> ItemResults | None:
         if payload is None:
             return None
@@ -286,5 +287,5 @@ class EvaluationPipeline(Steps):
             report={"answered_by_target": False},
         )
 
-    def public(self, terminal: SampleScored) -> list[BaseModel]:
+    def public(self, terminal: SampleScored) -> list[BusEvent]:
         return [terminal]

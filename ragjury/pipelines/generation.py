@@ -192,7 +192,7 @@ class GenerationPipeline(Steps):
     ) -> ItemResults | None:
         return None
 
-    def public(self, terminal: DocumentJudged) -> list[BaseModel]:
+    def public(self, terminal: DocumentJudged) -> list[BusEvent]:
         return [*terminal.pairs, terminal]
 
 

@@ -165,6 +165,9 @@ BusEvent: TypeAlias = (
 )
 """Every event an agent consumes or emits: what the runner carries between them."""
 
+JuryEvent: TypeAlias = BusEvent | ItemFailed
+"""What ``Jury.events()`` yields: the runner's events, and an item that failed as a whole."""
+
 Event = Annotated[BusEvent, Field(discriminator="kind")]
 
 EVENT_TYPES: tuple[type[BaseModel], ...] = (

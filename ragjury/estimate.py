@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.agents.critics import (
     GroundednessCritique,
     RelevanceCritique,
@@ -240,7 +241,7 @@ def estimate_evaluation(
     return estimate
 
 
-def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:
+def _prompt(messages: Sequence[Mapping[str, JSONData]], schema: type[BaseModel]) -> int:
     """The rendered messages plus the JSON schema instructor sends with them."""
     return estimate_prompt_tokens(messages) + schema_tokens(schema)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ragjury._json import JSONObject, JSONValue
+from ragjury._json import JSONData, JSONObject, JSONValue
 from ragjury.cli import build_parser, main, settings_from_args
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
@@ -158,7 +158,7 @@ def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_
     messages = [{"role": "user", "content": "Rate it."}]
     bounded = bounded_strings(schema)
     assert isinstance(bounded, dict)
-    request = {
+    request: dict[str, JSONData] = {
         "model": "ignored",
         "messages": messages,
         "temperature": 0.0,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.config import Settings
 from ragjury.errors import (
     ConfigurationError,
@@ -362,7 +363,7 @@ class LLM:
         if self._on_call is not None:
             await self._on_call(stats, error)
 
-    async def _send(self, **kwargs: Any) -> ChatCompletion:
+    async def _send(self, **kwargs: JSONData) -> ChatCompletion:
         """One chat request for instructor: sent, and re-sent while the failure is transient."""
         stats = _current_call.get()
         if stats is None:
@@ -371,7 +372,10 @@ class LLM:
             answered = await self.batch.answer(stats, kwargs)
             if answered is not None:
                 return self._batch_answer(stats, *answered)
-        prompt = estimate_prompt_tokens(kwargs.get("messages", ()))
+        messages = kwargs.get("messages")
+        prompt = estimate_prompt_tokens(
+            m for m in (messages if isinstance(messages, list) else ()) if isinstance(m, Mapping)
+        )
         if prompt > self.max_prompt_tokens:
             raise LLMTransportError(
                 f"{stats.stage}: the prompt is about {prompt:,} tokens, more than "

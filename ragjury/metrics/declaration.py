@@ -63,7 +63,7 @@ class Scale:
             return f"{math.ceil(self.low + (self.high - self.low) * 0.75):g}"
         return "0.8" if self.high == 1 else f"{self.low:g}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JSONData]:
         return {
             "kind": self.kind,
             "low": self.low,
@@ -153,7 +153,7 @@ class EstimateContext:
     def call(
         self,
         stage: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, JSONData]],
         schema: type[BaseModel],
         completion_tokens: int,
         calls: int = 1,
@@ -259,7 +259,7 @@ class Metric:
         sign = ">=" if self.scale.higher_is_better else "<="
         return f"score {sign} {_plain(self.threshold):g}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSONData]:
         """The declaration as data (``ragjury metrics --json``, a run's summary)."""
         return {
             "name": self.name,

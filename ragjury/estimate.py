@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -74,18 +73,24 @@ class Estimate:
     def stage(self, name: str, model: str) -> StageEstimate:
         return self.stages.setdefault(name, StageEstimate(model))
 
-    def as_dict(self, prices: PriceTable) -> dict[str, Any]:
-        by_stage: dict[str, Any] = {}
+    def as_dict(self, prices: PriceTable) -> dict[str, JSONData]:
+        by_stage: dict[str, dict[str, JSONData]] = {}
+        costs: list[float] = []
+        unpriced_models: set[str] = set()
         for name, s in sorted(self.stages.items()):
+            cost = _round(prices.cost(s.model, s.prompt_tokens, s.completion_tokens))
+            if cost is None:
+                unpriced_models.add(s.model)
+            else:
+                costs.append(cost)
             by_stage[name] = {
                 "model": s.model,
                 "llm_calls": s.calls,
                 "prompt_tokens": s.prompt_tokens,
                 "completion_tokens": s.completion_tokens,
-                "cost_usd": _round(prices.cost(s.model, s.prompt_tokens, s.completion_tokens)),
+                "cost_usd": cost,
             }
-        costs = [stage["cost_usd"] for stage in by_stage.values()]
-        unpriced = sorted({s["model"] for s in by_stage.values() if s["cost_usd"] is None})
+        unpriced = sorted(unpriced_models)
         return {
             "dry_run": True,
             "command": self.command,

@@ -9,9 +9,9 @@ context is found within the largest k.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from ragjury._json import JSONData
 from ragjury.agents.base import Step
@@ -85,8 +85,8 @@ class RetrievalResult(MetricResult):
     mrr: float | None = None
     first_relevant_rank: int | None = None
     at_k: dict[str, dict[str, float]] = Field(default_factory=dict)
-    references: tuple[dict[str, Any], ...] = ()
-    retrieved: tuple[dict[str, Any], ...] = ()
+    references: tuple[dict[str, JsonValue], ...] = ()
+    retrieved: tuple[dict[str, JsonValue], ...] = ()
 
 
 _FIGURES = ("hit_rate", "mrr", "recall", "precision", "ndcg")

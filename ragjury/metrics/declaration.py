@@ -217,7 +217,7 @@ class Metric:
     order: int = 1000
     """Where it is listed: built-ins first, in the order users meet them."""
     origin: str = "builtin"
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JSONData] = field(default_factory=dict)
     """What a judge file said (kept with a job, so a worker can rebuild the metric)."""
     own_prompt: Callable[[Metric], Prompt] | None = None
     """The metric's one prompt when it is not a built-in template (a judge file's)."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     model_serializer,
@@ -135,7 +136,7 @@ class DocumentJudged(_Event):
     chunks_failed: int
     pairs_drafted: int
     duplicates_dropped: int
-    failed_chunks: tuple[dict[str, Any], ...] = ()
+    failed_chunks: tuple[dict[str, JsonValue], ...] = ()
 
 
 class ItemFailed(_Event):

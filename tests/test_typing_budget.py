@@ -11,7 +11,7 @@ from pathlib import Path
 import ragjury
 
 PACKAGE = Path(ragjury.__file__).parent
-ANY_CEILING = 179
+ANY_CEILING = 177
 DICT_CEILING = 72
 
 

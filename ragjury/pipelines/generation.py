@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.agents import (
     Aggregator,
     Chunker,
@@ -132,7 +133,7 @@ class GenerationPipeline(Steps):
             for kind in QUESTION_TYPES[1:]
             if kind in options.question_types
         }
-        drafting: list[object] = [
+        drafting: list[JSONData] = [
             model,
             prompt("generator").version,
             options.questions_per_chunk,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, TypeAdapter
 
+from ragjury._json import JSONData
 from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored
 from ragjury.store.base import CallLog
 
@@ -33,7 +34,7 @@ def carries_failure(event: BaseModel) -> bool:
     return getattr(event, "error", None) is not None
 
 
-def fingerprint(*parts: Any) -> str:  # anything json.dumps takes; str() for the rest
+def fingerprint(*parts: JSONData) -> str:
     """A short stable hash of the things that change an agent's output."""
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

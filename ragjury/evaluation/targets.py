@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self, TypedDict, Unpack, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -41,6 +41,7 @@ _CONTEXT_TEXT_FIELDS = ("text", "page_content")
 _CONTEXT_ID_FIELDS = ("id", "chunk_id", "node_id", "id_")
 
 log = structlog.get_logger("ragjury.target")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ class CallableTarget:
             ) from exc
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 

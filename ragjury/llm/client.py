@@ -253,7 +253,7 @@ class LLM:
         token = _current_call.set(stats)
         error: str | None = None
         parked = False
-        extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
+        extra: dict[str, bool] = {"logprobs": True} if self.settings.logprobs else {}
         try:
             with checking(context):
                 result: T = await self._create(

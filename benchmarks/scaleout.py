@@ -36,6 +36,7 @@ from typing import Any
 
 import anyio
 
+from ragjury._json import JSONObject, JSONValue
 from ragjury.store import open_store
 
 from _harness import BENCHMARKS, FakeEndpoint, base_parser, quiet, show, write_result
@@ -71,9 +72,17 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-c", _RUN_CLI, *args]
 
 
+def _outcome(record: JSONObject, metric: str) -> JSONValue:
+    metrics = record["metrics"]
+    assert isinstance(metrics, dict)
+    entry = metrics[metric]
+    assert isinstance(entry, dict)
+    return entry["outcome"]
+
+
 async def _failed(db: str) -> int:
     async with open_store(db) as store:
-        outcomes = [r["metrics"]["faithfulness"]["outcome"] async for r in store.samples()]
+        outcomes = [_outcome(r, "faithfulness") async for r in store.samples()]
     return sum(outcome != "scored" for outcome in outcomes)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import structlog
 
+from ragjury._json import JSONData
 from ragjury.errors import InputError
 from ragjury.evaluation.inputs import samples_from_records
 from ragjury.schemas import Sample
@@ -17,7 +18,7 @@ log = structlog.get_logger("ragjury.input")
 
 __all__ = ["SampleInput", "as_samples"]
 
-SampleInput: TypeAlias = Sample | Mapping[str, Any]
+SampleInput: TypeAlias = Sample | Mapping[str, JSONData]
 """A ``Sample``, or a dict with the field names ``ragjury evaluate`` reads (``question``,
 ``answer``, ``contexts``, ``reference``, ... or the RAGAS and DeepEval names)."""
 

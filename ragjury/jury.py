@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ragjury._json import JSONData
 from ragjury._task_groups import only_the_callers
 from ragjury.api_inputs import SampleInput, as_samples
 from ragjury.config import Settings
@@ -42,7 +42,7 @@ from ragjury.pipelines.evaluation import MetricPlan, plan_metrics
 from ragjury.prompts import Prompt
 from ragjury.results import EvaluationResult, is_result_event
 from ragjury.runner import Runner, evaluate_in_memory, submit_documents, submit_samples
-from ragjury.schemas import Sample
+from ragjury.schemas import JuryEvent, Sample
 from ragjury.schemas.panel import REPEAT_TEMPERATURE, Panel
 from ragjury.store import Store, open_store
 
@@ -72,7 +72,7 @@ class Jury:
         self._store: Store | None = None
         self._store_lock = anyio.Lock()
         self._tasks: TaskGroup | None = None
-        self._listeners: dict[MemoryObjectSendStream[Any], bool] = {}
+        self._listeners: dict[MemoryObjectSendStream[JuryEvent], bool] = {}
         """Each listener's stream, and whether it wants internal events too."""
         self._submitted: list[str] = []
         self._serving = 0
@@ -134,7 +134,7 @@ class Jury:
         /,
         *,
         metrics: Sequence[str] | None = None,
-        **fields: Any,
+        **fields: JSONData,
     ) -> EvaluationResult:
         """Judge one answer, given as keywords (``question=..., answer=..., contexts=[...],
         must_contain="Paris"``), as a dict or as a ``Sample``, with the field names a file
@@ -229,7 +229,7 @@ class Jury:
             panel = panel.model_copy(update={"temperature": REPEAT_TEMPERATURE})
         return panel
 
-    async def events(self, *, internal: bool = False) -> AsyncGenerator[Any, None]:
+    async def events(self, *, internal: bool = False) -> AsyncGenerator[JuryEvent, None]:
         """Result events, each once its item's results are stored: PairJudged (each pair of a
         finished document), DocumentJudged (the document's end, with its failed chunks),
         SampleScored, and ItemFailed for an item that failed as a whole. ``internal=True``
@@ -241,7 +241,7 @@ class Jury:
         done."""
         if self._tasks is None:
             raise RuntimeError("use the jury inside 'async with Jury(settings) as jury'")
-        send, receive = anyio.create_memory_object_stream[Any](self.settings.bus_buffer)
+        send, receive = anyio.create_memory_object_stream[JuryEvent](self.settings.bus_buffer)
         self._listeners[send] = internal
         if not self._serving:
             jobs = list(self._submitted) or None
@@ -271,7 +271,7 @@ class Jury:
             self._serving -= 1
 
     async def _work_then_close(
-        self, jobs: list[str] | None, send: MemoryObjectSendStream[Any]
+        self, jobs: list[str] | None, send: MemoryObjectSendStream[JuryEvent]
     ) -> None:
         try:
             runner = Runner(
@@ -286,7 +286,7 @@ class Jury:
         finally:
             send.close()
 
-    async def _broadcast(self, job_id: str, event: Any, *, internal: bool = False) -> None:
+    async def _broadcast(self, job_id: str, event: JuryEvent, *, internal: bool = False) -> None:
         for send, wants_internal in list(self._listeners.items()):
             if internal and not wants_internal:
                 continue
@@ -295,7 +295,7 @@ class Jury:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._listeners.pop(send, None)
 
-    async def _broadcast_internal(self, job_id: str, event: Any) -> None:
+    async def _broadcast_internal(self, job_id: str, event: JuryEvent) -> None:
         """A step's output as this process's workers make it (for ``events(internal=True)``)."""
         if any(self._listeners.values()):
             await self._broadcast(job_id, event, internal=True)

@@ -20,11 +20,11 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragjury._json import JSONData
 from ragjury.errors import ConfigurationError
 
 PRICES_AS_OF = "2026-03-21"
@@ -129,7 +129,7 @@ def load_price_file(path: Path) -> dict[str, ModelPrice]:
         raise ConfigurationError(
             f"cannot read {where}: {exc.strerror}; check the --prices path"
         ) from exc
-    data: Any
+    data: JSONData  # a TOML date would be refused below, as any value not a price
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
@@ -143,7 +143,7 @@ def load_price_file(path: Path) -> dict[str, ModelPrice]:
     return parse_prices(data, where)
 
 
-def parse_prices(data: Any, where: str) -> dict[str, ModelPrice]:
+def parse_prices(data: JSONData, where: str) -> dict[str, ModelPrice]:
     try:
         return _FILE_ADAPTER.validate_python(data)
     except pydantic.ValidationError as exc:

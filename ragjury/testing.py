@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, aclosing
 from types import TracebackType
 from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ragjury._json import JSONData
 from ragjury.agents.custom_judge import load_judges
 from ragjury.config import Settings
 from ragjury.jury import Jury
@@ -34,7 +35,7 @@ from ragjury.schemas import MetricResult, Sample
 _SHOWN_CHARS = 300
 
 
-def sample_id(fields: dict[str, Any]) -> str:
+def sample_id(fields: Mapping[str, JSONData]) -> str:
     """An id from the sample's content: the same test asks the same question of the same job."""
     text = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=list)
     return "test-" + hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -10,7 +10,9 @@ says which record it repaired.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar, cast
+
+V = TypeVar("V")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -28,18 +30,20 @@ def clean_text(text: str) -> tuple[str, list[str]]:
     return text, repairs
 
 
-def clean_value(value: Any) -> tuple[Any, list[str]]:
-    """Every string in ``value`` (nested lists and dicts, keys too) repaired, and what was."""
+def clean_value(value: V) -> tuple[V, list[str]]:
+    """Every string in ``value`` (nested lists and dicts, keys too) repaired, and what was;
+    ``value``'s shape is kept (a string for a string, a list for a list...)."""
     if isinstance(value, str):
-        return clean_text(value)
-    repairs: list[str] = []
+        text, repairs = clean_text(value)
+        return cast(V, text), repairs
+    repairs = []
     if isinstance(value, list | tuple):
         items = []
         for item in value:
             cleaned, found = clean_value(item)
             items.append(cleaned)
             repairs += found
-        return type(value)(items), repairs
+        return cast(V, type(value)(items)), repairs
     if isinstance(value, dict):
         mapping = {}
         for key, item in value.items():
@@ -47,5 +51,5 @@ def clean_value(value: Any) -> tuple[Any, list[str]]:
             cleaned, found = clean_value(item)
             mapping[clean_key] = cleaned
             repairs += found_key + found
-        return mapping, repairs
+        return cast(V, mapping), repairs
     return value, repairs

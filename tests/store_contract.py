@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from ragjury._json import JSONObject
 from ragjury.errors import InputError
 from ragjury.store.base import ItemResults, OutgoingMessage, Store
 
@@ -96,7 +97,7 @@ async def test_released_and_started_items_leave_the_intake_queue(store: Store) -
 
 async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> None:
     job_id = await _job(store, 2)
-    record = {"id": "s0", "question": "q", "answer": "a", "metrics": {}}
+    record: JSONObject = {"id": "s0", "question": "q", "answer": "a", "metrics": {}}
     results = ItemResults(samples=[(record, '{"x": 1}')], report={"r": 1})
     assert await store.finish_item(job_id, "s0", results) is True
     assert await store.finish_item(job_id, "s0", results) is False  # a late duplicate

@@ -3,6 +3,7 @@ the generation pipeline relates chunks across documents from)."""
 
 from __future__ import annotations
 
+from ragjury._json import JSONObject
 from ragjury.store._common import PAGE
 from ragjury.store.base import ItemResults, Store, StoredLabel
 
@@ -11,7 +12,9 @@ async def test_item_payloads_come_back_whole_in_submission_order_a_page_at_a_tim
     store: Store,
 ) -> None:
     n = PAGE * 2 + 3
-    items = [(f"doc-{n - i:04}", {"text": f"body {i}", "i": i}) for i in range(n)]
+    items: list[tuple[str, JSONObject]] = [
+        (f"doc-{n - i:04}", {"text": f"body {i}", "i": i}) for i in range(n)
+    ]
     job = await store.submit("generate", {"x": 1}, lambda: items)
     await store.finish_item(job.id, items[5][0], ItemResults(report={}))  # state does not matter
 

@@ -8,6 +8,7 @@ import anyio
 import pytest
 from store_contract import HELD, _job, _message
 
+from ragjury._json import JSONObject
 from ragjury.agents.question_index import QuestionIndex
 from ragjury.llm.usage import CallStats
 from ragjury.store._common import PAGE
@@ -126,12 +127,17 @@ async def test_status_counts_each_jobs_items_per_state_and_the_items_done_lately
         (first, "evaluate"),
         (second, "generate"),
     ]
-    states = ("queued", "processing", "done", "failed")
-    assert [tuple(j[s] for s in states) for j in status["jobs"]] == [
+    jobs = status["jobs"]
+    assert [(j["queued"], j["processing"], j["done"], j["failed"]) for j in jobs] == [
         (0, 1, 2, 0),
         (1, 0, 0, 1),
     ]
-    assert tuple(status[s] for s in states) == (1, 1, 2, 1)
+    assert (status["queued"], status["processing"], status["done"], status["failed"]) == (
+        1,
+        1,
+        2,
+        1,
+    )
     assert status["throughput"]["items_done_last_minute"] == 2
     assert (
         status["throughput"]["items_per_minute"] is None
@@ -159,7 +165,9 @@ async def test_pruning_deletes_what_ended_before_the_cutoff_and_keeps_unfinished
 
     done = await store.submit("evaluate", {"j": "done"}, lambda: [("a", {}), ("b", {})])
     open_job = await store.submit("evaluate", {"j": "open"}, lambda: [("c", {}), ("d", {})])
-    records = {key: {"id": key, "question": "q", "answer": "x", "metrics": {}} for key in "abc"}
+    records: dict[str, JSONObject] = {
+        key: {"id": key, "question": "q", "answer": "x", "metrics": {}} for key in "abc"
+    }
     for job_id, key in ((done.id, "a"), (done.id, "b"), (open_job.id, "c")):
         results = ItemResults(samples=[(records[key], "{}")], report={})
         await store.finish_item(job_id, key, results)

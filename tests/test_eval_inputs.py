@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragjury._json import Record
 from ragjury.errors import InputError
 from ragjury.evaluation.inputs import InvalidRecord, SampleFile, load_samples, samples_from_records
 from ragjury.schemas.records import Sample
@@ -301,7 +302,7 @@ def test_older_ragas_ground_truth_and_correct_answer_are_references(tmp_path: Pa
 
 
 def test_contexts_with_ids_and_reference_ids_are_read_for_retrieval() -> None:
-    records = [
+    records: list[Record] = [
         {
             "question": "q",
             "contexts": [{"id": "a", "text": "one"}, "two"],

@@ -33,7 +33,9 @@ async def test_an_evaluation_job_is_stored_as_before_and_read_back_typed(tmp_pat
         "prompts": {},
         "llm": llm_fingerprint(settings),
     }
-    assert stored["evaluate"]["metrics"] is None
+    evaluate = stored["evaluate"]
+    assert isinstance(evaluate, dict)
+    assert evaluate["metrics"] is None
     assert isinstance(spec, EvaluationSpec)
     assert (spec.metrics, spec.judges) == (("faithfulness",), None)
     assert spec.evaluate == settings.evaluate
@@ -50,7 +52,9 @@ async def test_a_generation_job_unpinned_and_uncached_is_its_own_job(tmp_path: P
 
     assert first.id != again.id  # --no-cache: the work is done again
     assert set(stored) == {"generate", "prompts", "fresh"}  # no model pinned: no "llm"
-    assert stored["generate"]["globs"] is None
+    generate = stored["generate"]
+    assert isinstance(generate, dict)
+    assert generate["globs"] is None
     assert isinstance(spec, GenerationSpec)
     assert spec.generate == settings.generate
     assert spec.llm is None

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ragjury._json import JSONData, JSONObject, JSONValue
 from ragjury.cli import build_parser, main, settings_from_args
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
@@ -153,9 +154,11 @@ def test_llm_openai_without_a_key_or_url_says_how_to_configure_one(
 
 
 def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_request() -> None:
-    schema = {"type": "object", "properties": {"rating": {"type": "integer"}}}
+    schema: JSONObject = {"type": "object", "properties": {"rating": {"type": "integer"}}}
     messages = [{"role": "user", "content": "Rate it."}]
-    request = {
+    bounded = bounded_strings(schema)
+    assert isinstance(bounded, dict)
+    request: dict[str, JSONData] = {
         "model": "ignored",
         "messages": messages,
         "temperature": 0.0,
@@ -170,7 +173,7 @@ def test_instructor_json_schema_request_becomes_a_grammar_constrained_llama_cpp_
         # every field required, as a grammar needs it said (grammar_schema)
         "response_format": {
             "type": "json_object",
-            "schema": {**bounded_strings(schema), "required": ["rating"]},
+            "schema": {**bounded, "required": ["rating"]},
         },
     }
     assert llama_request({"messages": messages}, max_tokens=64)["max_tokens"] == 64
@@ -190,8 +193,18 @@ def test_a_local_grammar_bounds_every_free_string_value() -> None:
 
     bounded = bounded_strings(schema, limit=100)
 
-    assert bounded["properties"]["rationale"]["maxLength"] == 100
-    assert bounded["properties"]["quote"]["maxLength"] == 20
-    assert "maxLength" not in bounded["properties"]["kind"]
-    assert bounded["properties"]["items"]["items"]["maxLength"] == 100
+    assert _at(bounded, "properties", "rationale", "maxLength") == 100
+    assert _at(bounded, "properties", "quote", "maxLength") == 20
+    kind = _at(bounded, "properties", "kind")
+    assert isinstance(kind, dict)
+    assert "maxLength" not in kind
+    assert _at(bounded, "properties", "items", "items", "maxLength") == 100
     assert "maxLength" not in schema["properties"]["rationale"]  # the original is untouched
+
+
+def _at(value: JSONValue, *path: str) -> JSONValue:
+    """The value at ``path`` in a JSON document (each step an object's field)."""
+    for key in path:
+        assert isinstance(value, dict)
+        value = value[key]
+    return value

@@ -20,6 +20,7 @@ import structlog
 from pydantic import BaseModel, field_validator
 
 from ragjury import Jury, Settings
+from ragjury._json import JSONValue
 from ragjury.cli import main
 from ragjury.errors import LLMOutputError
 from ragjury.llm import LLM, CallStats
@@ -273,10 +274,13 @@ def test_the_grammar_spells_out_rating_ranges_and_requires_every_field() -> None
     from ragjury.schemas.responses import grammar_schema
 
     rating = grammar_schema(Critique.model_json_schema())
-    assert rating["properties"]["rating"]["enum"] == [1, 2, 3, 4, 5]  # no minimum/maximum there
-    assert set(rating["required"]) == {"rationale", "rating"}
-    verdict = grammar_schema(Verdicts.model_json_schema())["$defs"]["Verdict"]
-    assert set(verdict["required"]) == {"statement_index", "reason", "evidence", "supported"}
+    assert _at(rating, "properties", "rating", "enum") == [1, 2, 3, 4, 5]  # no minimum/maximum
+    required = _at(rating, "required")
+    assert isinstance(required, list)
+    assert set(required) == {"rationale", "rating"}
+    verdict = _at(grammar_schema(Verdicts.model_json_schema()), "$defs", "Verdict", "required")
+    assert isinstance(verdict, list)
+    assert set(verdict) == {"statement_index", "reason", "evidence", "supported"}
 
 
 async def test_the_grammar_holds_the_model_to_the_count_asked_for(
@@ -296,3 +300,11 @@ async def test_the_grammar_holds_the_model_to_the_count_asked_for(
     assert len(two.pairs) == 2
     assert stats.requests == 1  # right first time: no re-ask for the count
     assert len(json.loads(stats.last_raw_output or "")["pairs"]) == 2
+
+
+def _at(value: JSONValue, *path: str) -> JSONValue:
+    """The value at ``path`` in a JSON document (each step an object's field)."""
+    for key in path:
+        assert isinstance(value, dict)
+        value = value[key]
+    return value

@@ -15,6 +15,7 @@ import pytest
 from test_report import page_data
 
 from ragjury.cli import main
+from ragjury.job_spec import EvaluationSpec, spec_of
 from ragjury.store import open_store
 from ragjury.store.base import Job
 
@@ -238,10 +239,12 @@ def test_the_panel_is_stored_with_the_job(endpoints: dict[str, FakeOpenAI], tmp_
             return await store.jobs(limit=5)
 
     (job,) = anyio.run(stored)
-    panel = job.options["panel"]
-    assert [j["name"] for j in panel["judges"]] == ["a", "b", "c"]
-    assert panel["combine"] == "median"
-    assert panel["repeats"] == 1
+    spec = spec_of(job)  # the stored options, read back as the job's spec
+    assert isinstance(spec, EvaluationSpec)
+    assert spec.panel is not None
+    assert [j.name for j in spec.panel.judges] == ["a", "b", "c"]
+    assert spec.panel.combine == "median"
+    assert spec.panel.repeats == 1
 
 
 def test_a_two_step_metric_and_a_keyword_test_beside_a_panel(tmp_path: Path) -> None:

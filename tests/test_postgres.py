@@ -296,7 +296,9 @@ async def test_a_jury_with_a_postgresql_db_judges_and_keeps_its_results_there(
     async with Jury(make_settings(fake, tmp_path, db=pg_url)) as jury:
         await jury.submit_samples(samples, metrics=["rubric"])
         seen = [event async for event in jury.events()]
-    assert [(type(e), e.sample.id, e.passing) for e in seen] == [(SampleScored, "a", True)]
+    [scored] = seen
+    assert isinstance(scored, SampleScored)
+    assert (scored.sample.id, scored.passing) == ("a", True)
     assert not (tmp_path / "ragjury.db").exists()  # nothing went to a SQLite file
     async with open_store(pg_url) as store:
         assert [r["id"] async for r in store.samples()] == ["a"]

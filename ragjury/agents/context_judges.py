@@ -9,7 +9,7 @@ contexts longer than ``--context-window-chars`` together are split over several 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -77,11 +77,11 @@ class _ContextJudge:
     async def _result(self, sample: Sample) -> MetricResult:
         raise NotImplementedError
 
-    async def _verdicts(self, sample: Sample, **variables: Any) -> tuple[list[dict[str, Any]], int]:
+    async def _verdicts(self, sample: Sample, **variables: str) -> tuple[list[ContextVerdict], int]:
         """Each context's verdict (index, id, relevant, reason) and the calls made; raises
         _GaveUp with the failed result when a call gives up."""
         contexts, budget = sample.contexts, self._options.context_window_chars
-        verdicts = {
+        verdicts: dict[int, _Said] = {
             i: {"relevant": False, "reason": "the context is empty"}
             for i, c in enumerate(contexts)
             if not c.strip()
@@ -107,7 +107,28 @@ class _ContextJudge:
                     "reason": verdict.reason,
                 }
         ids = sample.context_ids or (None,) * len(contexts)
-        return [{"index": i, "id": ids[i], **verdicts[i]} for i in range(len(contexts))], calls
+        judged: list[ContextVerdict] = [
+            {
+                "index": i,
+                "id": ids[i],
+                "relevant": verdicts[i]["relevant"],
+                "reason": verdicts[i]["reason"],
+            }
+            for i in range(len(contexts))
+        ]
+        return judged, calls
+
+
+class _Said(TypedDict):
+    relevant: bool
+    reason: str
+
+
+class ContextVerdict(_Said):
+    """A context's verdict, as a result's details keep it."""
+
+    index: int
+    id: str | None
 
 
 class ContextRelevanceJudge(_ContextJudge):
@@ -219,7 +240,7 @@ def _context_judge(cls: type[_ContextJudge], name: str) -> Callable[[BuildContex
     return build
 
 
-def _contexts_judged(e: EstimateContext, name: str, **variables: Any) -> None:
+def _contexts_judged(e: EstimateContext, name: str, **variables: str) -> None:
     budget = e.options.context_window_chars
     for group in context_groups(e.contexts, budget):
         messages = e.prompt(name).render(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from ragjury._json import JSONData
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import ConfigurationError, LLMError
 from ragjury.metrics.declaration import (
@@ -100,7 +101,9 @@ class JudgeFile(BaseModel):
 
     @field_validator("scale")
     @classmethod
-    def _scale(cls, value: Any) -> Any:
+    def _scale(
+        cls, value: tuple[float, float] | Literal["boolean"]
+    ) -> tuple[float, float] | Literal["boolean"]:
         if value != "boolean":
             low, high = value
             if not low < high:
@@ -144,7 +147,7 @@ def _explain(path: str, exc: ValidationError) -> str:
     return f"judge file {path}: " + "; ".join(parts)
 
 
-def judge_from_dict(data: Mapping[str, Any], origin: str) -> Metric:
+def judge_from_dict(data: JSONData, origin: str) -> Metric:
     """A judge file's contents as a metric declaration (``origin`` names the file)."""
     try:
         spec = JudgeFile.model_validate(data)
@@ -221,12 +224,12 @@ def is_judge_file(metric: Metric) -> bool:
     return metric.agents.keys() == {ROLE}
 
 
-def stored(judges: Sequence[Metric]) -> list[dict[str, Any]]:
+def stored(judges: Sequence[Metric]) -> list[dict[str, JSONData]]:
     """What a job keeps of its judge files, so any worker can rebuild them."""
     return [dict(judge.extra) for judge in judges if is_judge_file(judge)]
 
 
-def from_stored(stored_judges: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def from_stored(stored_judges: Sequence[Mapping[str, JSONData]]) -> list[Metric]:
     return [
         judge_from_dict(entry["file"], str(entry.get("origin", "kept"))) for entry in stored_judges
     ]

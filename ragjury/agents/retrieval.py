@@ -9,10 +9,11 @@ context is found within the largest k.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
+from ragjury._json import JSONData
 from ragjury.agents.base import Step
 from ragjury.evaluation.retrieval import rank_retrieval
 from ragjury.metrics.declaration import FRACTION, Metric
@@ -84,8 +85,8 @@ class RetrievalResult(MetricResult):
     mrr: float | None = None
     first_relevant_rank: int | None = None
     at_k: dict[str, dict[str, float]] = Field(default_factory=dict)
-    references: tuple[dict[str, Any], ...] = ()
-    retrieved: tuple[dict[str, Any], ...] = ()
+    references: tuple[dict[str, JsonValue], ...] = ()
+    retrieved: tuple[dict[str, JsonValue], ...] = ()
 
 
 _FIGURES = ("hit_rate", "mrr", "recall", "precision", "ndcg")
@@ -107,7 +108,7 @@ class RetrievalTally:
             for name, value in figures.items():
                 sums["hit_rate" if name == "hit" else name] += value
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, JSONData]:
         """``at_k``: per k (as text, in increasing order), the means of hit, mrr, recall,
         precision and ndcg over the scored samples."""
         at_k = {

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+from ragjury._json import JSONData
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError, LLMUnavailableError
 from ragjury.evaluation.keywords import KeywordTally, check_keywords
@@ -177,7 +178,7 @@ class _KeywordFigures:
         if result.outcome == "scored":
             self._tally.add(KeywordCheck.model_validate(c) for c in result.details["checks"])
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, JSONData]:
         return {"failure_rates": self._tally.rates()}
 
 

@@ -280,13 +280,15 @@ def _summary(
     path: Path,
 ) -> dict[str, object]:
     """What an evaluate run's summary holds, so a calibration's job reads like any other."""
-    summary: dict[str, object] = summarise(
-        scored,
-        plan.names,
-        run.llm.usage,
-        invalid=[],
-        wall_seconds=run.seconds,
-        model=settings.model,
+    summary: dict[str, object] = dict(
+        summarise(
+            scored,
+            plan.names,
+            run.llm.usage,
+            invalid=[],
+            wall_seconds=run.seconds,
+            model=settings.model,
+        )
     )
     summary.update(result.summary())
     summary.update(run_details(path, settings.base_url, prompts, plan.names, plan.judges))

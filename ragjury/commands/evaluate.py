@@ -78,7 +78,9 @@ def _shown(figure: float | None, interval: list[float] | None) -> str:
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     console = Console(stderr=True)
     loaded = load_samples(args.samples, parse_fields(args.fields))
-    invalid = [{"line": r.line, "reason": r.reason} for r in loaded.invalid]
+    invalid: list[dict[str, int | str]] = [
+        {"line": r.line, "reason": r.reason} for r in loaded.invalid
+    ]
     for item in invalid:
         console.print(
             f"ragjury: {args.samples}:{item['line']}: skipped: {item['reason']}",

@@ -347,7 +347,8 @@ async def _metrics_of(store: Store, jobs: list[str] | None) -> list[str]:
     """Every metric the judged samples have, in first-seen order: the flat columns."""
     seen: dict[str, None] = {}
     async for record in store.samples(jobs):
-        seen |= dict.fromkeys(record["metrics"])
+        metrics = record["metrics"]
+        seen |= dict.fromkeys(metrics if isinstance(metrics, dict) else ())
     return list(seen)
 
 

@@ -11,11 +11,12 @@ import io
 import json
 import tokenize
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 import structlog
 from pydantic import ValidationError
 
+from ragjury._json import JSONData, JSONValue, Record
 from ragjury.evaluation._rows import Unreadable, keys_text, type_name
 from ragjury.evaluation.targets import context_id
 from ragjury.schemas.records import Sample
@@ -53,6 +54,23 @@ SAMPLE_FIELDS = (
 log = structlog.get_logger("ragjury.input")
 
 
+class _SampleFields(TypedDict, total=False):
+    """The fields of a :class:`Sample` as a record gives them."""
+
+    id: str
+    question: str
+    answer: str | None
+    contexts: tuple[str, ...]
+    context_ids: tuple[str | None, ...]
+    reference: str | None
+    reference_contexts: tuple[str, ...]
+    reference_context_ids: tuple[str, ...]
+    must_contain: tuple[str, ...]
+    must_not_contain: tuple[str, ...]
+    must_not_start_with: tuple[str, ...]
+    answer_logprobs: tuple[float, ...] | None
+
+
 class _Invalid(Exception):
     """Raised while reading one record to skip it with a reason."""
 
@@ -70,7 +88,9 @@ class SampleBuilder:
         self.stem, self.from_csv = stem, from_csv
         self.mapped = {name: (source,) for name, source in (fields or {}).items()}
 
-    def build(self, line: int, record: Any, *, log_repairs: bool = True) -> Sample | str:
+    def build(
+        self, line: int, record: JSONData | Unreadable, *, log_repairs: bool = True
+    ) -> Sample | str:
         """The sample of the record on ``line``, or why it was skipped. Bad text is repaired
         (and logged, with ``log_repairs``); ids are not checked against other records'."""
         record, repairs = clean_value(record)
@@ -88,11 +108,11 @@ class SampleBuilder:
         except _Invalid as invalid:
             return invalid.reason
 
-    def _sample(self, line: int, record: Any) -> Sample:
+    def _sample(self, line: int, record: JSONData) -> Sample:
         if not isinstance(record, dict):
             raise _Invalid(f"record is {type_name(record)}, not an object; give a JSON object")
         names = self.mapped.get
-        fields: dict[str, Any] = {
+        fields: _SampleFields = {
             "id": _record_id(record, f"{self.stem}-{line}", names("id", ("id",))[0]),
             "question": _question(record, names("question", QUESTION_FIELDS)),
         }
@@ -123,16 +143,21 @@ class SampleBuilder:
                 names("reference_context_ids", REFERENCE_CONTEXT_IDS_FIELDS),
                 split=self.from_csv,
             )
-        for name in KEYWORD_FIELDS:
-            source = names(name, (name,))
-            fields[name] = _texts(record, source, split=self.from_csv, keywords=True)
+        keywords = {
+            name: _texts(record, names(name, (name,)), split=self.from_csv, keywords=True)
+            for name in KEYWORD_FIELDS
+        }
+        fields["must_contain"] = keywords["must_contain"]
+        fields["must_not_contain"] = keywords["must_not_contain"]
+        fields["must_not_start_with"] = keywords["must_not_start_with"]
         fields["answer_logprobs"] = _logprobs(
             record, names("answer_logprobs", ("answer_logprobs",))[0]
         )
-        ids, contexts = fields.get("context_ids", ()), fields.get("contexts", ())
-        if ids and len(ids) != len(contexts):
+        ids = fields.get("context_ids", ())
+        given = fields.get("contexts", ())
+        if ids and len(ids) != len(given):
             raise _Invalid(
-                f"the record has {len(ids)} context ids for {len(contexts)} contexts; give one "
+                f"the record has {len(ids)} context ids for {len(given)} contexts; give one "
                 "id per context, in the same order"
             )
         try:
@@ -141,7 +166,7 @@ class SampleBuilder:
             raise _Invalid(f"record does not fit a sample: {exc}") from exc
 
 
-def _pick(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | None:
+def _pick(record: Record, names: tuple[str, ...]) -> tuple[str, JSONData] | None:
     """The first of ``names`` the record has a value for (null counts as absent)."""
     for name in names:
         if record.get(name) is not None:
@@ -149,7 +174,7 @@ def _pick(record: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] 
     return None
 
 
-def _record_id(record: Mapping[str, Any], default: str, name: str = "id") -> str:
+def _record_id(record: Record, default: str, name: str = "id") -> str:
     value = record.get(name)
     if value is None:
         return default
@@ -162,7 +187,7 @@ def _record_id(record: Mapping[str, Any], default: str, name: str = "id") -> str
     return str(value)
 
 
-def _question(record: Mapping[str, Any], names: tuple[str, ...]) -> str:
+def _question(record: Record, names: tuple[str, ...]) -> str:
     picked = _pick(record, names)
     if picked is None:
         present = [name for name in names if name in record]
@@ -182,7 +207,7 @@ def _question(record: Mapping[str, Any], names: tuple[str, ...]) -> str:
     return value
 
 
-def _text(record: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+def _text(record: Record, names: tuple[str, ...]) -> str | None:
     picked = _pick(record, names)
     if picked is None:
         return None
@@ -195,7 +220,7 @@ def _text(record: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
 
 
 def _texts(
-    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool, keywords: bool = False
+    record: Record, names: tuple[str, ...], *, split: bool, keywords: bool = False
 ) -> tuple[str, ...]:
     """A list-of-strings field; a string is one item, or (CSV) a JSON array or ``a|b`` text."""
     picked = _pick(record, names)
@@ -209,24 +234,24 @@ def _texts(
             return (value,) if value.strip() else ()
     if isinstance(value, tuple):
         value = list(value)
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+    strings = [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+    if not isinstance(value, list) or len(strings) != len(value):
         raise _Invalid(
             f"field {name!r} is {type_name(value)}; give a list of strings (or one string)"
         )
-    if keywords and not all(item.strip() for item in value):
+    if keywords and not all(item.strip() for item in strings):
         raise _Invalid(f"field {name!r} holds an empty keyword; remove it")
-    return tuple(value)
+    return tuple(strings)
 
 
 def _contexts(
-    record: Mapping[str, Any], names: tuple[str, ...], *, split: bool
+    record: Record, names: tuple[str, ...], *, split: bool
 ) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
     """The retrieved contexts, strings or objects with a ``text`` (or ``page_content``) and
     an ``id``; their ids, ``()`` when none has one."""
-    picked = _pick(record, names)
-    if picked is None or not isinstance(picked[1], list | tuple):
+    name, value = _pick(record, names) or ("", None)
+    if not isinstance(value, list | tuple):
         return _texts(record, names, split=split), ()
-    name, value = picked
     texts: list[str] = []
     ids: list[str | None] = []
     for index, item in enumerate(value):
@@ -252,7 +277,7 @@ def _contexts(
     return tuple(texts), tuple(ids) if any(i is not None for i in ids) else ()
 
 
-def _ids(record: Mapping[str, Any], names: tuple[str, ...], *, split: bool) -> tuple[str, ...]:
+def _ids(record: Record, names: tuple[str, ...], *, split: bool) -> tuple[str, ...]:
     """A list of ids (strings or integers), or one id."""
     picked = _pick(record, names)
     if picked is None:
@@ -271,12 +296,13 @@ def _ids(record: Mapping[str, Any], names: tuple[str, ...], *, split: bool) -> t
     return tuple(str(item) for item in value if str(item).strip())
 
 
-def _split_cell(cell: str) -> Any:
+def _split_cell(cell: str) -> JSONData:
     """A CSV cell holding a list: a JSON array, a Python or numpy list of strings (as pandas
     writes a list column), else ``|``-separated text."""
     if cell.lstrip().startswith("["):
         try:
-            return json.loads(cell)
+            parsed: JSONValue = json.loads(cell)
+            return parsed
         except json.JSONDecodeError:
             pass
         listed = _repr_list(cell)
@@ -313,21 +339,25 @@ def _repr_list(cell: str) -> list[str] | None:
     return items
 
 
-def _logprobs(record: Mapping[str, Any], name: str = "answer_logprobs") -> tuple[float, ...] | None:
+def _logprobs(record: Record, name: str = "answer_logprobs") -> tuple[float, ...] | None:
     value = record.get(name)
     if value is None:
         return None
     if isinstance(value, str):
         try:
             value = _split_cell(value)
-            value = [float(item) if isinstance(item, str) else item for item in value]
+            if isinstance(value, list):
+                value = [float(item) if isinstance(item, str) else item for item in value]
         except ValueError:
             pass
-    if not isinstance(value, list) or not all(
-        isinstance(item, int | float) and not isinstance(item, bool) for item in value
-    ):
+    numbers = [
+        float(item)
+        for item in (value if isinstance(value, list) else ())
+        if isinstance(item, int | float) and not isinstance(item, bool)
+    ]
+    if not isinstance(value, list) or len(numbers) != len(value):
         raise _Invalid(
             f"field 'answer_logprobs' is {type_name(value)}; give a list of numbers, "
             "or leave the field out"
         )
-    return tuple(float(item) for item in value)
+    return tuple(numbers)

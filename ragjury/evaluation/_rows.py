@@ -14,11 +14,12 @@ import contextlib
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
+from ragjury._json import JSONData, JSONValue
 from ragjury.errors import InputError
 
 __all__ = [
@@ -39,6 +40,10 @@ class Unreadable:
     """A row that could not even be parsed (a JSONL line that is not JSON)."""
 
     reason: str
+
+
+Numbered: TypeAlias = "tuple[int, JSONData | Unreadable]"
+"""A record of a file (or why it cannot be read), with its line (or row, or index)."""
 
 
 def _encoding(file: Path) -> str:
@@ -83,7 +88,7 @@ def _bad_byte(file: Path, encoding: str) -> int:
             offset += len(chunk)
 
 
-def jsonl_rows(file: Path) -> Iterator[tuple[int, Any]]:
+def jsonl_rows(file: Path) -> Iterator[Numbered]:
     """Each line of a JSONL file, parsed; blank lines are skipped but counted. In UTF-8 a
     line that does not decode costs only that line (named by its number), not the file."""
     if _encoding(file) != "utf-8-sig":
@@ -109,7 +114,7 @@ def _decoded(raw: Iterable[bytes]) -> Iterator[tuple[int, str | UnicodeDecodeErr
 
 def _lines_parsed(
     lines: Iterable[tuple[int, str | UnicodeDecodeError]],
-) -> Iterator[tuple[int, Any]]:
+) -> Iterator[Numbered]:
     for number, line in lines:
         if isinstance(line, UnicodeDecodeError):
             yield (
@@ -134,12 +139,12 @@ def _lines_parsed(
             )
 
 
-def json_rows(file: Path) -> Iterator[tuple[int, Any]]:
+def json_rows(file: Path) -> Iterator[Numbered]:
     """The records of a JSON document (read whole), or of JSONL saved as ``.json``."""
     with _text(file, newline="\n") as handle:
         text = handle.read()
     try:
-        data = json.loads(text)
+        data: JSONValue = json.loads(text)
     except json.JSONDecodeError as exc:
         first = next((line for line in text.split("\n") if line.strip()), "")
         if exc.msg == "Extra data" and _is_json_object(first):  # JSONL saved as .json
@@ -161,7 +166,7 @@ def _is_json_object(line: str) -> bool:
         return False
 
 
-def _records_in(data: Any, path: str) -> list[Any]:
+def _records_in(data: JSONValue, path: str) -> list[JSONValue]:
     """The records of a JSON document: the list itself, or an object's one list of records."""
     if isinstance(data, list):
         return data
@@ -170,14 +175,16 @@ def _records_in(data: Any, path: str) -> list[Any]:
             f"{path!r} holds {type_name(data)}; expected a list of sample objects "
             'or an object with one list of them, such as {"samples": [...]}'
         )
-    lists = [key for key, value in data.items() if isinstance(value, list)]
+    listed = {key: value for key, value in data.items() if isinstance(value, list)}
+    lists = list(listed)
     if len(lists) != 1:
         lists = [
-            key for key in lists if data[key] and all(isinstance(item, dict) for item in data[key])
+            key
+            for key in lists
+            if listed[key] and all(isinstance(item, dict) for item in listed[key])
         ]
     if len(lists) == 1:
-        records: list[Any] = data[lists[0]]
-        return records
+        return listed[lists[0]]
     if not lists:
         raise InputError(
             f"{path!r} holds an object without a list of records (fields: {keys_text(data)}); "
@@ -189,7 +196,7 @@ def _records_in(data: Any, path: str) -> list[Any]:
     )
 
 
-def csv_rows(file: Path) -> Iterator[tuple[int, Any]]:
+def csv_rows(file: Path) -> Iterator[Numbered]:
     """Each data row as a dict (empty cells are None), with the line the row starts on.
 
     A quote that is never closed makes the rows after it one row: read strictly, one whose
@@ -264,7 +271,7 @@ def _unclosed_quote(first: int, last: int, error: str | None) -> str:
     )
 
 
-def type_name(value: Any) -> str:
+def type_name(value: JSONData) -> str:
     """What ``value`` is, as an error message names it."""
     if isinstance(value, dict):
         return "an object"
@@ -280,7 +287,7 @@ def type_name(value: Any) -> str:
     return "null"
 
 
-def keys_text(record: Mapping[str, Any]) -> str:
+def keys_text(record: Collection[str]) -> str:
     """The fields of ``record``, as an error message lists them."""
     if not record:
         return "no fields"

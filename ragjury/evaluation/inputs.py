@@ -45,12 +45,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ragjury._id_hashes import Repeats, id_hash
+from ragjury._json import JSONData
 from ragjury.errors import InputError
 from ragjury.evaluation._records import SAMPLE_FIELDS, SampleBuilder
-from ragjury.evaluation._rows import csv_rows, json_rows, jsonl_rows
+from ragjury.evaluation._rows import Numbered, csv_rows, json_rows, jsonl_rows
 from ragjury.evaluation.tables import arrow_rows, is_hf_dataset, parquet_rows
 from ragjury.schemas.records import Sample
 
@@ -74,14 +74,14 @@ _FORMATS = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
-_READERS: dict[str, Callable[[Path], Iterator[tuple[int, Any]]]] = {
+_READERS: dict[str, Callable[[Path], Iterator[Numbered]]] = {
     "jsonl": jsonl_rows,
     "json": json_rows,
     "csv": csv_rows,
     "parquet": parquet_rows,
 }
 
-Rows = Callable[[], Iterator[tuple[int, Any]]]
+Rows = Callable[[], Iterator[Numbered]]
 """A function that reads a file's records afresh: ``(line, record)`` in file order."""
 
 
@@ -291,7 +291,7 @@ def _sample_file(
     return SampleFile(str(file), rows, builder)
 
 
-def samples_from_records(records: Iterable[Any], *, stem: str) -> SampleSet:
+def samples_from_records(records: Iterable[JSONData], *, stem: str) -> SampleSet:
     """Samples from records already in memory (dicts), read as the lines of a JSONL file:
     the same field names, and ``{stem}-{n}`` for a record without an ``id`` (n from 1)."""
     builder = SampleBuilder(stem=stem, from_csv=False)

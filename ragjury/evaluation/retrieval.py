@@ -40,7 +40,8 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ragjury._json import JSONData
 
 __all__ = [
     "COVERED",
@@ -137,7 +138,7 @@ class RankedRetrieval:
             "ndcg": dcg / ideal if ideal else 0.0,
         }
 
-    def details(self, ks: Sequence[int]) -> dict[str, Any]:
+    def details(self, ks: Sequence[int]) -> dict[str, JSONData]:
         """What a judged sample records: the ranks, and the figures at each ``k``."""
         first = self.first_relevant
         return {
@@ -176,13 +177,15 @@ def rank_retrieval(
     references = _references(reference_contexts, reference_ids)
     ids = list(context_ids) + [None] * (len(contexts) - len(context_ids))
     reference_trigrams = [_trigrams(text) if text else frozenset() for _, text in references]
-    seen: set[tuple[str, Any]] = set()
+    seen: set[tuple[str, str | tuple[str, ...]]] = set()
     retrieved: list[RetrievedContext] = []
     first: dict[int, tuple[int, str]] = {}
     unmatchable = 0
     for rank, (text, id_) in enumerate(zip(contexts, ids, strict=True), start=1):
         grams = _trigrams(text)
-        key: tuple[str, Any] = ("id", id_) if id_ is not None else ("text", tuple(_words(text)))
+        key: tuple[str, str | tuple[str, ...]] = (
+            ("id", id_) if id_ is not None else ("text", tuple(_words(text)))
+        )
         duplicate = key in seen
         seen.add(key)
         found: list[int] = []

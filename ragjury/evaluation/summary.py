@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
 
+from ragjury._json import JSONData
 from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, RESAMPLES, Interval, mean_interval
 from ragjury.llm.usage import UsageLedger
 from ragjury.metrics import Tally, registry
@@ -48,7 +48,7 @@ class MetricTally:
     def passed(self) -> int:
         return sum(self.verdicts)
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, JSONData]:
         scores, verdicts = self.scores, self.verdicts
         return {
             "mean": round(sum(scores) / len(scores), 4) if scores else None,
@@ -65,7 +65,7 @@ def _rounded(interval: Interval | None) -> list[float] | None:
     return None if interval is None else [round(interval[0], 4), round(interval[1], 4)]
 
 
-INTERVALS = {
+INTERVALS: dict[str, str | int | float] = {
     "level": CONFIDENCE,
     "method": "percentile bootstrap over samples",
     "resamples": RESAMPLES,
@@ -138,8 +138,8 @@ class SummaryTally:
             if extra is not None:
                 extra.add(result)
 
-    def metric_figures(self) -> dict[str, dict[str, Any]]:
-        figures: dict[str, dict[str, Any]] = {
+    def metric_figures(self) -> dict[str, dict[str, JSONData]]:
+        figures: dict[str, dict[str, JSONData]] = {
             m: self.tallies.get(m, MetricTally()).figures() for m in self.metrics
         }
         for name, extra in self.extras.items():
@@ -147,7 +147,7 @@ class SummaryTally:
         return figures
 
 
-def metric_summary(results: Iterable[SampleScored], metric: str) -> dict[str, Any]:
+def metric_summary(results: Iterable[SampleScored], metric: str) -> dict[str, JSONData]:
     tally = SummaryTally([metric])
     for scored in results:
         tally.add(scored)
@@ -159,10 +159,10 @@ def summarise(
     metrics: Sequence[str],
     usage: UsageLedger,
     *,
-    invalid: Sequence[dict[str, Any]],
+    invalid: Sequence[Mapping[str, JSONData]],
     wall_seconds: float,
     model: str,
-) -> dict[str, Any]:
+) -> dict[str, JSONData]:
     """The summary of ``results`` (or of a tally already made of them)."""
     tally = results if isinstance(results, SummaryTally) else SummaryTally(metrics)
     if not isinstance(results, SummaryTally):

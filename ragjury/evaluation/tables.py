@@ -10,16 +10,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Protocol
 
+from ragjury._json import JSONData
 from ragjury.errors import InputError
+from ragjury.evaluation._rows import Numbered
 
 __all__ = ["arrow_rows", "is_hf_dataset", "parquet_rows", "pyarrow_module"]
 
 _BATCH = 500
 
 
-def pyarrow_module(what: str) -> Any:
+class _RecordBatch(Protocol):
+    """What is read of a ``pyarrow.RecordBatch`` (pyarrow ships no type hints)."""
+
+    def to_pylist(self) -> list[dict[str, JSONData]]: ...
+
+
+def pyarrow_module(what: str) -> ModuleType:
     """pyarrow, with its ipc and parquet modules; or InputError saying ``what`` needs the
     parquet extra."""
     try:
@@ -31,10 +40,11 @@ def pyarrow_module(what: str) -> Any:
             f"{what} needs pyarrow, which is not installed; install the parquet extra: "
             "pip install 'ragjury[parquet]'"
         ) from exc
-    return pyarrow
+    module: ModuleType = pyarrow
+    return module
 
 
-def _rows(batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+def _rows(batches: Iterator[_RecordBatch]) -> Iterator[Numbered]:
     line = 0
     for batch in batches:
         for row in batch.to_pylist():
@@ -42,7 +52,7 @@ def _rows(batches: Iterator[Any]) -> Iterator[tuple[int, Any]]:
             yield line, row
 
 
-def parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+def parquet_rows(path: Path) -> Iterator[Numbered]:
     """Each row of a Parquet file as a dict, with its 1-based row number."""
     pa = pyarrow_module("reading Parquet")
     try:
@@ -57,7 +67,7 @@ def is_hf_dataset(folder: Path) -> bool:
     return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
 
 
-def arrow_rows(folder: Path) -> Iterator[tuple[int, Any]]:
+def arrow_rows(folder: Path) -> Iterator[Numbered]:
     """Each row of a Hugging Face dataset saved to disk, across its Arrow files in order."""
     if (folder / "dataset_dict.json").is_file():
         splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
@@ -75,7 +85,7 @@ def arrow_rows(folder: Path) -> Iterator[tuple[int, Any]]:
             "the dataset again with save_to_disk, or as JSONL with to_json"
         ) from exc
 
-    def batches() -> Iterator[Any]:
+    def batches() -> Iterator[_RecordBatch]:
         for name in names:
             try:
                 with pa.memory_map(str(folder / name)) as source:

@@ -15,13 +15,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
 
 import anyio
 import anyio.to_thread
 import httpx2
 import structlog
 
+from ragjury._json import JSONObject, JSONValue
 from ragjury.errors import ConfigurationError, TargetError
 from ragjury.text import clean_value
 from ragjury.urls import redact_text, redacted, remember_secret, remember_secrets, secret_header
@@ -40,6 +41,7 @@ _CONTEXT_TEXT_FIELDS = ("text", "page_content")
 _CONTEXT_ID_FIELDS = ("id", "chunk_id", "node_id", "id_")
 
 log = structlog.get_logger("ragjury.target")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,10 @@ class TargetAnswer:
 def repaired(reply: TargetAnswer, target: str) -> TargetAnswer:
     """``reply`` with text no later step could encode repaired, as file input is (a lone
     surrogate becomes U+FFFD, NUL and other control characters go), with a warning."""
-    fields, repairs = clean_value(
-        {"answer": reply.answer, "contexts": reply.contexts, "context_ids": reply.context_ids}
-    )
+    answer, answer_repairs = clean_value(reply.answer)
+    contexts, context_repairs = clean_value(reply.contexts)
+    context_ids, id_repairs = clean_value(reply.context_ids)
+    repairs = answer_repairs + context_repairs + id_repairs
     if not repairs:
         return reply
     log.warning(
@@ -68,7 +71,7 @@ def repaired(reply: TargetAnswer, target: str) -> TargetAnswer:
         repairs="; ".join(repairs),
         say=f"the reply of {target}: {'; '.join(repairs)}, so the text can be stored and sent",
     )
-    return dataclasses.replace(reply, **fields)
+    return dataclasses.replace(reply, answer=answer, contexts=contexts, context_ids=context_ids)
 
 
 @runtime_checkable
@@ -173,7 +176,7 @@ class HttpTarget:
             self.name,
         )
 
-    async def _post(self, payload: dict[str, str]) -> Any:
+    async def _post(self, payload: dict[str, str]) -> JSONValue:
         try:
             with anyio.fail_after(self.timeout):
                 response = await self._client.post(self.url, json=payload)
@@ -203,15 +206,16 @@ class HttpTarget:
                 f"{_snippet(response.text)}; {fix}"
             )
         try:
-            return response.json()
+            reply: JSONValue = response.json()
         except ValueError as exc:
             kind = response.headers.get("content-type", "no content type")
             raise self._error(
                 f"the reply is not JSON ({kind}): {_snippet(response.text)}; "
                 "reply with a JSON object"
             ) from exc
+        return reply
 
-    def _field(self, reply: dict[str, Any], field: str, option: str) -> Any:
+    def _field(self, reply: JSONObject, field: str, option: str) -> JSONValue:
         if field not in reply:
             raise self._error(
                 f"the reply has no {field!r} field (fields: {sorted(reply)}); "
@@ -224,8 +228,20 @@ class HttpTarget:
         return TargetError(redact_text(f"target {self.name}: {what}"))
 
 
+# what a user's function returns is read by isinstance and getattr (LangChain documents,
+# LlamaIndex nodes, dicts, tuples): any Python object
 TargetFunction = Callable[[str], Any]
 """A user's function: question in; TargetAnswer, {answer, contexts} or (answer, contexts) out."""
+
+
+class HttpOptions(TypedDict, total=False):
+    """:class:`HttpTarget`'s keyword arguments."""
+
+    question_field: str
+    answer_field: str
+    contexts_field: str
+    timeout: float
+    headers: Mapping[str, str] | None
 
 
 class CallableTarget:
@@ -280,7 +296,7 @@ class CallableTarget:
             ) from exc
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
@@ -302,7 +318,7 @@ def target_identity(target: Target) -> str:
     return target.name + (f" ({', '.join(fields)})" if fields else "")
 
 
-def target_from_spec(spec: str, **http_options: Any) -> Target:
+def target_from_spec(spec: str, **http_options: Unpack[HttpOptions]) -> Target:
     """An :class:`HttpTarget` for an ``http(s)://`` URL, else a :class:`CallableTarget`.
 
     ``http_options`` are :class:`HttpTarget` keyword arguments; they are ignored for a

@@ -21,11 +21,11 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from ragjury._id_hashes import Seen
+from ragjury._json import JSONValue
 from ragjury.errors import InputError
 from ragjury.schemas.records import Document
 from ragjury.text import clean_value
@@ -317,14 +317,14 @@ class _Loader:
                 continue
             self._add_record(record, default_id=f"{name}#{number}", where=where)
 
-    def _add_record(self, record: Any, *, default_id: str, where: str) -> None:
+    def _add_record(self, record: JSONValue, *, default_id: str, where: str) -> None:
         try:
             doc_id, text = self._record_fields(record, default_id)
             self._add(doc_id, text)
         except _Skip as skip:
             self.skipped.append(Skipped(where, skip.reason))
 
-    def _record_fields(self, record: Any, default_id: str) -> tuple[str, str]:
+    def _record_fields(self, record: JSONValue, default_id: str) -> tuple[str, str]:
         """The id and text of one JSON record; raises _Skip when it has no usable ones."""
         if not isinstance(record, dict):
             raise _Skip(f"record is {_json_type(record)}, not an object")
@@ -355,7 +355,7 @@ class _Loader:
         return str(raw_id), text
 
 
-def _json_records(data: Any, text_field: str) -> list[Any]:
+def _json_records(data: JSONValue, text_field: str) -> list[JSONValue]:
     """The records in parsed JSON: a list, the first list of objects in an object, or itself."""
     if isinstance(data, list):
         return data
@@ -368,7 +368,7 @@ def _json_records(data: Any, text_field: str) -> list[Any]:
     raise _Skip(f"top level is {_json_type(data)}; expected an object or a list of objects")
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JSONValue) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -382,7 +382,7 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _keys(record: dict[str, Any]) -> str:
+def _keys(record: dict[str, JSONValue]) -> str:
     if not record:
         return "none"
     keys = list(record)

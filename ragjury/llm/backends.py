@@ -9,12 +9,13 @@ HTTP endpoint and :class:`ragjury.llm.local.LlamaCppBackend` for a GGUF file run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import openai
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
+from ragjury._json import JSONData
 from ragjury.config import Settings
 from ragjury.llm.ratelimit import keep_headers
 
@@ -42,7 +43,7 @@ class ChatBackend(Protocol):
         """The model that gives this backend's embeddings."""
         ...
 
-    async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
+    async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:
         """Send one chat request (OpenAI keyword arguments) and return the completion."""
         ...
 
@@ -54,7 +55,7 @@ class ChatBackend(Protocol):
 
 
 class OpenAIBackend:
-    """Any OpenAI-compatible HTTP endpoint, through the official client (its retries off).
+    """An OpenAI-compatible HTTP endpoint, through the official client (its retries off).
 
     Its HTTP client leaves every answer's headers where the request's caller can read them
     (:data:`ragjury.llm.ratelimit.answer_box`): the rate-limit headers pace what follows."""
@@ -73,7 +74,7 @@ class OpenAIBackend:
             http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [keep_headers]}),
         )
 
-    async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
+    async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:
         # The client's documented raw `post`, not `chat.completions.create`: create() walks
         # the whole request through its type-driven transform first, about 1 ms of CPU per
         # request for a body that instructor has already built as plain JSON.

@@ -4,7 +4,8 @@ ask :attr:`Budget.exhausted` before taking new work, and work in flight is finis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from ragjury._json import JSONData
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Budget:
             return f"--max-cost {self.max_cost:g} USD reached ({self.cost:.4f} USD spent)"
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JSONData]:
         return {
             "max_tokens": self.max_tokens,
             "max_cost": self.max_cost,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.config import Settings
 from ragjury.errors import (
     ConfigurationError,
@@ -64,7 +65,7 @@ from ragjury.llm.tokens import (
 )
 from ragjury.llm.usage import IN_FLIGHT, CallStats, UsageLedger
 from ragjury.pricing import PriceTable
-from ragjury.schemas.responses import checking
+from ragjury.schemas.responses import CheckContext, checking
 from ragjury.urls import redacted
 
 T = TypeVar("T", bound=BaseModel)
@@ -241,7 +242,7 @@ class LLM:
         messages: Sequence[Message],
         *,
         stage: str,
-        context: dict[str, Any] | None = None,
+        context: CheckContext | None = None,
     ) -> T:
         """Ask for ``response_model``; re-ask on invalid output; retry transport failures.
 
@@ -262,7 +263,7 @@ class LLM:
         messages: Sequence[Message],
         *,
         stage: str,
-        context: dict[str, Any] | None = None,
+        context: CheckContext | None = None,
     ) -> tuple[T, CallStats]:
         """Like :meth:`structured`, and also what the call cost (requests, tokens, logprobs)."""
         if self.judge is not None:
@@ -274,7 +275,7 @@ class LLM:
         token = _current_call.set(stats)
         error: str | None = None
         parked = False
-        extra: dict[str, Any] = {"logprobs": True} if self.settings.logprobs else {}
+        extra: dict[str, bool] = {"logprobs": True} if self.settings.logprobs else {}
         try:
             with checking(context):
                 result: T = await self._create(
@@ -384,7 +385,7 @@ class LLM:
         if self._on_call is not None:
             await self._on_call(stats, error)
 
-    async def _send(self, **kwargs: Any) -> ChatCompletion:
+    async def _send(self, **kwargs: JSONData) -> ChatCompletion:
         """One chat request for instructor: sent, and re-sent while the failure is transient."""
         stats = _current_call.get()
         if stats is None:
@@ -397,7 +398,10 @@ class LLM:
             # a re-ask: the answers so far go on the books before the next request, so a
             # process killed while it is in flight leaves them counted
             await self._on_call(stats, IN_FLIGHT)
-        prompt = estimate_prompt_tokens(kwargs.get("messages", ()))
+        messages = kwargs.get("messages")
+        prompt = estimate_prompt_tokens(
+            m for m in (messages if isinstance(messages, list) else ()) if isinstance(m, Mapping)
+        )
         if prompt > self.max_prompt_tokens:
             raise LLMTransportError(
                 f"{stats.stage}: the prompt is about {prompt:,} tokens, more than "

@@ -63,12 +63,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import httpx2
 import structlog
 
+from ragjury._json import JSONData
 from ragjury.errors import ConfigurationError
 from ragjury.llm._answer_pacing import AnswerPacer, AnswerRate
 from ragjury.llm.ratelimit import Clock, LocalLedger, RateHeaders, RateLedger, Window
@@ -468,7 +469,7 @@ class AdaptiveLimiter:
             self._trial = _Trial(limit_before=before, share_before=share, after_seq=self._issued)
         return True
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, JSONData]:
         """The limiter's state for logs and run summaries."""
         return {
             "concurrency": self.cap,

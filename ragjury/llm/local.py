@@ -19,6 +19,7 @@ import anyio.to_thread
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
+from ragjury._json import JSONData, JSONValue
 from ragjury.errors import LLMTransportError, LLMUnavailableError
 from ragjury.llm import static_embeddings
 from ragjury.pricing import LOCAL_PREFIX
@@ -35,7 +36,7 @@ themselves inside a string until the token limit cuts the JSON off; a bound clos
 string so the output stays JSON, and instructor judges what it says."""
 
 
-def bounded_strings(schema: Any, limit: int = MAX_STRING_CHARS) -> Any:
+def bounded_strings(schema: JSONValue, limit: int = MAX_STRING_CHARS) -> JSONValue:
     """A copy of a JSON schema whose string values are at most ``limit`` characters long."""
     if isinstance(schema, list):
         return [bounded_strings(item, limit) for item in schema]
@@ -43,31 +44,50 @@ def bounded_strings(schema: Any, limit: int = MAX_STRING_CHARS) -> Any:
         return schema
     bounded = {key: bounded_strings(value, limit) for key, value in schema.items()}
     if bounded.get("type") == "string" and "enum" not in bounded and "const" not in bounded:
-        bounded["maxLength"] = min(int(bounded.get("maxLength", limit)), limit)
+        given = bounded.get("maxLength", limit)
+        if not isinstance(given, int | float | str):
+            raise TypeError(f"a schema's maxLength is {given!r}, not a number")
+        bounded["maxLength"] = min(int(given), limit)
     return bounded
 
 
-def llama_request(request: Mapping[str, Any], *, max_tokens: int) -> dict[str, Any]:
+def llama_request(request: Mapping[str, JSONData], *, max_tokens: int) -> dict[str, Any]:
     """An OpenAI chat request as keyword arguments of ``Llama.create_chat_completion``.
 
     instructor's ``json_schema`` mode sends ``{"type": "json_schema", "json_schema":
     {"schema": ...}}``; llama.cpp takes the schema as ``{"type": "json_object", "schema":
     ...}`` and turns it into a grammar, so the model can only write JSON of that shape.
     """
-    kwargs = {key: request[key] for key in _PASSED if request.get(key) is not None}
+    # keyword arguments of create_chat_completion, each typed its own way by llama-cpp-python
+    kwargs: dict[str, Any] = {key: request[key] for key in _PASSED if request.get(key) is not None}
     if kwargs.get("logprobs") and not kwargs.get("top_logprobs"):
         kwargs["top_logprobs"] = 1  # llama.cpp returns no logprobs without a top_logprobs
     asked = request.get("max_tokens") or request.get("max_completion_tokens")
-    kwargs["max_tokens"] = min(int(asked), max_tokens) if asked else max_tokens
+    if not asked:
+        kwargs["max_tokens"] = max_tokens
+    elif isinstance(asked, int | float | str):
+        kwargs["max_tokens"] = min(int(asked), max_tokens)
+    else:
+        raise TypeError(f"a request's max_tokens is {asked!r}, not a number")
     response_format = request.get("response_format")
     if isinstance(response_format, Mapping):
         if response_format.get("type") == "json_schema":
-            schema = response_format.get("json_schema", {}).get("schema")
-            constrained = bounded_strings(grammar_schema(schema))
+            given = response_format.get("json_schema", {})
+            schema = given.get("schema") if isinstance(given, Mapping) else None
+            constrained = bounded_strings(grammar_schema(_json(schema)))
             kwargs["response_format"] = {"type": "json_object", "schema": constrained}
         elif response_format.get("type") == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
     return kwargs
+
+
+def _json(value: JSONData) -> JSONValue:
+    """``value`` with its read-only containers as JSON's lists and dicts."""
+    if isinstance(value, Mapping):
+        return {str(key): _json(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_json(item) for item in value]
+    return value
 
 
 class LlamaCppBackend:
@@ -97,7 +117,7 @@ class LlamaCppBackend:
         self._load_error: LLMTransportError | None = None
         self._lock = anyio.Lock()  # FIFO: waiting calls are served in arrival order
 
-    async def chat(self, *, stage: str, **request: Any) -> ChatCompletion:
+    async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:
         kwargs = llama_request(request, max_tokens=self._max_tokens)
         async with self._lock:
             # not abandoned on cancel: the thread holds the model until it returns

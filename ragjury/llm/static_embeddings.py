@@ -9,9 +9,9 @@ metric needs offline. The figure says which model gave it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, SupportsFloat
 
 from openai.types import CreateEmbeddingResponse, Embedding
 from openai.types.create_embedding_response import Usage
@@ -20,7 +20,15 @@ from ragjury.llm.tokens import estimate_tokens
 
 MODEL_NAME = "wordllama-l2-supercat-256"
 _lock = threading.Lock()
-_model: Any = None
+
+
+class _Model(Protocol):
+    """What is used of a ``wordllama.WordLlama`` (wordllama ships no type hints)."""
+
+    def embed(self, texts: list[str]) -> Iterable[Iterable[SupportsFloat]]: ...
+
+
+_model: _Model | None = None
 
 
 def available() -> str | None:
@@ -36,7 +44,7 @@ def available() -> str | None:
     return None
 
 
-def _load() -> Any:
+def _load() -> _Model:
     global _model
     with _lock:
         if _model is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+
+from ragjury._json import JSONData
 
 CHARS_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD = 4
@@ -42,7 +43,7 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def estimate_prompt_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+def estimate_prompt_tokens(messages: Iterable[Mapping[str, JSONData]]) -> int:
     """Prompt tokens of chat ``messages`` (string contents; other parts count as nothing)."""
     total = 0
     for message in messages:

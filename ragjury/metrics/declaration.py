@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricResult, Sample
@@ -62,7 +63,7 @@ class Scale:
             return f"{math.ceil(self.low + (self.high - self.low) * 0.75):g}"
         return "0.8" if self.high == 1 else f"{self.low:g}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JSONData]:
         return {
             "kind": self.kind,
             "low": self.low,
@@ -124,7 +125,7 @@ class Tally(Protocol):
 
     def add(self, result: MetricResult) -> None: ...
 
-    def figures(self) -> dict[str, Any]: ...
+    def figures(self) -> dict[str, JSONData]: ...
 
 
 @dataclass
@@ -152,7 +153,7 @@ class EstimateContext:
     def call(
         self,
         stage: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, JSONData]],
         schema: type[BaseModel],
         completion_tokens: int,
         calls: int = 1,
@@ -218,7 +219,7 @@ class Metric:
     order: int = 1000
     """Where it is listed: built-ins first, in the order users meet them."""
     origin: str = "builtin"
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JSONData] = field(default_factory=dict)
     """What a judge file said (kept with a job, so a worker can rebuild the metric)."""
     own_prompt: Callable[[Metric], Prompt] | None = None
     """The metric's one prompt when it is not a built-in template (a judge file's)."""
@@ -260,7 +261,7 @@ class Metric:
         sign = ">=" if self.scale.higher_is_better else "<="
         return f"score {sign} {_plain(self.threshold):g}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSONData]:
         """The declaration as data (``ragjury metrics --json``, a run's summary)."""
         return {
             "name": self.name,

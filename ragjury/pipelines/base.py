@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONObject
 from ragjury.agents.base import Step as Step
 from ragjury.errors import ConfigurationError
 from ragjury.schemas import BusEvent, Failure, kind_of
@@ -55,13 +56,11 @@ class Pipeline(Protocol):
         """What the store keeps of an ended item."""
         ...
 
-    def failed(
-        self, item_key: str, payload: Mapping[str, Any] | None, reason: str
-    ) -> ItemResults | None:
+    def failed(self, item_key: str, payload: JSONObject | None, reason: str) -> ItemResults | None:
         """Records to keep for an item that failed as a whole (None: just the reason)."""
         ...
 
-    def public(self, terminal: Any) -> list[BaseModel]:
+    def public(self, terminal: Any) -> list[BusEvent]:
         """The events an application sees for an ended item (``Jury.events``)."""
         ...
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 from pydantic import BaseModel
 
+from ragjury._json import JSONData, JSONObject
 from ragjury.agents import custom_judge
 from ragjury.agents.joins import JoinState
 from ragjury.agents.sample_aggregator import SampleAggregator
@@ -113,11 +114,11 @@ def plan_metrics(
     return MetricPlan(metrics, names, tuple(loaded))
 
 
-def result_record(scored: SampleScored) -> dict[str, Any]:
+def result_record(scored: SampleScored) -> dict[str, JSONData]:
     """The exported form of a judged sample (the README documents these fields)."""
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, dict[str, JSONData]] = {}
     for name, result in scored.metrics.items():
-        entry: dict[str, Any] = {
+        entry: dict[str, JSONData] = {
             "outcome": result.outcome,
             "score": result.score,
             "passing": result.passing,
@@ -129,7 +130,7 @@ def result_record(scored: SampleScored) -> dict[str, Any]:
             entry["error"] = result.error.model_dump()
         metrics[name] = entry
     sample = scored.sample
-    record: dict[str, Any] = {
+    record: dict[str, JSONData] = {
         "id": sample.id,
         "question": sample.question,
         "answer": sample.answer,
@@ -277,9 +278,7 @@ class EvaluationPipeline(Steps):
             transient_failures=transient_failures([terminal]),
         )
 
-    def failed(
-        self, item_key: str, payload: Mapping[str, Any] | None, reason: str
-    ) -> ItemResults | None:
+    def failed(self, item_key: str, payload: JSONObject | None, reason: str) -> ItemResults | None:
         if payload is None:
             return None
         try:
@@ -293,5 +292,5 @@ class EvaluationPipeline(Steps):
             report={"answered_by_target": False},
         )
 
-    def public(self, terminal: SampleScored) -> list[BaseModel]:
+    def public(self, terminal: SampleScored) -> list[BusEvent]:
         return [terminal]

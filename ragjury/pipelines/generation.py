@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.agents import (
     Aggregator,
     Chunker,
@@ -148,7 +149,7 @@ class GenerationPipeline(Steps):
             for kind in QUESTION_TYPES[1:]
             if kind in options.question_types
         }
-        drafting: list[object] = [
+        drafting: list[JSONData] = [
             model,
             prompt("generator").version,
             options.questions_per_chunk,
@@ -156,7 +157,7 @@ class GenerationPipeline(Steps):
         ]
         if typed:  # a default job's fingerprint stays what it always was
             drafting.append({kind: p.version for kind, p in typed.items()})
-        relevance: list[object] = [model, prompt("relevance").version, options.audience]
+        relevance: list[JSONData] = [model, prompt("relevance").version, options.audience]
         persona_prompts = None
         if options.personas:  # the persona is in each message; its prompts are here
             persona_prompts = prompt("generator_persona"), prompt("relevance_persona")
@@ -244,7 +245,7 @@ class GenerationPipeline(Steps):
     ) -> ItemResults | None:
         return None
 
-    def public(self, terminal: DocumentJudged) -> list[BaseModel]:
+    def public(self, terminal: DocumentJudged) -> list[BusEvent]:
         return [*terminal.pairs, terminal]
 
 

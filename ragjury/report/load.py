@@ -16,6 +16,7 @@ from typing import Any, Literal
 import anyio
 import pydantic
 
+from ragjury._json import JSONData
 from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
@@ -296,7 +297,7 @@ class HistoryRun:
     items: int
     resumed: bool = False
     """The run resumed a job an earlier run had started."""
-    figures: dict[str, dict[str, object]] = field(default_factory=dict)
+    figures: dict[str, Mapping[str, JSONData]] = field(default_factory=dict)
     gates: list[Mapping[str, object]] = field(default_factory=list)
     declarations: dict[str, Mapping[str, object]] = field(default_factory=dict)
 
@@ -313,21 +314,23 @@ class HistoryRun:
 def _history_entry(job: Job, run: RunRecord) -> HistoryRun:
     summary = run.summary or {}
     figures = summary.get("metrics") if job.kind != "generate" else None
+    gates, declared = summary.get("gates"), summary.get("declarations")
+    model = run.settings.get("model")
     return HistoryRun(
         job=job.id,
         run=run.id,
         kind="dataset" if job.kind == "generate" else "evaluation",
         finished_at=run.finished_at,
-        model=run.settings.get("model"),
+        model=model if isinstance(model, str) else None,
         items=job.size,
         resumed=bool(summary.get("resumed")),
-        figures={name: kept for name, kept in (figures or {}).items() if isinstance(kept, dict)},
-        gates=[g for g in summary.get("gates") or [] if isinstance(g, dict)],
-        declarations={
-            name: kept
-            for name, kept in (summary.get("declarations") or {}).items()
-            if isinstance(kept, dict)
-        },
+        figures={name: kept for name, kept in figures.items() if isinstance(kept, dict)}
+        if isinstance(figures, dict)
+        else {},
+        gates=[g for g in gates if isinstance(g, dict)] if isinstance(gates, list) else [],
+        declarations={name: kept for name, kept in declared.items() if isinstance(kept, dict)}
+        if isinstance(declared, dict)
+        else {},
     )
 
 
@@ -357,7 +360,7 @@ async def history_from_db(db: str | Path) -> tuple[str, list[HistoryRun]]:
                 tally = SummaryTally(list(EvaluationSpec.model_validate(job.options).metrics))
                 async for text in store.scored(job.id):
                     tally.add(SampleScored.model_validate_json(text))
-                found.figures = tally.metric_figures()
+                found.figures = dict(tally.metric_figures())
             entries.append((when, found))
         ordered = sorted(entries, key=lambda entry: entry[0])  # stable: a job's runs in order
         return store.location, [entry for _, entry in ordered]

@@ -12,11 +12,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
-from pydantic import BaseModel
 
-from ragjury.schemas import ItemFailed
+from ragjury.schemas import BusEvent, ItemFailed, JuryEvent
 
-EventListener = Callable[[str, BaseModel], Awaitable[None]]
+EventListener = Callable[[str, JuryEvent], Awaitable[None]]
 """Called with (job id, event). ``on_event``: each public event of an item once its results
 are stored (``PairJudged``/``DocumentJudged``, ``SampleScored``, ``ItemFailed``);
 ``on_output``: every event this process's workers produce, as they produce it."""
@@ -44,12 +43,12 @@ class Progress:
         self._on_output = on_output
         self._ended = anyio.Event()
 
-    async def output(self, job_id: str, event: BaseModel) -> None:
+    async def output(self, job_id: str, event: BusEvent) -> None:
         """A step's output, as this process's workers make it."""
         if self._on_output is not None:
             await self._on_output(job_id, event)
 
-    async def done(self, job_id: str, public: Sequence[BaseModel]) -> None:
+    async def done(self, job_id: str, public: Sequence[BusEvent]) -> None:
         """An item's results are stored (by this process): count it, tell the caller."""
         self.counts.done += 1
         if self._on_event is not None:

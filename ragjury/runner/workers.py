@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from ragjury._json import JSONObject
 from ragjury.agents.joins import current_item
 from ragjury.bus import Bus, Delivery, DurableBus, Message, Subscription
 from ragjury.config import Settings
@@ -287,7 +287,7 @@ class Workers:
         job_id: str,
         key: str,
         reason: str,
-        payload: Mapping[str, Any] | None = None,
+        payload: JSONObject | None = None,
     ) -> None:
         """End an item ``failed`` with ``reason`` (and, for a sample, every metric failed)."""
         results = None

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from ragjury._json import JSONData
 from ragjury.schemas.records import Failure, Sample
 
 MetricName = str
@@ -32,7 +33,7 @@ class MetricResult(_Frozen):
     llm_calls: int = 0
 
     @classmethod
-    def not_applicable(cls, reason: str, **details: Any) -> MetricResult:
+    def not_applicable(cls, reason: str, **details: JSONData) -> MetricResult:
         return cls(outcome="not_applicable", reason=reason, details=details)
 
     @classmethod

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     model_serializer,
@@ -177,7 +178,7 @@ class DocumentJudged(_Event):
     chunks_failed: int
     pairs_drafted: int
     duplicates_dropped: int
-    failed_chunks: tuple[dict[str, Any], ...] = ()
+    failed_chunks: tuple[dict[str, JsonValue], ...] = ()
     chunks_not_drafted: int = Field(
         default=0, ge=0, description="Chunks left out by ``--max-pairs``."
     )
@@ -214,6 +215,9 @@ BusEvent: TypeAlias = (
     | SampleScored
 )
 """Every event an agent consumes or emits: what the runner carries between them."""
+
+JuryEvent: TypeAlias = BusEvent | ItemFailed
+"""What ``Jury.events()`` yields: the runner's events, and an item that failed as a whole."""
 
 Event = Annotated[BusEvent, Field(discriminator="kind")]
 

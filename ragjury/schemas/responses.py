@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any, ClassVar, TypeAlias, TypeVar
+from typing import Annotated, Any, ClassVar, TypedDict, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -22,6 +22,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from ragjury._json import JSONValue
 
 # A question that leans on the text it came from cannot be asked by a real user.
 _CONTEXT_REFERENCE = re.compile(
@@ -34,12 +36,26 @@ _CONTEXT_REFERENCE = re.compile(
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-_checking: ContextVar[Mapping[str, Any] | None] = ContextVar("ragjury_checking", default=None)
+class CheckContext(TypedDict, total=False):
+    """What the validators check a call's output against."""
+
+    count: int
+    """How many items (verdicts, statements) the output must hold."""
+    contexts: Sequence[str]
+    """The texts the output's quotes must come from."""
+    questions_per_chunk: int
+    chunks: Sequence[str]
+    short_answer: str
+    """The pair's short answer, which a reference answer may not be shorter than."""
+    """The chunks a question was drafted from, numbered from 1 in the output."""
+
+
+_checking: ContextVar[CheckContext | None] = ContextVar("ragjury_checking", default=None)
 _schemas: dict[type[BaseModel], dict[str, Any]] = {}
 
 
 @contextmanager
-def checking(context: Mapping[str, Any] | None) -> Iterator[None]:
+def checking(context: CheckContext | None) -> Iterator[None]:
     """Make ``context`` what the validators below see while a call's output is validated.
 
     It is not handed to instructor as ``context``: instructor then renders every message as a
@@ -53,14 +69,15 @@ def checking(context: Mapping[str, Any] | None) -> Iterator[None]:
         _checking.reset(token)
 
 
-def _context(info: ValidationInfo) -> Mapping[str, Any]:
-    return info.context or _checking.get() or {}
+def _context(info: ValidationInfo) -> CheckContext:
+    given: CheckContext | None = info.context  # pydantic types the context as Any
+    return given or _checking.get() or {}
 
 
 _SMALL_RANGE = 64
 
 
-def grammar_schema(schema: Any) -> Any:
+def grammar_schema(schema: JSONValue) -> JSONValue:
     """``schema`` with what llama.cpp's JSON-schema grammar would otherwise leave out, for a
     local model that can then only write output of that shape: small integer ranges (ratings
     1-5) as enums, since its converter ignores minimum/maximum, and every field required.
@@ -72,11 +89,7 @@ def grammar_schema(schema: Any) -> Any:
     return _required(_integer_enums(copy.deepcopy(schema)))
 
 
-_Parsed: TypeAlias = "str | int | float | bool | list[_Parsed] | dict[str, _Parsed] | None"
-"""A model's answer as JSON decodes it."""
-
-
-def _strip_nul(value: _Parsed) -> _Parsed:
+def _strip_nul(value: JSONValue) -> JSONValue:
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, dict):
@@ -86,18 +99,19 @@ def _strip_nul(value: _Parsed) -> _Parsed:
     return value
 
 
-def _required(schema: Any) -> Any:
+def _required(schema: JSONValue) -> JSONValue:
     if isinstance(schema, list):
         return [_required(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
     result = {key: _required(value) for key, value in schema.items()}
-    if isinstance(result.get("properties"), dict):
-        result["required"] = list(result["properties"])
+    properties = result.get("properties")
+    if isinstance(properties, dict):
+        result["required"] = list[JSONValue](properties)
     return result
 
 
-def _integer_enums(schema: Any) -> Any:
+def _integer_enums(schema: JSONValue) -> JSONValue:
     if isinstance(schema, list):
         return [_integer_enums(item) for item in schema]
     if not isinstance(schema, dict):
@@ -109,7 +123,7 @@ def _integer_enums(schema: Any) -> Any:
     if high - low >= _SMALL_RANGE:
         return result
     described = {"description": result["description"]} if "description" in result else {}
-    return {"enum": list(range(low, high + 1)), **described}
+    return {"enum": list[JSONValue](range(low, high + 1)), **described}
 
 
 class _Response(BaseModel):
@@ -120,7 +134,7 @@ class _Response(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _without_nul(cls, data: _Parsed) -> _Parsed:
+    def _without_nul(cls, data: JSONValue) -> JSONValue:
         """A model's NUL characters (``\\u0000`` in its JSON) mean nothing and PostgreSQL's
         text refuses them: taken out of every string, so both stores keep the same text."""
         return _strip_nul(data)

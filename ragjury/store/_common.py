@@ -11,13 +11,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
 from ragjury._id_hashes import Repeats, id_hash
+from ragjury._json import JSONData
 from ragjury.errors import InputError
-from ragjury.store.base import ItemsFactory, Job, JobKind, RunRecord
+from ragjury.store._values import Params, Row
+from ragjury.store.base import CallTotals, ItemsFactory, Job, JobKind, RunRecord
 
 KILLED = "in flight when its process was killed: never answered"
 UNFINISHED_STATES = ("queued", "processing", "running")
@@ -35,7 +36,7 @@ def epoch(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp).timestamp()
 
 
-def encode(payload: Any) -> str:
+def encode(payload: BaseModel | Mapping[str, JSONData]) -> str:
     if isinstance(payload, BaseModel):
         return payload.model_dump_json()
     return json.dumps(payload, sort_keys=True)
@@ -89,7 +90,7 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
-def job_key(kind: JobKind, options: Mapping[str, Any], items: ItemsFactory) -> tuple[str, int]:
+def job_key(kind: JobKind, options: Mapping[str, JSONData], items: ItemsFactory) -> tuple[str, int]:
     """The key of a job (a hash of what it does and its items) and how many items it has;
     refuses items that share an id. Only the ids' hashes are kept (:class:`Repeats`), so a
     million items cost a few megabytes; ``items`` is called again only to name repeats."""
@@ -129,7 +130,7 @@ def poison(group: str, attempts: int, last_error: str | None) -> str:
     )
 
 
-def totals(row: Sequence[Any]) -> dict[str, Any]:
+def totals(row: Row) -> CallTotals:
     """``call_totals`` from (requests, prompt, completion, known cost, calls without cost)."""
     return {
         "llm_calls": int(row[0]),
@@ -140,7 +141,7 @@ def totals(row: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def run_record(row: Sequence[Any]) -> RunRecord:
+def run_record(row: Row) -> RunRecord:
     """A run from (id, command, started_at, finished_at, settings JSON, summary JSON)."""
     run_id, command, started, finished, settings, summary = row
     return RunRecord(
@@ -160,7 +161,7 @@ def job_summary_pattern(job_id: str) -> str:
     return f'%"job": {json.dumps(job_id)}%'
 
 
-def latest_run_of(rows: Sequence[Sequence[Any]], job_id: str) -> RunRecord | None:
+def latest_run_of(rows: Sequence[Row], job_id: str) -> RunRecord | None:
     """The first of ``rows`` (newest first) whose summary names ``job_id`` and that ended on
     its own (a killed run's summary holds only its calls)."""
     runs = (run_record(row) for row in rows)
@@ -174,26 +175,34 @@ def latest_run_of(rows: Sequence[Sequence[Any]], job_id: str) -> RunRecord | Non
     )
 
 
-def job_record(row: Sequence[Any]) -> Job:
+def job_record(row: Row) -> Job:
     """A job from (id, kind, options JSON, number of items)."""
     job_id, kind, options, size = row
     return Job(id=str(job_id), kind=kind, options=json.loads(options), size=int(size))
 
 
-def pair_row(job_id: str, item_id: int, index: int, record: Mapping[str, Any]) -> tuple[Any, ...]:
+def pair_row(job_id: str, item_id: int, index: int, record: Mapping[str, JSONData]) -> Params:
     return (
         job_id,
-        record["id"],
+        _scalar(record["id"]),
         item_id,
         index,
-        record["outcome"],
-        record["question"],
-        record["source"],
+        _scalar(record["outcome"]),
+        _scalar(record["question"]),
+        _scalar(record["source"]),
         json.dumps(record, ensure_ascii=False),
     )
 
 
 def sample_row(
-    job_id: str, item_id: int, position: int, record: Mapping[str, Any], scored: str
-) -> tuple[Any, ...]:
-    return (job_id, record["id"], item_id, position, json.dumps(record, ensure_ascii=False), scored)
+    job_id: str, item_id: int, position: int, record: Mapping[str, JSONData], scored: str
+) -> Params:
+    record_id = _scalar(record["id"])
+    return (job_id, record_id, item_id, position, json.dumps(record, ensure_ascii=False), scored)
+
+
+def _scalar(value: JSONData) -> str | int | float | bool | None:
+    """A field of a record that is stored in a column of its own."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"a record's column holds a list or an object: {value!r}")

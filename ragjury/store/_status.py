@@ -7,9 +7,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from ragjury.store._values import Param, Row
 from ragjury.store.base import STATES
+from ragjury.store.status_report import (
+    BatchStatus,
+    JobStatus,
+    StageUse,
+    StatusReport,
+    Throughput,
+    TokenTotals,
+    WorkerStatus,
+)
 
 _LIVE_SECONDS = 120.0
 """A worker that has not beaten its heart for this long is taken for dead."""
@@ -18,43 +28,47 @@ _LIVE_SECONDS = 120.0
 class _Readable(Protocol):
     location: str
 
-    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    async def read(self, sql: str, params: Sequence[Param] = ()) -> list[Row]: ...
 
     async def now(self) -> float: ...
 
     async def waiting_messages(self) -> dict[str, int]: ...
 
 
-async def status(store: _Readable) -> dict[str, Any]:
+async def status(store: _Readable) -> StatusReport:
     now = time.time()
     # every job's items per state in one pass over the items_job index, the totals summed
     # from it: not a count of the whole table and then one more query per job
-    totals: dict[str, int] = dict.fromkeys(STATES, 0)
-    per_job: dict[str, dict[str, int]] = {}
+    totals = _states()
+    per_job: dict[str, _States] = {}
     for job_id, state, n in await store.read(
         "SELECT job_id, state, COUNT(*) FROM items GROUP BY job_id, state"
     ):
         shown = "processing" if state == "running" else str(state)
-        per_job.setdefault(str(job_id), dict.fromkeys(STATES, 0))[shown] += int(n)
+        per_job.setdefault(str(job_id), _states())[shown] += int(n)
         totals[shown] += int(n)
-    doc: dict[str, Any] = {"db": store.location, **totals}
-    doc["jobs"] = [
-        {
-            "id": job_id,
-            "kind": kind,
-            "created_at": created_at,
-            **per_job.get(str(job_id), dict.fromkeys(STATES, 0)),
-        }
-        for job_id, kind, created_at in await store.read(
-            "SELECT id, kind, created_at FROM jobs ORDER BY seq"
+    jobs: list[JobStatus] = []
+    for job_id, kind, created_at in await store.read(
+        "SELECT id, kind, created_at FROM jobs ORDER BY seq"
+    ):
+        states = per_job.get(str(job_id), _states())
+        jobs.append(
+            {
+                "id": job_id,
+                "kind": kind,
+                "created_at": created_at,
+                "queued": states["queued"],
+                "processing": states["processing"],
+                "done": states["done"],
+                "failed": states["failed"],
+            }
         )
-    ]
 
     cached = {
         str(agent): int(n)
         for agent, n in await store.read("SELECT agent, COUNT(*) FROM steps GROUP BY agent")
     }
-    stages: dict[str, dict[str, int]] = {}
+    stages: dict[str, StageUse] = {}
     for stage, calls, requests, prompt, completion, failed in await store.read(
         "SELECT stage, COUNT(*), SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), "
         "SUM(CASE WHEN error IS NOT NULL AND error NOT LIKE 'in flight%' THEN 1 ELSE 0 END) "
@@ -72,10 +86,9 @@ async def status(store: _Readable) -> dict[str, Any]:
     for agent, n in cached.items():
         stages.setdefault(agent, {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         stages[agent]["cached_steps"] = n
-    doc["stages"] = stages
-    doc["tokens"] = {
-        "prompt": sum(s.get("prompt_tokens", 0) for s in stages.values()),
-        "completion": sum(s.get("completion_tokens", 0) for s in stages.values()),
+    tokens: TokenTotals = {
+        "prompt": sum(s["prompt_tokens"] for s in stages.values()),
+        "completion": sum(s["completion_tokens"] for s in stages.values()),
     }
 
     [(done, first, last, recent)] = await store.read(  # one pass over the done items
@@ -85,13 +98,13 @@ async def status(store: _Readable) -> dict[str, Any]:
         (now - 60,),
     )
     span = (last - first) if done and done > 1 and first is not None else None
-    doc["throughput"] = {
+    throughput: Throughput = {
         "items_done_last_minute": int(recent or 0),  # SUM of no rows is NULL
         "items_per_minute": round(60 * (done - 1) / span, 2) if span else None,
     }
 
     db_now = await store.now()
-    workers = []
+    workers: list[WorkerStatus] = []
     serving: set[str] = set()
     for owner, host, pid, agents, heartbeat in await store.read(
         "SELECT owner, host, pid, agents, heartbeat FROM workers ORDER BY started_at"
@@ -120,13 +133,8 @@ async def status(store: _Readable) -> dict[str, Any]:
                 "live": live,
             }
         )
-    doc["daemons"] = workers
     waiting = await store.waiting_messages()
-    doc["agents"] = {
-        group: {"messages_waiting": n, "served": group in serving} for group, n in waiting.items()
-    }
-    doc["waiting_for_workers"] = sorted(g for g in waiting if g not in serving)
-    doc["batches"] = [
+    batches: list[BatchStatus] = [
         {"job": str(job), "batch": batch, "status": state or "submitting",
          "requests": int(n), "age_seconds": round(float(age), 1)}
         for job, batch, state, n, age in await store.read(
@@ -134,4 +142,28 @@ async def status(store: _Readable) -> dict[str, Any]:
             "FROM batches WHERE state <> 'ended' ORDER BY created_at"
         )
     ]  # fmt: skip
-    return doc
+    return {
+        "db": store.location,
+        "queued": totals["queued"],
+        "processing": totals["processing"],
+        "done": totals["done"],
+        "failed": totals["failed"],
+        "jobs": jobs,
+        "stages": stages,
+        "tokens": tokens,
+        "throughput": throughput,
+        "daemons": workers,
+        "agents": {
+            group: {"messages_waiting": n, "served": group in serving}
+            for group, n in waiting.items()
+        },
+        "waiting_for_workers": sorted(g for g in waiting if g not in serving),
+        "batches": batches,
+    }
+
+
+_States = dict[str, int]
+
+
+def _states() -> _States:
+    return dict.fromkeys(STATES, 0)

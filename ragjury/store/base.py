@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol, TypedDict
 
+from pydantic import BaseModel
+
+from ragjury._json import JSONData, JSONObject
 from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
+from ragjury.store.status_report import StatusReport
 
 JobKind = Literal["generate", "evaluate"]
 STATES: tuple[str, ...] = ("queued", "processing", "done", "failed")
@@ -32,7 +36,7 @@ STATES: tuple[str, ...] = ("queued", "processing", "done", "failed")
 class Job:
     id: str
     kind: JobKind
-    options: dict[str, Any]
+    options: JSONObject
     created: bool = False
     """True when this call created the job; False when an identical job already existed."""
     size: int = 0
@@ -51,8 +55,8 @@ class RunRecord:
     command: str
     started_at: str
     finished_at: str | None
-    settings: dict[str, Any]
-    summary: dict[str, Any] | None
+    settings: JSONObject
+    summary: JSONObject | None
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Item:
     job_id: str
     key: str
     position: int
-    payload: dict[str, Any]
+    payload: JSONObject
     attempts: int
 
 
@@ -71,10 +75,10 @@ class Item:
 class ItemResults:
     """What finishing an item stores: export records (pairs or samples) and a report."""
 
-    pairs: Sequence[dict[str, Any]] = ()
-    samples: Sequence[tuple[dict[str, Any], str]] = ()
+    pairs: Sequence[Mapping[str, JSONData]] = ()
+    samples: Sequence[tuple[Mapping[str, JSONData], str]] = ()
     """(export record, SampleScored JSON) per sample."""
-    report: dict[str, Any] | None = None
+    report: Mapping[str, JSONData] | None = None
     transient_failures: int = 0
     """Failure records that say the endpoint failed, not the model. When the same job is
     submitted again, an item with any is done again, its other steps from the cache."""
@@ -114,6 +118,23 @@ class Claim:
     acknowledged (each killed or crashed its worker); their items were failed."""
 
 
+class CallTotals(TypedDict):
+    """LLM use as the call records add it up."""
+
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    """None when a call's cost is unknown (a model without a price)."""
+    cost_known_usd: float
+    """The cost of the calls whose cost is known."""
+
+
+class FailedItem(TypedDict):
+    item: str
+    error: str
+
+
 @dataclass(frozen=True)
 class QuestionDecision:
     """The deduplicator's stored decision on one drafted pair."""
@@ -123,7 +144,8 @@ class QuestionDecision:
     similarity: float | None
 
 
-ItemsFactory = Callable[[], Iterable[tuple[str, Any]]]
+ItemsFactory = Callable[[], Iterable[tuple[str, BaseModel | Mapping[str, JSONData]]]]
+"""A function returning a fresh iterator of a job's items: (key, payload stored as JSON)."""
 
 
 class QuestionMatcher(Protocol):
@@ -177,9 +199,9 @@ class CallLog(Protocol):
         caller's ``per_second`` and ``capacity`` are the bucket's for this call."""
         ...
 
-    async def start_run(self, command: str, settings: Mapping[str, Any]) -> str: ...
+    async def start_run(self, command: str, settings: Mapping[str, JSONData]) -> str: ...
 
-    async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None: ...
+    async def finish_run(self, run_id: str, summary: Mapping[str, JSONData]) -> None: ...
 
     async def note_run_job(self, run_id: str, job_id: str) -> None:
         """Note the job an unfinished run works on, so that if its process is killed, the
@@ -196,7 +218,7 @@ class CallLog(Protocol):
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
-    ) -> dict[str, Any]:
+    ) -> CallTotals:
         """Requests, tokens and cost of a run's calls, or of every call recorded since the
         time ``since`` (all processes: what a shared budget counts)."""
         ...
@@ -221,7 +243,7 @@ class Queue(Protocol):
     async def submit(
         self,
         kind: JobKind,
-        options: Mapping[str, Any],
+        options: Mapping[str, JSONData],
         items: ItemsFactory,
         *,
         batch: int = 500,
@@ -279,11 +301,11 @@ class Queue(Protocol):
 
     async def unfinished(self, job_ids: Sequence[str] | None = None) -> int: ...
 
-    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+    async def item_payload(self, job_id: str, key: str) -> JSONObject | None:
         """The submitted document or sample of an item."""
         ...
 
-    def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, dict[str, object]]]:
+    def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, JSONObject]]:
         """Every item of a job as (key, submitted payload), in the order they were
         submitted, a page at a time."""
         ...
@@ -292,17 +314,17 @@ class Queue(Protocol):
 class Results(Protocol):
     """What finished items left, for outputs and reports."""
 
-    def reports(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+    def reports(self, job_id: str) -> AsyncIterator[JSONObject]:
         """The reports of a job's ended items, in item order, a page at a time."""
         ...
 
-    async def failed_items(self, job_id: str) -> list[dict[str, Any]]: ...
+    async def failed_items(self, job_id: str) -> list[FailedItem]: ...
 
     async def pair_outcomes(self, job_id: str) -> dict[str, int]: ...
 
-    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]: ...
+    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]: ...
 
-    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]: ...
+    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]: ...
 
     def scored(self, job_id: str) -> AsyncIterator[str]:
         """The SampleScored JSON of a job's samples, in input order."""
@@ -393,7 +415,7 @@ class Workers(Protocol):
 
     async def unregister_worker(self, owner: str) -> None: ...
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusReport:
         """The ``ragjury status --json`` document."""
         ...
 

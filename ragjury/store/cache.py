@@ -12,10 +12,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, TypeAdapter
 
+from ragjury._json import JSONData
 from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored, ReferenceWritten
 from ragjury.store.base import CallLog
 
@@ -36,7 +37,7 @@ def carries_failure(event: BaseModel) -> bool:
     return getattr(event, "error", None) is not None
 
 
-def fingerprint(*parts: Any) -> str:
+def fingerprint(*parts: JSONData) -> str:
     """A short stable hash of the things that change an agent's output."""
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -47,7 +48,7 @@ def llm_fingerprint(settings: Settings) -> str:
     ``--llm local:PATH``, or the bundled one taken when no endpoint is configured) adds
     which one, so its judgements are never taken for an endpoint's or another file's; an
     endpoint's fingerprint is what it always was."""
-    parts: list[object] = [
+    parts: list[JSONData] = [
         settings.base_url,
         settings.model,
         settings.mode,

@@ -22,7 +22,8 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, TypedDict, TypeVar
 
 import anyio
 import structlog
@@ -41,13 +42,14 @@ from ragjury.store.sql.steps import (
     Lock,
     Publish,
     Step,
+    StepResult,
     Steps,
 )
 from ragjury.urls import redacted
 
 T = TypeVar("T")
 Conn = Any
-"""An ``asyncpg.Connection`` (asyncpg ships no type hints)."""
+"""An ``asyncpg.Connection``, ``Pool`` or listener (asyncpg ships no type hints)."""
 
 log = structlog.get_logger("ragjury.store")
 
@@ -117,7 +119,7 @@ _MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
 """``json_merge(a, b)``: the JSON objects' keys together, ``b``'s value for a key in both."""
 
 
-async def _apply(conn: Conn, step: Step) -> Any:
+async def _apply(conn: Conn, step: Step) -> StepResult:
     """Run one step of an operation; its result."""
     if isinstance(step, Fetch):
         return [tuple(row) for row in await conn.fetch(render(step.sql), *step.params)]
@@ -193,7 +195,7 @@ def pool_size_for(concurrency: int) -> int:
     return max(4, min(32, concurrency // 4 + 2))
 
 
-def _driver() -> Any:
+def _driver() -> ModuleType:
     try:
         import asyncpg
     except ImportError as exc:  # the postgres extra is not installed
@@ -201,7 +203,8 @@ def _driver() -> Any:
             "a postgresql:// --db needs the asyncpg driver, in ragjury's postgres extra: "
             "pip install 'ragjury[postgres]'"
         ) from exc
-    return asyncpg
+    driver: ModuleType = asyncpg
+    return driver
 
 
 def _lost(exc: BaseException) -> bool:
@@ -226,6 +229,12 @@ def _lost(exc: BaseException) -> bool:
     return False
 
 
+class _ConnectOptions(TypedDict):
+    dsn: str
+    timeout: float
+    server_settings: dict[str, str]
+
+
 class PostgresStore(SQLStore):
     """``async with PostgresStore(url) as store:`` connects, and creates or upgrades the
     schema. ``url`` is a ``postgresql://user@host:port/database`` URL; its password may also
@@ -245,13 +254,13 @@ class PostgresStore(SQLStore):
         self.pool_size = pool_size
         self.reconnect_seconds = reconnect_seconds
         self.connect_timeout = connect_timeout
-        self._pool: Any = None
-        self._listener: Any = None
+        self._pool: Conn | None = None
+        self._listener: Conn | None = None
         self._watchers: list[Callable[[str], None]] = []
         self._unreachable_since: float | None = None
 
     # opening ------------------------------------------------------------------------
-    def _connect_options(self) -> dict[str, Any]:
+    def _connect_options(self) -> _ConnectOptions:
         return {
             "dsn": self.url,
             "timeout": self.connect_timeout,

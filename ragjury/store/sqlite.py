@@ -23,6 +23,7 @@ import anyio.to_thread
 
 from ragjury.errors import ConfigurationError
 from ragjury.store import _schema
+from ragjury.store._values import Param, Params, Row
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.items import end_item_plainly
 from ragjury.store.sql.mailbox import acknowledge_plainly
@@ -34,8 +35,8 @@ from ragjury.store.sql.steps import (
     Fetch,
     InsertItems,
     Publish,
-    Row,
     Step,
+    StepResult,
     Steps,
 )
 
@@ -87,7 +88,7 @@ def render(sql: str, lists: tuple[int, ...] = ()) -> str:
     return "".join(out)
 
 
-def _bound(sql: str, params: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+def _bound(sql: str, params: Params) -> tuple[str, Params]:
     if not any(isinstance(p, list) for p in params):
         return render(sql), params
     lists = tuple(len(p) if isinstance(p, list) else -1 for p in params)
@@ -95,7 +96,7 @@ def _bound(sql: str, params: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
     return render(sql, lists), flat
 
 
-def _apply(conn: Conn, step: Step) -> Any:
+def _apply(conn: Conn, step: Step) -> StepResult:
     """Run one step of an operation; its result."""
     if isinstance(step, Fetch):
         return conn.execute(*_bound(step.sql, step.params)).fetchall()
@@ -127,11 +128,11 @@ def drive(conn: Conn, steps: Steps[T]) -> T:
         return result
 
 
-def _all(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+def _all(conn: Conn, sql: str, params: Sequence[Param] = ()) -> list[Row]:
     return [tuple(row) for row in conn.execute(sql, tuple(params)).fetchall()]
 
 
-def _one(conn: Conn, sql: str, params: Sequence[Any] = ()) -> Row:
+def _one(conn: Conn, sql: str, params: Sequence[Param] = ()) -> Row:
     row = conn.execute(sql, tuple(params)).fetchone()
     assert row is not None, sql
     return tuple(row)

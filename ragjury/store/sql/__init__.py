@@ -20,8 +20,6 @@ database's clock.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ragjury.store.sql.batches import BatchesSQL
 from ragjury.store.sql.calls import CallLogSQL
 from ragjury.store.sql.driven import Operation
@@ -31,6 +29,7 @@ from ragjury.store.sql.mailbox import MailboxSQL
 from ragjury.store.sql.queue import QueueSQL
 from ragjury.store.sql.results import ResultsSQL
 from ragjury.store.sql.workers import WorkersSQL
+from ragjury.store.status_report import StatusReport
 
 
 class SQLStore(
@@ -38,7 +37,7 @@ class SQLStore(
 ):
     """Every role of a store on one database, for a driver to connect."""
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusReport:
         """The ``ragjury status --json`` document."""
         from ragjury.store._status import status  # the read-only report lives on its own
 

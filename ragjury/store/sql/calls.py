@@ -9,8 +9,8 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
+from ragjury._json import JSONData
 from ragjury.llm.ratelimit import wait_for
 from ragjury.llm.usage import IN_FLIGHT, CallStats
 from ragjury.store._common import (
@@ -24,12 +24,10 @@ from ragjury.store._common import (
     run_record,
     totals,
 )
-from ragjury.store.base import (
-    RunRecord,
-)
+from ragjury.store._values import Param, Row
+from ragjury.store.base import CallTotals, RunRecord
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import (
-    Row,
     Steps,
     execute,
     fetch,
@@ -75,7 +73,7 @@ class CallLogSQL(Driven):
         [(level,)] = await self._write(lambda: fetch(sql, *params), single=True)
         return wait_for(float(level), per_second)
 
-    async def start_run(self, command: str, settings: Mapping[str, Any]) -> str:
+    async def start_run(self, command: str, settings: Mapping[str, JSONData]) -> str:
         run_id = uuid.uuid4().hex
         text = json.dumps(settings, default=str)
         host, pid = machine(), os.getpid()
@@ -124,7 +122,7 @@ class CallLogSQL(Driven):
         params = (json.dumps({"job": job_id}), run_id)
         await self._write(lambda: execute(sql, *params), single=True)
 
-    async def finish_run(self, run_id: str, summary: Mapping[str, Any]) -> None:
+    async def finish_run(self, run_id: str, summary: Mapping[str, JSONData]) -> None:
         sql = "UPDATE runs SET finished_at = ?, summary = ? WHERE id = ?"
         params = (iso(), json.dumps(summary, default=str), run_id)
         await self._write(lambda: execute(sql, *params), single=True)
@@ -178,8 +176,8 @@ class CallLogSQL(Driven):
 
     async def call_totals(
         self, *, run_id: str | None = None, since: float | None = None
-    ) -> dict[str, Any]:
-        where, params = "1 = 1", list[Any]()
+    ) -> CallTotals:
+        where, params = "1 = 1", list[Param]()
         if run_id is not None:
             where += " AND run_id = ?"
             params.append(run_id)

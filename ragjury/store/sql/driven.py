@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ragjury.store._common import UNFINISHED_STATES
-from ragjury.store.sql.steps import Row, Steps, fetch
+from ragjury.store._values import Param, Params, Row
+from ragjury.store.sql.steps import Steps, fetch
 
 T = TypeVar("T")
 Operation = Callable[[], Steps[T]]
@@ -16,7 +17,7 @@ FINISHED = ("done", "failed")
 UNFINISHED = list(UNFINISHED_STATES)
 
 
-def of_jobs(job_ids: Sequence[str] | None, column: str = "job_id") -> tuple[str, tuple[Any, ...]]:
+def of_jobs(job_ids: Sequence[str] | None, column: str = "job_id") -> tuple[str, Params]:
     """A condition limiting a query to ``job_ids`` (none when None), and its parameter."""
     if job_ids is None:
         return "", ()
@@ -57,7 +58,7 @@ class Driven:
         own, while SQLite's group commit puts every write in a transaction)."""
         raise NotImplementedError
 
-    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    async def read(self, sql: str, params: Sequence[Param] = ()) -> list[Row]:
         """Rows of a read-only query in the core's SQL (the status report, tests)."""
         return await self._read(lambda: fetch(sql, *params))
 

@@ -7,17 +7,18 @@ import json
 import time
 from collections.abc import Mapping
 
+from ragjury._json import JSONData
 from ragjury.store._common import (
     pair_row,
     sample_row,
 )
+from ragjury.store._values import Params
 from ragjury.store.base import (
     ItemResults,
 )
 from ragjury.store.sql.driven import FINISHED
 from ragjury.store.sql.steps import (
     EndItem,
-    Row,
     Steps,
     end_item,
     execute,
@@ -56,12 +57,12 @@ def fail(job_id: str, key: str, error: str, results: ItemResults | None = None) 
     return (yield from end(job_id, key, "failed", results, error))
 
 
-def _pair(record: Mapping[str, object]) -> Row:
+def _pair(record: Mapping[str, JSONData]) -> Params:
     row = pair_row("", 0, 0, record)
     return (row[1], *row[4:])  # id, outcome, question, source, record
 
 
-def _sample(record: Mapping[str, object], scored: str) -> Row:
+def _sample(record: Mapping[str, JSONData], scored: str) -> Params:
     row = sample_row("", 0, 0, record, scored)
     return (row[1], *row[4:])  # id, record, scored
 

@@ -7,8 +7,8 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
 
+from ragjury._json import JSONData, JSONObject
 from ragjury.store._common import (
     PAGE,
     abandoned,
@@ -17,6 +17,7 @@ from ragjury.store._common import (
     job_key,
     job_record,
 )
+from ragjury.store._values import Row
 from ragjury.store.base import (
     STATES,
     Item,
@@ -28,7 +29,6 @@ from ragjury.store.base import (
 from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
 from ragjury.store.sql.items import end, fail, requeue_transient
 from ragjury.store.sql.steps import (
-    Row,
     Steps,
     execute,
     fetch,
@@ -40,16 +40,17 @@ class QueueSQL(Driven):
     async def submit(
         self,
         kind: JobKind,
-        options: Mapping[str, Any],
+        options: Mapping[str, JSONData],
         items: ItemsFactory,
         *,
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
     ) -> Job:
         key_of_job, size = job_key(kind, options, items)
-        if not size:
-            return Job(id="", kind=kind, options=dict(options), created=False, size=0)
         text = json.dumps(options, default=str)
+        stored: JSONObject = json.loads(text)  # the options as the job keeps them
+        if not size:
+            return Job(id="", kind=kind, options=stored, created=False, size=0)
 
         def submit() -> Steps[Job]:
             now = time.time()
@@ -62,7 +63,7 @@ class QueueSQL(Driven):
             if not inserted:  # the same job exists (maybe submitted a moment ago)
                 [(found,)] = yield from fetch("SELECT id FROM jobs WHERE key = ?", key_of_job)
                 retried = yield from requeue_transient(str(found))
-                return Job(str(found), kind, dict(options), size=size, retried=retried)
+                return Job(str(found), kind, stored, size=size, retried=retried)
             rows: list[Row] = []
             held = 0
             for position, (key, payload) in enumerate(items()):
@@ -74,7 +75,7 @@ class QueueSQL(Driven):
                     rows = []
                     held = 0
             yield from insert_items(rows)
-            return Job(id=job_id, kind=kind, options=dict(options), created=True, size=size)
+            return Job(id=job_id, kind=kind, options=stored, created=True, size=size)
 
         return await self._write(submit)
 
@@ -175,13 +176,13 @@ class QueueSQL(Driven):
     ) -> bool:
         return await self._write(lambda: fail(job_id, key, error, results), single=True)
 
-    async def item_payload(self, job_id: str, key: str) -> dict[str, Any] | None:
+    async def item_payload(self, job_id: str, key: str) -> JSONObject | None:
         rows = await self.read(
             "SELECT payload FROM items WHERE job_id = ? AND key = ?", (job_id, key)
         )
         return json.loads(rows[0][0]) if rows else None
 
-    async def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, dict[str, object]]]:
+    async def item_payloads(self, job_id: str) -> AsyncIterator[tuple[str, JSONObject]]:
         page = (
             "SELECT key, payload, id FROM items WHERE job_id = ? AND id > ? "
             f"ORDER BY id LIMIT {PAGE}"

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
-from ragjury.store._common import (
-    PAGE,
-)
+from ragjury._json import JSONObject
+from ragjury.store._common import PAGE
+from ragjury.store._values import Param
+from ragjury.store.base import FailedItem
 from ragjury.store.sql.driven import Driven, of_jobs
 
 
 class ResultsSQL(Driven):
-    async def reports(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def reports(self, job_id: str) -> AsyncIterator[JSONObject]:
         page = (
             "SELECT report, id FROM items WHERE job_id = ? AND id > ? "
             f"ORDER BY id LIMIT {PAGE}"  # through items_order: each page costs the same
@@ -29,12 +29,12 @@ class ResultsSQL(Driven):
                 return
             after = int(rows[-1][1])
 
-    async def failed_items(self, job_id: str) -> list[dict[str, Any]]:
+    async def failed_items(self, job_id: str) -> list[FailedItem]:
         rows = await self.read(
             "SELECT key, error FROM items WHERE job_id = ? AND state = 'failed' ORDER BY position",
             (job_id,),
         )
-        return [{"item": key, "error": error} for key, error in rows]
+        return [{"item": str(key), "error": str(error)} for key, error in rows]
 
     async def pair_outcomes(self, job_id: str) -> dict[str, int]:
         rows = await self.read(
@@ -42,10 +42,10 @@ class ResultsSQL(Driven):
         )
         return {str(outcome): int(n) for outcome, n in rows}
 
-    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]:
+    def pairs(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]:
         return self._records("pairs", job_ids)
 
-    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[dict[str, Any]]:
+    def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]:
         return self._records("samples", job_ids)
 
     async def scored(self, job_id: str) -> AsyncIterator[str]:
@@ -54,7 +54,7 @@ class ResultsSQL(Driven):
 
     async def _records(
         self, table: str, job_ids: Sequence[str] | None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[JSONObject]:
         jobs, params = of_jobs(job_ids, "id")
         for (job_id,) in await self.read(
             f"SELECT id FROM jobs WHERE 1 = 1{jobs} ORDER BY seq", params
@@ -62,7 +62,7 @@ class ResultsSQL(Driven):
             async for value in self._pages(table, "record", job_id):
                 yield json.loads(value)
 
-    async def _pages(self, table: str, column: str, job_id: str) -> AsyncIterator[Any]:
+    async def _pages(self, table: str, column: str, job_id: str) -> AsyncIterator[str]:
         """``column`` of a job's rows of ``table`` in item order, a page at a time: no
         statement stays open between pages, and each page starts where the last ended, found
         through the ``{table}_order`` index, so every page costs the same however many rows
@@ -73,11 +73,11 @@ class ResultsSQL(Driven):
             "WHERE job_id = ? AND (item_id, position, seq) > (?, ?, ?) "
             f"ORDER BY item_id, position, seq LIMIT {PAGE}"
         )
-        after: tuple[Any, ...] = (-1, -1, -1)
+        after: tuple[Param, ...] = (-1, -1, -1)
         while True:
             rows = await self.read(page, (job_id, *after))
             for row in rows:
-                yield row[0]
+                yield str(row[0])
             if len(rows) < PAGE:
                 return
             after = tuple(rows[-1][1:])

@@ -19,10 +19,10 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from ragjury.store._values import Param, Params, Row
 from ragjury.store.base import OutgoingMessage
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Fetch:
     """Rows of a query (a list of tuples)."""
 
     sql: str
-    params: tuple[Any, ...] = ()
+    params: Params = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class Execute:
     """A statement; the number of rows it changed."""
 
     sql: str
-    params: tuple[Any, ...] = ()
+    params: Params = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class ExecuteMany:
     """One statement per row of parameters."""
 
     sql: str
-    rows: Sequence[Row]
+    rows: Sequence[Params]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class Lock:
 class InsertItems:
     """Append a job's items: rows of (job_id, key, position, payload, created_at)."""
 
-    rows: Sequence[Row]
+    rows: Sequence[Params]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +90,8 @@ class EndItem:
     error: str | None
     finished_at: float
     transient_failures: int | None
-    pairs: Sequence[Row]
-    samples: Sequence[Row]
+    pairs: Sequence[Params]
+    samples: Sequence[Params]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,36 +122,44 @@ def text(value: str) -> str:
     return value
 
 
-def clean(values: Sequence[Any]) -> tuple[Any, ...]:
+def clean(values: Sequence[Param]) -> Params:
     """Parameters with every string (and every string in a list) made :func:`text`."""
-    return tuple(
-        text(v) if isinstance(v, str) else [text(x) if isinstance(x, str) else x for x in v]
-        if isinstance(v, list) else v
-        for v in values
-    )  # fmt: skip
+    return tuple(_clean(v) for v in values)
+
+
+def _clean(value: Param) -> Param:
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, list) and any(isinstance(x, str) for x in value):
+        return [text(str(x)) for x in value]
+    return value
 
 
 Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
+StepResult = list[Row] | int | bool | None
+"""What a driver sends back for a step: rows (:class:`Fetch`), a count (:class:`Execute`), a
+flag (:class:`EndItem`) or nothing."""
+# the result sent back depends on the step: each operation names the one it expects
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
 
 
-def fetch(sql: str, *params: Any) -> Steps[list[Row]]:
+def fetch(sql: str, *params: Param) -> Steps[list[Row]]:
     rows: list[Row] = yield Fetch(sql, clean(params))
     return rows
 
 
-def fetch_one(sql: str, *params: Any) -> Steps[Row | None]:
+def fetch_one(sql: str, *params: Param) -> Steps[Row | None]:
     rows: list[Row] = yield Fetch(sql, clean(params))
     return rows[0] if rows else None
 
 
-def execute(sql: str, *params: Any) -> Steps[int]:
+def execute(sql: str, *params: Param) -> Steps[int]:
     changed: int = yield Execute(sql, clean(params))
     return changed
 
 
-def execute_many(sql: str, rows: Sequence[Row]) -> Steps[None]:
+def execute_many(sql: str, rows: Sequence[Params]) -> Steps[None]:
     if rows:
         yield ExecuteMany(sql, [clean(row) for row in rows])
 
@@ -160,7 +168,7 @@ def lock(name: str) -> Steps[None]:
     yield Lock(name)
 
 
-def insert_items(rows: Sequence[Row]) -> Steps[None]:
+def insert_items(rows: Sequence[Params]) -> Steps[None]:
     if rows:
         yield InsertItems([clean(row) for row in rows])
 
@@ -171,7 +179,8 @@ def publish(messages: Sequence[OutgoingMessage]) -> Steps[None]:
 
 
 def end_item(step: EndItem) -> Steps[bool]:
-    report, error = clean((step.report, step.error))
+    report = None if step.report is None else text(step.report)
+    error = None if step.error is None else text(step.error)
     ended: bool = yield replace(
         step,
         job_id=text(step.job_id),

@@ -156,9 +156,44 @@ def batch(results: dict[str, Any]) -> str:
     )
 
 
+_TOOLS = {
+    "ragjury": "ragjury `evaluate`",
+    "ragas": "RAGAS, `collections` path (instructor)",
+    "ragas-legacy": "RAGAS, legacy `evaluate()` (LangChain)",
+    "deepeval": "DeepEval `FaithfulnessMetric`",
+}
+
+
+def peers(results: dict[str, Any]) -> str:
+    """The peers table: each tool's whole-process seconds, its ratio to ragjury's, its own
+    in-run seconds, samples scored and lost and requests made, without and with faults."""
+    settings = results["settings"]
+    lines = [
+        "| tool | bad answers | whole process | x ragjury | inside the run | scored | lost "
+        "| requests |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in results["rows"]:
+        in_run = row.get("in_run_seconds")
+        lines.append(
+            f"| {_TOOLS.get(row['tool'], row['tool'])} | {'20%' if row['faults'] else 'none'} "
+            f"| {row['wall_seconds']:.1f} s | {row['ratio_to_ragjury']:.2f} "
+            f"| {'-' if in_run is None else f'{in_run:.1f} s'} | {row['scored']} | {row['lost']} "
+            f"| {row['requests']} |"
+        )
+    versions = ", ".join(f"{tool} {v}" for tool, v in results["versions"].items() if v)
+    return (
+        "\n".join(lines)
+        + f"\n\n({settings['samples']} samples, concurrency {settings['concurrency']}, "
+        f"{settings['latency_ms']:.0f} ms a call; {versions}; "
+        f"`benchmarks/results/peers.json`, recorded {results['recorded_at'][:10]}.)\n"
+    )
+
+
 REGIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "batch": batch,
     "bus": bus,
+    "peers": peers,
     "scaleout": scaleout,
     "startup": startup,
 }

@@ -3,6 +3,7 @@ their own endpoint's batch API, the others' directly, with a direct panel's resu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,23 @@ def test_with_batch_every_judge_of_the_panel_goes_through_its_endpoints_batches(
         assert len(chats) == 4
         assert all(batched(r) for r in chats)
     assert summary["calls_by_mode"]["batch"]["llm_calls"] == 12
+
+
+def test_dry_run_prices_the_batch_judges_stages_at_the_batch_price(
+    endpoints: dict[str, FakeOpenAI], tmp_path: Path
+) -> None:
+    summary = tmp_path / "estimate.json"
+    code = _refused(
+        endpoints, tmp_path, "--batch-judges", "b", "--dry-run", "--summary", str(summary)
+    )
+
+    assert code == 0
+    estimate = json.loads(summary.read_text(encoding="utf-8"))
+    modes = {stage: figures["mode"] for stage, figures in estimate["by_stage"].items()}
+    assert modes
+    assert all(stage.rpartition("@")[2] in "abc" for stage in modes)
+    assert {s for s, mode in modes.items() if mode == "batch"} == {
+        s for s in modes if s.endswith("@b")
+    }
+    assert estimate["calls_by_mode"]["batch"]["llm_calls"] > 0
+    assert not any(fake.requests for fake in endpoints.values())

@@ -176,10 +176,14 @@ class RecordedRun:
 
 
 async def report_estimate(
-    estimate: Estimate, settings: Settings, args: argparse.Namespace, console: Console
+    estimate: Estimate,
+    settings: Settings,
+    args: argparse.Namespace,
+    console: Console,
+    batch_judges: frozenset[str] = frozenset(),
 ) -> int:
     """Print a ``--dry-run`` estimate (and write it to ``--summary``); no LLM is called."""
-    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings))
+    data = estimate.as_dict(PriceTable(settings.prices), batched_stages(settings, batch_judges))
     console.print(estimate_table(data))
     if args.summary is not None:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -187,10 +191,14 @@ async def report_estimate(
     return 0
 
 
-def batched_stages(settings: Settings) -> Callable[[str], bool]:
-    """Which stages of a run go through a batch API: every one with ``--batch``. (The
-    estimate asks each metric of one judge: a panel's ``--batch-judges`` is not in it.)"""
-    return lambda stage: settings.batch
+def batched_stages(
+    settings: Settings, batch_judges: frozenset[str] = frozenset()
+) -> Callable[[str], bool]:
+    """Which stages of a run go through a batch API: every one with ``--batch``, else the
+    stages of the panel's judges named in ``--batch-judges`` (``role@judge``)."""
+    return lambda stage: (
+        settings.batch or ("@" in stage and stage.rpartition("@")[2] in batch_judges)
+    )
 
 
 def budget_stop(llm: LLM, *, what: str, submitted: int, total: int) -> str | None:

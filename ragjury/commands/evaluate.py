@@ -124,7 +124,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             panel=panel,
             judged=panel_metrics(plan.chosen),
         )
-        return await report_estimate(estimate, priced(settings, panel), args, console)
+        batch_judges = frozenset(j.name for j in panel.judges if j.batch) if panel else frozenset()
+        return await report_estimate(estimate, priced(settings, panel), args, console, batch_judges)
     await check_batch_judges(panel, settings)
     out_format = output_format(args.out, args.format)
     llm_needed = plan.needs_llm()

@@ -124,6 +124,12 @@ if _typing.TYPE_CHECKING:
         SimilarityResult as SimilarityResult,
     )
     from ragjury.schemas import (
+        AloneAttempt as AloneAttempt,
+    )
+    from ragjury.schemas import (
+        AnswerCheck as AnswerCheck,
+    )
+    from ragjury.schemas import (
         Chunk as Chunk,
     )
     from ragjury.schemas import (
@@ -193,6 +199,8 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _WHERE = {
+    "AloneAttempt": "ragjury.schemas",
+    "AnswerCheck": "ragjury.schemas",
     "AnswerRelevanceResult": "ragjury.results",
     "BusError": "ragjury.errors",
     "Chunk": "ragjury.schemas",
@@ -261,6 +269,8 @@ __getattr__ = _lazy_names(__name__, _WHERE)
 
 __all__ = [
     "LLM",
+    "AloneAttempt",
+    "AnswerCheck",
     "AnswerRelevanceResult",
     "BatchPrice",
     "BusError",

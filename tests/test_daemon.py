@@ -390,6 +390,8 @@ def test_daemons_work_a_submitted_job_with_auto_personas_references_and_max_pair
     fake.route("generator", typed_generator_reply)
     for agent in CRITIC_AGENTS:
         fake.route(agent, critic_reply())
+    fake.route("answerability_critic", typed_answer_reply)
+    fake.route("answer_agreement", agreement_reply)
     fake.route("reference_writer", reference_reply)
     fake.route("persona_proposer", chat_json({"personas": PERSONAS}))
     docs = write_topics(tmp_path / "docs", 5)

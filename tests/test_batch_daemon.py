@@ -68,7 +68,10 @@ def _parked(db: Path) -> int:
 
 def _served(daemons: list[Daemon], fake: FakeOpenAI, db: Path, name: str, *extra: str) -> None:
     daemon = serve(daemons, fake, db, name, *extra)
-    until(lambda: states(db)["done"] == ITEMS, f"{name}: every item done")
+    try:
+        until(lambda: states(db)["done"] == ITEMS, f"{name}: every item done")
+    except AssertionError as exc:  # the daemon's own log says where it stood
+        raise AssertionError(f"{exc}; items {dict(states(db))}\n{daemon.stderr()}") from exc
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.stderr()
 

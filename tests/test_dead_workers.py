@@ -97,3 +97,45 @@ async def test_a_killed_runs_pid_taken_by_a_later_process_does_not_keep_it_runni
     assert summaries["reused"]["killed"] is True
     assert summaries["live"] is None
     assert summaries["elsewhere"] is None  # another machine's runs are its own to judge
+
+
+@pytest.fixture
+def gone_pid() -> int:
+    """The pid of a process of this machine that has ended."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+async def test_registering_takes_over_the_batches_a_dead_worker_was_submitting_or_polling(
+    tmp_path: Path, gone_pid: int
+) -> None:
+    """A serve killed while it submitted or polled a batch held it under a long lease; the
+    next worker of this machine resumes both at once (the batch daemon test waited for the
+    lease when the kill fell inside a poll)."""
+    poller = "dead:batches:0"
+    db = tmp_path / "b.db"
+    async with SQLiteStore(db) as store:
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "INSERT INTO workers (owner, host, pid, agents, started_at, heartbeat) "
+                "VALUES ('dead', ?, ?, 'generator', ?, ?)",
+                (machine(), gone_pid, time.time(), time.time()),
+            )
+        job = await store.submit("evaluate", {}, lambda: [("s0", {})])
+        await store.queue_batch_request("k1", job.id, "judge", "{}")
+        polled = await store.claim_submission(poller, "e", size=1, wait=0, lease=3600)
+        assert polled is not None
+        await store.batch_created(polled.id, "batch_1", 0)
+        assert [b.provider_id for b in await store.due_batches(poller, 5, 3600)] == ["batch_1"]
+        await store.queue_batch_request("k2", job.id, "judge", "{}")
+        submitting = await store.claim_submission(poller, "e", size=1, wait=0, lease=3600)
+        assert submitting is not None
+        assert await store.claim_submission("other", "e", size=1, wait=0, lease=60) is None
+
+        await store.register_worker("new", ["judge"])
+        resumed = await store.claim_submission("new:batches:0", "e", size=1, wait=0, lease=60)
+        due = await store.due_batches("new:batches:0", 5, 60)
+    assert resumed is not None
+    assert (resumed.id, resumed.resumed) == (submitting.id, True)
+    assert [b.provider_id for b in due] == ["batch_1"]

@@ -73,6 +73,7 @@ class BatchPollers:
         found = self._pollers.get(endpoint)
         if found is not None:
             return found[0]
+        # the worker's name first: a worker registering after a crash frees its dead polls
         owner = f"{self._owner}:batches:{len(self._pollers)}"
         poller = BatchPoller(self._store, settings, owner=owner)
         self._pollers[endpoint] = (poller, checked)

@@ -46,6 +46,13 @@ class WorkersSQL(Driven):
                     "WHERE lease_owner = ? AND state = 'processing'",
                     other,
                 )
+                # and its batch pollers' leases (owners "<worker>:batches:<n>"): a batch it
+                # was submitting or polling is taken over now, not when its lease runs out
+                yield from execute(
+                    "UPDATE batches SET lease_owner = NULL, lease_until = 0 "
+                    "WHERE lease_owner >= ? AND lease_owner < ? AND state <> 'ended'",
+                    *(f"{other}:batches:", f"{other}:batches;"),
+                )
                 yield from execute("DELETE FROM workers WHERE owner = ?", other)
             yield from execute(
                 "INSERT INTO workers (owner, host, pid, agents, started_at, heartbeat) "

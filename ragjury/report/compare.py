@@ -166,10 +166,8 @@ def _compare_metric(
         b, b_reason = _score(base[key], metric)
         c, c_reason = _score(cand[key], metric)
         if b is None or c is None:
-            present = metric in json_object(base[key]["metrics"]) or metric in json_object(
-                cand[key]["metrics"]
-            )
-            not_comparable += present
+            in_base = metric in json_object(base[key]["metrics"])
+            not_comparable += in_base or metric in json_object(cand[key]["metrics"])
             continue
         question = str(cand[key].get("question") or base[key].get("question") or "")
         answers = (_answer(base[key]), _answer(cand[key]))

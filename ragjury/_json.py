@@ -20,3 +20,22 @@ record a user gives (read from a file or a table, or a Python caller's mapping) 
 ragjury writes. Its containers are read-only, so a ``dict[str, list[str]]`` is one."""
 Record: TypeAlias = "Mapping[str, JSONData]"
 """A record a user gives: a JSON object, a table's row, a Python caller's mapping."""
+
+
+def json_object(value: JSONData) -> Mapping[str, JSONData]:
+    """``value`` if it is a JSON object, else an empty one: a field that is absent (or of
+    another shape) reads as an object with nothing in it."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def json_list(value: JSONData) -> Sequence[JSONData]:
+    """``value`` if it is a JSON array, else an empty one (absent, or of another shape)."""
+    return value if isinstance(value, Sequence) and not isinstance(value, str) else ()
+
+
+def json_number(value: JSONData) -> float:
+    """``value`` as a float, as ``float()`` reads it (a number or a numeric string); a
+    TypeError for an array, object or null, as ``float()`` raises."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"expected a number, got {value!r}")

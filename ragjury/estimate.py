@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel
 
+from ragjury._json import JSONData
 from ragjury.agents.answerability import (
     AGREEMENT_STAGE,
     ANSWER_STAGE,
@@ -435,7 +436,7 @@ def _judge_add(
     return judged
 
 
-def _prompt(messages: Sequence[Mapping[str, Any]], schema: type[BaseModel]) -> int:
+def _prompt(messages: Sequence[Mapping[str, JSONData]], schema: type[BaseModel]) -> int:
     """The rendered messages plus the JSON schema instructor sends with them."""
     return estimate_prompt_tokens(messages) + schema_tokens(schema)
 

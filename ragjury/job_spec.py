@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from ragjury._json import JSONObject
 from ragjury.config import EvaluationOptions, GenerationOptions
 from ragjury.prompts import Prompt
 from ragjury.schemas.panel import Panel
@@ -33,7 +34,7 @@ class JobSpec(BaseModel):
     fresh: str | None = None
     """A random token that makes the job new (``--no-cache``: do the work again)."""
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> JSONObject:
         """The spec as the store keeps it (and keys the job by): what earlier versions
         stored, so their jobs are found again (a field that is None is left out, as they
         left it out; the options keep theirs)."""

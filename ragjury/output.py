@@ -14,16 +14,22 @@ import csv
 import functools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Literal
+from types import ModuleType, TracebackType
+from typing import IO, TYPE_CHECKING, Literal, TypeAlias
 
+from ragjury._json import JSONData, JSONObject, json_object
 from ragjury.config import GenerationOptions, OutputFormat
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.evaluation.tables import pyarrow_module
 from ragjury.schemas import ANSWERABILITY, CRITERIA, PairJudged
+
+if TYPE_CHECKING:  # the parquet extra: it ships no type information, so these name the
+    # types for the reader and mypy takes them as unchecked
+    import pyarrow
+    import pyarrow.parquet
 
 __all__ = [
     "FAILED_CHUNK_TABLE",
@@ -64,7 +70,7 @@ def output_format(path: Path, flag: OutputFormat | None, option: str = "--out") 
     return chosen
 
 
-def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
+def pair_record(judged: PairJudged, *, typed: bool = False) -> JSONObject:
     """The exported form of a judged pair (the README documents these fields). ``typed``
     (a job with ``--question-types``): it also says its ``question_type`` and lists every
     chunk it was drafted from (``chunk_ids``, ``contexts``, ``sources``), and a pair of
@@ -72,7 +78,7 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
     persona names it (``persona``, ``persona_description``); a pair with a reference answer
     (``--reference-answers``) has it as ``reference_answer``."""
     pair = judged.pair
-    record: dict[str, Any] = {
+    record: JSONObject = {
         "id": pair.id,
         "question": pair.question,
         "answer": pair.answer,
@@ -105,7 +111,7 @@ def pair_record(judged: PairJudged, *, typed: bool = False) -> dict[str, Any]:
     return record
 
 
-def failed_chunk_record(report: dict[str, Any]) -> dict[str, Any]:
+def failed_chunk_record(report: Mapping[str, JSONData]) -> dict[str, JSONData]:
     """The exported form of a chunk the generator gave up on (from a job's stored report)."""
     error = {k: v for k, v in report.items() if k not in ("chunk_id", "source")}
     return {
@@ -117,6 +123,8 @@ def failed_chunk_record(report: dict[str, Any]) -> dict[str, Any]:
 
 
 Kind = Literal["str", "int", "float", "bool", "list"]
+Row: TypeAlias = dict[str, JSONData]
+"""A flat row: a value (or a list of them, in a ``list`` column) per column."""
 
 
 @dataclass(frozen=True)
@@ -124,30 +132,30 @@ class Table:
     """Flat columns (name, kind) and how a record becomes a row of them."""
 
     columns: tuple[tuple[str, Kind], ...]
-    row: Callable[[dict[str, Any]], dict[str, Any]]
+    row: Callable[[Mapping[str, JSONData]], Row]
 
     @property
     def names(self) -> list[str]:
         return [name for name, _ in self.columns]
 
 
-def _json(value: Any) -> str | None:
+def _json(value: JSONData) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _pair_row(record: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+def _pair_row(record: Mapping[str, JSONData], names: tuple[str, ...]) -> Row:
     """``record`` as a row of the columns ``names`` (see :func:`pair_table`)."""
-    row = {
+    row: Row = {
         key: record.get(key)
         for key in ("id", "question", "answer", "context", "source", "chunk_id", "outcome")
     }
     row |= {name: record.get(name) for name, _ in _TYPED_COLUMNS}
     row |= {name: record.get(name) for name, _ in (*_PERSONA_COLUMNS, *_REFERENCE_COLUMNS)}
     for criterion in (*CRITERIA, ANSWERABILITY):
-        critique = record["critiques"].get(criterion) or {}
+        critique = json_object(json_object(record["critiques"]).get(criterion))
         row[f"{criterion}_rating"] = critique.get("rating")
         row[f"{criterion}_rationale"] = critique.get("rationale")
-    check = record.get("answer_check") or {}
+    check = json_object(record.get("answer_check"))
     row |= {
         "check_answer": check.get("answer"),
         "check_answerable": check.get("answerable"),
@@ -233,13 +241,13 @@ def sample_table(metrics: Sequence[str]) -> Table:
     ``_score``, ``_passing``, ``_reason``, ``_details`` (the JSON of its details, such as
     faithfulness's statements) and ``_error`` (the JSON of its failure)."""
 
-    def row(record: dict[str, Any]) -> dict[str, Any]:
-        flat = {
+    def row(record: Mapping[str, JSONData]) -> Row:
+        flat: Row = {
             key: record.get(key)
             for key in ("id", "question", "answer", "contexts", "reference", "passing", "reason")
         }
         for name in metrics:
-            result = record["metrics"].get(name) or {}
+            result = json_object(json_object(record["metrics"]).get(name))
             details = {k: v for k, v in result.items() if k not in _METRIC_FIELDS}
             flat |= {
                 f"{name}_outcome": result.get("outcome"),
@@ -306,9 +314,9 @@ class RecordWriter:
         self.count = 0
         self._file: IO[str] | None = None
         self._csv: csv.DictWriter[str] | None = None
-        self._parquet: Any = None  # pyarrow.parquet.ParquetWriter (untyped)
-        self._schema: Any = None
-        self._rows: list[dict[str, Any]] = []
+        self._parquet: pyarrow.parquet.ParquetWriter | None = None
+        self._schema: pyarrow.Schema | None = None
+        self._rows: list[Row] = []
 
     def __enter__(self) -> RecordWriter:
         try:
@@ -348,7 +356,7 @@ class RecordWriter:
             else:
                 self._partial.unlink(missing_ok=True)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, JSONData]) -> None:
         if self._parquet is not None:
             self._rows.append(self.table.row(record))
             if len(self._rows) >= _PARQUET_ROW_GROUP:
@@ -367,12 +375,13 @@ class RecordWriter:
 
     def _write_row_group(self) -> None:
         if self._rows:
+            assert self._parquet is not None
             pa = pyarrow_module("writing Parquet")
             self._parquet.write_table(pa.Table.from_pylist(self._rows, schema=self._schema))
             self._rows = []
 
 
-def _arrow_type(pa: Any, kind: Kind) -> Any:
+def _arrow_type(pa: ModuleType, kind: Kind) -> pyarrow.DataType:
     types = {
         "str": pa.string(),
         "int": pa.int64(),

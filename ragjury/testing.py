@@ -116,7 +116,7 @@ class JuryAssertions(AbstractContextManager["JuryAssertions"]):
         """Judge one answer (``expectations``: must_contain, must_not_contain, ...)."""
         if self._portal is None:
             raise RuntimeError("use JuryAssertions inside 'with JuryAssertions(settings) as jury'")
-        fields: dict[str, Any] = {
+        fields: dict[str, JSONData] = {
             "question": question,
             "answer": answer,
             "contexts": tuple(contexts),

@@ -63,29 +63,43 @@ Scripting rules:
 Every request (including 404s) is recorded in ``fake.requests`` in arrival order, with the
 parsed JSON body, lower-cased headers and the agent name. ``stop()`` (or leaving the ``with``
 block) closes kept-alive connections, the listening socket and joins every server thread.
+
+Import everything from here; the parts live beside it: ``fakeopenai_replies`` (the reply
+helpers, :class:`RecordedRequest`, an agent's script), ``fakeopenai_load`` (``Behaviour``:
+latency, faults, rate limits, outages) and ``fakeopenai_http`` (the server and its handler).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import itertools
-import json
-import random
-import select
 import socket
-import sys
 import threading
-import time
-import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
+
+from fakeopenai_http import Server
+from fakeopenai_load import RESET_MEANINGS, Behaviour, LoadShaping
+from fakeopenai_replies import (
+    AGENT_HEADER,
+    RecordedRequest,
+    Reply,
+    Responder,
+    _default_embeddings,
+    _default_fallback,
+    _Script,
+    chat,
+    chat_json,
+    count_tokens,
+    embedding,
+    error,
+    tool_call,
+)
+from fakeopenai_replies import _answer_text as _answer_text  # fakebatches and tests use it
+
+if TYPE_CHECKING:
+    from fakebatches import FakeBatches
 
 __all__ = [
     "AGENT_HEADER",
@@ -103,525 +117,18 @@ __all__ = [
     "tool_call",
 ]
 
-AGENT_HEADER = "x-ragjury-agent"
-
-_DISCONNECT_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _JOIN_TIMEOUT = 10.0  # stop() waits this long for each handler thread
-_POLL_INTERVAL = 0.02  # how often a delayed answer checks for stop() / client disconnect
-_ids = itertools.count(1)
 
 
-# --------------------------------------------------------------------------------------------
-# Replies
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One scripted HTTP answer."""
-
-    status: int = 200
-    body: dict[str, Any] | str | None = None  # dict -> JSON; str -> sent raw (e.g. malformed)
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0  # seconds to wait before answering (slow answers)
-
-    def encoded(self) -> bytes:
-        if self.body is None:
-            return b""
-        if isinstance(self.body, str):
-            return self.body.encode("utf-8")
-        return json.dumps(self.body).encode("utf-8")
-
-
-def chat(
-    content: str,
-    *,
-    prompt_tokens: int = 20,
-    completion_tokens: int = 10,
-    logprobs: list[tuple[str, float]] | None = None,
-    model: str = "fake-model",
-    finish_reason: str = "stop",
-    delay: float = 0.0,
-) -> Reply:
-    """A valid ``/v1/chat/completions`` answer whose message content is ``content`` verbatim."""
-    return _completion(
-        {"role": "assistant", "content": content},
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        logprobs=logprobs,
-        model=model,
-        finish_reason=finish_reason,
-        delay=delay,
-    )
-
-
-def chat_json(obj: Any, **kw: Any) -> Reply:
-    """``chat(json.dumps(obj), **kw)``."""
-    return chat(json.dumps(obj), **kw)
-
-
-def tool_call(
-    name: str,
-    arguments: Any,
-    *,
-    prompt_tokens: int = 20,
-    completion_tokens: int = 10,
-    model: str = "fake-model",
-    delay: float = 0.0,
-) -> Reply:
-    """A chat answer that calls tool ``name`` (for ``instructor.Mode.TOOLS``).
-
-    ``arguments`` is JSON-encoded unless it is already a string (pass a string to send
-    malformed arguments).
-    """
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    message = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": f"call_fake{next(_ids)}",
-                "type": "function",
-                "function": {"name": name, "arguments": args},
-            }
-        ],
-    }
-    return _completion(
-        message,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        logprobs=None,
-        model=model,
-        finish_reason="tool_calls",
-        delay=delay,
-    )
-
-
-def _completion(
-    message: dict[str, Any],
-    *,
-    prompt_tokens: int,
-    completion_tokens: int,
-    logprobs: list[tuple[str, float]] | None,
-    model: str,
-    finish_reason: str,
-    delay: float,
-) -> Reply:
-    logprobs_body: dict[str, Any] | None = None
-    if logprobs is not None:
-        logprobs_body = {
-            "content": [
-                {"token": token, "logprob": lp, "bytes": None, "top_logprobs": []}
-                for token, lp in logprobs
-            ]
-        }
-    body: dict[str, Any] = {
-        "id": f"chatcmpl-fake{next(_ids)}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason,
-                "logprobs": logprobs_body,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
-    return Reply(body=body, delay=delay)
-
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-def error(
-    status: int,
-    message: str = "simulated error from FakeOpenAI",
-    *,
-    retry_after: float | None = None,
-    retry_after_ms: int | None = None,
-    delay: float = 0.0,
-) -> Reply:
-    """An OpenAI-style error answer, optionally with ``Retry-After`` / ``retry-after-ms``."""
-    headers: dict[str, str] = {}
-    if retry_after is not None:
-        whole = float(retry_after).is_integer()
-        headers["Retry-After"] = str(int(retry_after)) if whole else str(float(retry_after))
-    if retry_after_ms is not None:
-        headers["retry-after-ms"] = str(retry_after_ms)
-    err_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "api_error")
-    body = {"error": {"message": message, "type": err_type, "param": None, "code": None}}
-    return Reply(status=status, body=body, headers=headers, delay=delay)
-
-
-def embedding(
-    vectors: list[list[float]], *, prompt_tokens: int = 5, model: str = "fake-embedding"
-) -> Reply:
-    """A valid ``/v1/embeddings`` answer with one item per vector."""
-    body = {
-        "object": "list",
-        "data": [
-            {"object": "embedding", "index": i, "embedding": vector}
-            for i, vector in enumerate(vectors)
-        ],
-        "model": model,
-        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-    }
-    return Reply(body=body)
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """How the fake imitates a real endpoint under load (see ``FakeOpenAI.behave``).
-
-    Applies to chat completions only. Faults (429, 500) are answered at once, before the
-    script is consulted, so a scripted sequence is not advanced by them; ``Retry-After`` is
-    ``retry_after`` seconds (no header when None). Latency is slept while the request counts
-    as in flight: ``latency + latency_per_token * completion_tokens``, on top of any scripted
-    ``Reply.delay``. With ``count_tokens`` the usage of a successful answer is recounted from
-    the text: the prompt's messages and the answer's content, about four characters a token.
-    """
-
-    latency: float = 0.0
-    latency_per_token: float = 0.0
-    rate_429: float = 0.0
-    rate_500: float = 0.0
-    retry_after: float | None = 1.0
-    count_tokens: bool = False
-    seed: int | None = None
-    rpm: int | None = None
-    tpm: int | None = None
-    window: float = 60.0
-    max_in_flight: int | None = None
-    reset_means: str = "full"
-
-    def __post_init__(self) -> None:
-        if self.reset_means not in RESET_MEANINGS:
-            raise ValueError(
-                f"reset_means must be one of {', '.join(RESET_MEANINGS)}, got {self.reset_means!r}"
-            )
-        if self.window <= 0 or min(self.rpm or 1, self.tpm or 1, self.max_in_flight or 1) < 1:
-            raise ValueError(
-                f"rate limits must be >= 1 and the window > 0, got rpm={self.rpm}, "
-                f"tpm={self.tpm}, window={self.window}, max_in_flight={self.max_in_flight}"
-            )
-        if self.latency < 0 or self.latency_per_token < 0:
-            raise ValueError(
-                f"latencies must be >= 0, got latency={self.latency}, "
-                f"latency_per_token={self.latency_per_token}"
-            )
-        rates = (self.rate_429, self.rate_500)
-        if min(rates) < 0 or sum(rates) > 1:
-            raise ValueError(
-                f"fault rates must be in 0..1 and sum to at most 1, got rate_429={self.rate_429}, "
-                f"rate_500={self.rate_500}"
-            )
-
-
-RESET_MEANINGS = ("full", "next_request")
-"""What ``x-ratelimit-reset-*`` says: the time until the budget is ``full`` again (OpenAI's
-meaning, consistent with the limit and remaining figures), or the time until the
-``next_request`` fits (0 while there is room), as some gateways mean it: read as OpenAI's,
-it promises a refill far faster than the real one."""
-
-
-class _Bucket:
-    """A provider's budget: ``limit`` units per ``window`` seconds, refilled continuously."""
-
-    def __init__(self, limit: int, window: float, reset_means: str = "full") -> None:
-        self.limit, self.rate = float(limit), limit / window
-        self.level, self.stamp = float(limit), time.monotonic()
-        self.reset_means = reset_means
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.limit, self.level + (now - self.stamp) * self.rate)
-        self.stamp = now
-
-    def wait_for(self, amount: float) -> float:
-        return max(min(amount, self.limit) - self.level, 0.0) / self.rate
-
-    def headers(self, kind: str) -> dict[str, str]:
-        if self.reset_means == "next_request":
-            reset = max(1.0 - self.level, 0.0) / self.rate
-        else:
-            reset = max(self.limit - self.level, 0.0) / self.rate
-        return {
-            f"x-ratelimit-limit-{kind}": str(int(self.limit)),
-            f"x-ratelimit-remaining-{kind}": str(max(int(self.level), 0)),
-            f"x-ratelimit-reset-{kind}": _duration(reset),
-        }
-
-
-def _duration(seconds: float) -> str:
-    """A wait as OpenAI writes it: ``20ms``, ``1.5s``, ``6m0s``."""
-    if seconds < 1:
-        return f"{max(round(seconds * 1000), 0)}ms"
-    if seconds < 60:
-        return f"{seconds:.3g}s"
-    minutes, rest = divmod(seconds, 60)
-    return f"{int(minutes)}m{rest:.3g}s"
-
-
-def count_tokens(text: str) -> int:
-    """A plausible token count: about four characters a token, at least one for any text."""
-    return (len(text) + 3) // 4
-
-
-# --------------------------------------------------------------------------------------------
-# Requests
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server received it."""
-
-    method: str
-    path: str  # without the query string, e.g. "/v1/chat/completions"
-    headers: dict[str, str]  # lower-cased keys
-    body: Any  # parsed JSON, or None (empty or not JSON: see raw_body)
-    agent: str | None  # value of the x-ragjury-agent header, if any
-    received_at: float  # time.monotonic()
-    raw_body: bytes = b""
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        if isinstance(self.body, dict):
-            messages = self.body.get("messages")
-            if isinstance(messages, list):
-                return [m for m in messages if isinstance(m, dict)]
-        return []
-
-    def text(self) -> str:
-        """All message contents joined with newlines (text parts of multi-part contents too)."""
-        parts: list[str] = []
-        for message in self.messages:
-            content = message.get("content")
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):
-                for part in content:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        parts.append(part["text"])
-        return "\n".join(parts)
-
-
-Responder = Callable[[RecordedRequest], Reply]
-
-
-@dataclass
-class _Script:
-    replies: tuple[Reply | Responder, ...]
-    position: int = 0
-
-    def next(self) -> Reply | Responder:
-        item = self.replies[min(self.position, len(self.replies) - 1)]
-        self.position += 1
-        return item
-
-
-def _default_fallback(request: RecordedRequest) -> Reply:
-    return error(500, f"no scripted reply for agent {request.agent}")
-
-
-def _default_embeddings(request: RecordedRequest) -> Reply:
-    return error(500, "no scripted embeddings reply (call FakeOpenAI.embeddings())")
-
-
-# --------------------------------------------------------------------------------------------
-# Server
-# --------------------------------------------------------------------------------------------
-
-
-class _Server(ThreadingHTTPServer):
-    # Handler threads are daemons (a forgotten stop() never blocks interpreter exit), and the
-    # stdlib does not join daemon threads in server_close(), so we track and join them.
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 512  # listen backlog (stdlib default 5): bursts of connections
-
-    def __init__(self, fake: FakeOpenAI) -> None:
-        self.fake = fake
-        self.handler_threads: list[threading.Thread] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self.process_request_thread,
-            args=(request, client_address),
-            name=f"fakeopenai-conn-{self.server_address[1]}",
-            daemon=True,
-        )
-        self.handler_threads = [t for t in self.handler_threads if t.is_alive()]
-        self.handler_threads.append(thread)  # only the serve_forever thread touches the list
-        thread.start()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, _DISCONNECT_ERRORS) or self.fake._stopping.is_set():
-            return  # the client went away: not interesting
-        if exc is not None:
-            self.fake._record_error(exc)
-        traceback.print_exc(file=sys.stderr)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # else Nagle + delayed ACK add ~40 ms to every answer
-    server: _Server
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.fake._register(self.connection)
-
-    def finish(self) -> None:
-        self.server.fake._unregister(self.connection)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # silence the default stderr request log
-
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    # -- request handling -----------------------------------------------------------------
-
-    def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _dispatch(self) -> None:
-        fake = self.server.fake
-        try:
-            raw = self._read_body()
-        except _DISCONNECT_ERRORS:
-            self.close_connection = True
-            return
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        request = RecordedRequest(
-            method=self.command,
-            path=urlsplit(self.path).path,
-            headers=headers,
-            body=body,
-            agent=headers.get(AGENT_HEADER),
-            received_at=time.monotonic(),
-            raw_body=raw,
-        )
-        fake._begin(request)
-        ended = False
-        try:
-            reply = fake._fault_for(request) or fake._reply_for(request)
-            reply = fake._shaped(request, reply)
-            if reply.delay > 0 and not self._wait(reply.delay):
-                fake._note_disconnect()
-                self.close_connection = True
-                return
-            # Leave "in flight" before the client can see the answer, so that a client that
-            # has its response always finds `in_flight` already decremented.
-            fake._end()
-            ended = True
-            self._send(reply)
-        except _DISCONNECT_ERRORS:
-            fake._note_disconnect()
-            self.close_connection = True
-        finally:
-            if not ended:
-                fake._end()
-
-    def _wait(self, delay: float) -> bool:
-        """Sleep ``delay``; False if the server stops or the client hangs up meanwhile."""
-        fake = self.server.fake
-        deadline = time.monotonic() + delay
-        watch_peer = True
-        while (remaining := deadline - time.monotonic()) > 0:
-            if fake._stopping.wait(min(remaining, _POLL_INTERVAL)):
-                return False
-            if watch_peer:
-                gone = self._peer_gone()
-                if gone is None:
-                    watch_peer = False  # the client sent more data: stop peeking
-                elif gone:
-                    return False
-        return True
-
-    def _peer_gone(self) -> bool | None:
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
-                return False
-            data = self.connection.recv(1, socket.MSG_PEEK)
-        except (OSError, ValueError):
-            return True
-        return None if data else True
-
-    def _send(self, reply: Reply) -> None:
-        payload = reply.encoded()
-        self.send_response(reply.status)
-        lower = {key.lower() for key in reply.headers}
-        if "content-type" not in lower:
-            self.send_header("Content-Type", "application/json")
-        for key, value in reply.headers.items():
-            if key.lower() != "content-length":
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-        self.wfile.flush()
-
-
-class FakeOpenAI:
+class FakeOpenAI(LoadShaping):
     """A scripted OpenAI-compatible HTTP server on 127.0.0.1 (see the module docstring)."""
 
     def __init__(self, *, keep_requests: bool = True) -> None:
         self._keep_requests = keep_requests
-        self._behaviour: Behaviour | None = None
-        self._rng = random.Random()
+        self._init_load()
         self._lock = threading.RLock()
         self._stopping = threading.Event()
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
         self._routes: dict[str, _Script] = {}
@@ -634,12 +141,9 @@ class FakeOpenAI:
         self.errors: list[BaseException] = []  # exceptions raised by responders / the server
         self._counted = Counter[str]()  # what stats() reports
         self._delay_total = 0.0
-        self._buckets: dict[str, _Bucket] = {}
-        self._down_until = 0.0
-        self._down_clock: Callable[[], float] = time.monotonic
         self._first_ok = self._last_ok = 0.0
         self._first_arrival = 0.0
-        self.batches: Any = None
+        self.batches: FakeBatches | None = None
         """The Files and Batch APIs, when a ``fakebatches.FakeBatches`` is attached."""
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -648,7 +152,7 @@ class FakeOpenAI:
         if self._server is not None:
             raise RuntimeError("FakeOpenAI is already running")
         self._stopping.clear()
-        server = _Server(self)
+        server = Server(self)
         thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -718,30 +222,6 @@ class FakeOpenAI:
     def embeddings(self, responder: Responder | Reply) -> None:
         with self._lock:
             self._embeddings = responder
-
-    def behave(self, behaviour: Behaviour | None) -> None:
-        """Imitate a real endpoint's latency, faults and token counts (None: stop)."""
-        with self._lock:
-            self._behaviour = behaviour
-            self._rng = random.Random(behaviour.seed if behaviour is not None else None)
-            self._buckets = {}
-            if behaviour is not None and behaviour.rpm is not None:
-                self._buckets["requests"] = _Bucket(
-                    behaviour.rpm, behaviour.window, behaviour.reset_means
-                )
-            if behaviour is not None and behaviour.tpm is not None:
-                self._buckets["tokens"] = _Bucket(
-                    behaviour.tpm, behaviour.window, behaviour.reset_means
-                )
-
-    def outage(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
-        """Answer every chat request 503 for the next ``seconds`` on ``clock`` (counted in
-        ``stats()`` as ``outage_requests``). A test's own clock (one that moves only when
-        the client sleeps on it) makes the outage last a fixed stretch of the client's time,
-        whatever the machine's speed."""
-        with self._lock:
-            self._down_clock = clock
-            self._down_until = clock() + seconds
 
     def stats(self) -> dict[str, Any]:
         """What the server has answered since it started (or since ``reset``).
@@ -828,100 +308,7 @@ class FakeOpenAI:
         with self._lock:
             self.errors.append(exc)
 
-    def _fault_for(self, request: RecordedRequest) -> Reply | None:
-        """An outage's 503, an overload or rate-limit 429, or a random 429 or 500, for a chat
-        request; None when it is to be answered. A request let through is charged to the
-        rate-limit budgets (one request, its prompt's tokens)."""
-        if not _is_chat(request):
-            return None
-        with self._lock:
-            now = time.monotonic()
-            if self._down_clock() < self._down_until:
-                self._counted["outage_requests"] += 1
-                return error(503, "simulated outage: the endpoint is down")
-            behaviour = self._behaviour
-            if behaviour is None:
-                return None
-            if behaviour.max_in_flight is not None and self._in_flight > behaviour.max_in_flight:
-                self._counted["overload_429"] += 1
-                return error(429, "simulated overload: too many requests in flight")
-            draw = self._rng.random() if (behaviour.rate_429 or behaviour.rate_500) else 1.0
-            if draw < behaviour.rate_429:
-                self._counted["random_429"] += 1
-                reply = error(429, "simulated rate limit", retry_after=behaviour.retry_after)
-                return self._with_limits(reply, now)
-            if draw < behaviour.rate_429 + behaviour.rate_500:
-                return error(500, "simulated server error")
-            if not self._buckets:
-                return None
-            cost = {"requests": 1, "tokens": count_tokens(request.text())}
-            wait = 0.0
-            for kind, bucket in self._buckets.items():
-                bucket.refill(now)
-                wait = max(wait, bucket.wait_for(cost[kind]))
-            if wait > 0:
-                self._counted["limit_429"] += 1
-                headers = {"retry-after-ms": str(max(round(wait * 1000), 1))}
-                headers["Retry-After"] = str(max(round(wait + 0.499), 1))
-                reply = error(429, "simulated rate limit: the budget is spent")
-                reply = dataclasses.replace(reply, headers={**reply.headers, **headers})
-                return self._with_limits(reply, now)
-            for kind, bucket in self._buckets.items():
-                bucket.level -= cost[kind]
-        return None
-
-    def _with_limits(self, reply: Reply, now: float, completion_tokens: int = 0) -> Reply:
-        """``reply`` with the ``x-ratelimit-*`` headers (completion tokens charged first)."""
-        with self._lock:
-            if not self._buckets:
-                return reply
-            headers = dict(reply.headers)
-            for kind, bucket in self._buckets.items():
-                bucket.refill(now)
-                if kind == "tokens":
-                    bucket.level -= completion_tokens
-                headers.update(bucket.headers(kind))
-        return dataclasses.replace(reply, headers=headers)
-
-    def _shaped(self, request: RecordedRequest, reply: Reply) -> Reply:
-        """``reply`` with the behaviour's latency and token counts; counted in ``stats()``."""
-        with self._lock:
-            behaviour = self._behaviour
-        chat_request = _is_chat(request)
-        body = reply.body
-        completion_tokens = 0
-        if chat_request and reply.status == 200 and isinstance(body, dict):
-            usage = body.get("usage")
-            if behaviour is not None and behaviour.count_tokens and isinstance(usage, dict):
-                prompt = count_tokens(request.text())
-                completion = count_tokens(_answer_text(body))
-                usage = {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                }
-                body = {**body, "usage": usage}
-            if isinstance(usage, dict):
-                completion_tokens = int(usage.get("completion_tokens") or 0)
-                with self._lock:
-                    self._counted["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
-                    self._counted["completion_tokens"] += completion_tokens
-        delay = reply.delay
-        if chat_request and behaviour is not None and reply.status == 200:
-            delay += behaviour.latency + behaviour.latency_per_token * completion_tokens
-        with self._lock:
-            if chat_request:
-                self._counted["chat_requests"] += 1
-                self._counted[f"status_{reply.status}"] += 1
-                if reply.status == 200:  # when the answers were sent, for rate figures
-                    self._first_ok = self._first_ok or request.received_at
-                    self._last_ok = max(self._last_ok, request.received_at + delay)
-            self._delay_total += delay
-        if chat_request and reply.status == 200:
-            reply = self._with_limits(reply, time.monotonic(), completion_tokens)
-        if body is reply.body and delay == reply.delay:
-            return reply
-        return dataclasses.replace(reply, body=body, delay=delay)
+    # -- answering ------------------------------------------------------------------------
 
     def _reply_for(self, request: RecordedRequest) -> Reply:
         item: Reply | Responder
@@ -929,7 +316,7 @@ class FakeOpenAI:
         if path.startswith("/v1/") or path == "/v1":
             path = path[3:]
         if self.batches is not None:
-            answer: Reply | None = self.batches.reply(request)
+            answer = self.batches.reply(request)
             if answer is not None:
                 return answer
         with self._lock:
@@ -962,22 +349,3 @@ _MODELS: dict[str, Any] = {
         {"id": "fake-embedding", "object": "model", "created": 0, "owned_by": "fakeopenai"},
     ],
 }
-
-
-def _is_chat(request: RecordedRequest) -> bool:
-    path = request.path.rstrip("/")
-    return request.method == "POST" and path in ("/v1/chat/completions", "/chat/completions")
-
-
-def _answer_text(body: dict[str, Any]) -> str:
-    """The content (or tool-call arguments) of every choice of a completion body."""
-    parts: list[str] = []
-    for choice in body.get("choices") or []:
-        message = (choice.get("message") or {}) if isinstance(choice, dict) else {}
-        if isinstance(message.get("content"), str):
-            parts.append(message["content"])
-        for call in message.get("tool_calls") or []:
-            arguments = (call.get("function") or {}).get("arguments")
-            if isinstance(arguments, str):
-                parts.append(arguments)
-    return "\n".join(parts)

@@ -16,6 +16,7 @@ import pandas as pd
 from fakebatches import FakeBatches, batched
 from test_daemon import Daemon, daemons, serve, states, until
 
+from ragjury._json import json_object
 from ragjury.cli import main
 from ragjury.config import GenerationOptions
 from ragjury.job_spec import GenerationSpec
@@ -316,12 +317,12 @@ def test_a_stored_spec_without_answer_check_predates_it_and_runs_without() -> No
     assert GenerationSpec.model_validate({}).generate.answer_check is False  # ragjury 0.1's
     old = GenerationSpec.model_validate({"generate": {"chunk_size": 500}, "prompts": {}})
     assert old.generate.answer_check is False
-    assert old.stored()["generate"]["answer_check"] is False  # and stays so once read
+    assert json_object(old.stored()["generate"])["answer_check"] is False  # and stays so once read
 
     new = GenerationSpec(generate=GenerationOptions()).stored()
-    assert new["generate"]["answer_check"] is True
+    assert json_object(new["generate"])["answer_check"] is True
     assert GenerationSpec.model_validate(new).generate.answer_check is True
-    assert "multi_hop_strict" not in new["generate"]  # stored only when set
+    assert "multi_hop_strict" not in json_object(new["generate"])  # stored only when set
     strict = GenerationSpec(generate=GenerationOptions(multi_hop_strict=True)).stored()
     assert GenerationSpec.model_validate(strict).generate.multi_hop_strict is True
 

@@ -17,6 +17,7 @@ import anyio
 import pytest
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
+from ragjury._json import json_object
 from ragjury.calibration.sets import bundled_set, bundled_sets
 from ragjury.cli import main
 from ragjury.report.load import records_from_db
@@ -186,7 +187,7 @@ def test_the_figures_are_kept_with_the_run_in_the_database(
 
     assert loaded.summary["calibration"] == printed
     assert len(loaded.records) == 20  # an ordinary evaluation job of the samples drawn
-    assert loaded.summary["metrics"]["correctness"]["scored"] == 20
+    assert json_object(json_object(loaded.summary["metrics"])["correctness"])["scored"] == 20
 
 
 def test_the_report_of_a_calibration_job_shows_the_judge_card(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragjury._json import JSONObject
 from ragjury.commands._run import EXIT_GATE, EXIT_MAX_FAILED
 from ragjury.report.junit import junit_tree
 
@@ -147,7 +148,7 @@ def test_junit_has_a_case_per_sample_and_metric_and_the_reasons_of_failures(
 
 
 def test_junit_keeps_text_xml_cannot_hold_and_markup_as_data() -> None:
-    record = {
+    record: JSONObject = {
         "id": "odd",
         "question": "What is </testcase><x>\x00?",
         "answer": "a",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ragjury._json import json_object
 from ragjury.cli import build_parser
 from ragjury.output import pair_record
 from ragjury.schemas import AnswerCheck, CritiqueResult, PairJudged, QAPair
@@ -81,8 +82,8 @@ def test_the_readme_example_record_has_the_fields_ragjury_writes() -> None:
         )
     )
     assert list(example) == list(written)
-    assert set(example["critiques"]) == set(written["critiques"])
-    assert list(example["answer_check"]) == list(written["answer_check"])
+    assert set(example["critiques"]) == set(json_object(written["critiques"]))
+    assert list(example["answer_check"]) == list(json_object(written["answer_check"]))
 
 
 def test_readme_first_screen_has_the_install_and_test_commands() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ragjury._json import JSONData, json_list, json_number, json_object
 from ragjury.pipelines.generation import GenerationCounts
 
 
@@ -66,10 +67,10 @@ class GenerationProgress(_Bars):
         )
 
 
-def cost_text(summary: dict[str, Any]) -> str:
+def cost_text(summary: Mapping[str, JSONData]) -> str:
     """The run's cost in words: USD, or why it is unknown."""
     if summary.get("cost_usd") is None:
-        models = ", ".join(summary.get("unpriced_models") or []) or "the model"
+        models = ", ".join(map(str, json_list(summary.get("unpriced_models")))) or "the model"
         return f"cost unknown (no price for {models}; see --prices)" + mode_text(summary)
     return f"${summary['cost_usd']:.4f}" + mode_text(summary)
 
@@ -94,15 +95,15 @@ def mode_text(summary: Mapping[str, object]) -> str:
     return f" ({part('direct')[1]}, {batch_text})" if batched else ""
 
 
-def _limit_text(summary: dict[str, Any]) -> str:
-    limit = summary["rate_limit"]
+def _limit_text(summary: Mapping[str, JSONData]) -> str:
+    limit = json_object(summary["rate_limit"])
     text = f"{limit['limit']} of {limit['concurrency']}"
     if limit["throttled"]:
         text += f" (lowest {limit['lowest_limit']}, {limit['throttled']} x 429)"
     return text
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
+def summary_table(summary: Mapping[str, JSONData]) -> Table:
     table = Table(title="ragjury generate", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("count", justify="right")
@@ -192,16 +193,19 @@ class EvaluationProgressBar(_Bars):
             self._progress.update(self._task, completed=done)
 
 
-def _figure(value: float | None) -> str:
+def _figure(value: JSONData) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def interval_text(interval: Sequence[float] | None) -> str:
+def interval_text(interval: JSONData) -> str:
     """A 95% interval as the tables show it: ``[0.612, 0.801]``, or nothing when none."""
-    return "" if not interval else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+    if not interval:
+        return ""
+    low, high = json_list(interval)[:2]
+    return f"[{json_number(low):.3f}, {json_number(high):.3f}]"
 
 
-def evaluation_table(summary: dict[str, Any]) -> Table:
+def evaluation_table(summary: Mapping[str, JSONData]) -> Table:
     table = Table(
         title=f"ragjury evaluate: {summary['samples']} samples, {summary['invalid_input']} "
         f"invalid, {summary['llm_calls']} LLM calls, {summary['prompt_tokens']}+"
@@ -220,7 +224,7 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
         table.add_column(column, justify="right", no_wrap=True)
     for column in ("scored", "n/a", "failed", "calls"):
         table.add_column(column, justify="right")
-    for name, m in summary["metrics"].items():
+    for name, m in ((n, json_object(f)) for n, f in json_object(summary["metrics"]).items()):
         table.add_row(
             name,
             f"{_figure(m['mean'])} {interval_text(m.get('mean_interval'))}",
@@ -231,17 +235,19 @@ def evaluation_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def retrieval_table(summary: dict[str, Any]) -> Table | None:
+def retrieval_table(summary: Mapping[str, JSONData]) -> Table | None:
     """The retrieval figures at each k (means over the scored samples), if a metric that
     ranks the retrieved contexts ran."""
-    found = [(n, m["at_k"]) for n, m in summary["metrics"].items() if m.get("at_k")]
+    metrics = json_object(summary["metrics"]).items()
+    found = [(n, json_object(m)["at_k"]) for n, m in metrics if json_object(m).get("at_k")]
     if not found:
         return None
     name, at_k = found[0]
     table = Table(title=f"{name} at k", title_justify="left")
     for column in ("k", "hit rate", "MRR", "recall", "precision", "nDCG"):
         table.add_column(column, justify="right")
-    for k, f in at_k.items():
+    for k, figures in json_object(at_k).items():
+        f = json_object(figures)
         table.add_row(
             k,
             *(f"{f[name]:.3f}" for name in ("hit_rate", "mrr", "recall", "precision", "ndcg")),

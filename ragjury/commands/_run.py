@@ -17,6 +17,7 @@ import anyio.to_thread
 from rich.console import Console
 
 from ragjury import gc_pauses
+from ragjury._json import JSONData
 from ragjury.commands._display import estimate_table
 from ragjury.config import Settings
 from ragjury.estimate import Estimate
@@ -278,7 +279,7 @@ async def new_job_note(store: Store, job: Job, what: str) -> str | None:
     )
 
 
-def _changed_options(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+def _changed_options(before: Mapping[str, JSONData], now: Mapping[str, JSONData]) -> list[str]:
     names = {
         "llm": "model",
         "prompts": "prompt",

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from typing import Any
+from collections.abc import Mapping
 
 import structlog
 from rich.console import Console
 
+from ragjury._json import JSONData
 from ragjury.commands._display import GenerationProgress, cost_text, summary_table
 from ragjury.commands._run import (
     RecordedRun,
@@ -45,7 +46,7 @@ from ragjury.prompts import load_overrides
 from ragjury.report.audit import audit_dataset, summary_lines
 from ragjury.report.audit_input import AuditRecord, audit_record
 from ragjury.runner import JobRun, submit_documents
-from ragjury.schemas import DocumentJudged
+from ragjury.schemas import DocumentJudged, JuryEvent
 from ragjury.store.base import Job
 
 log = structlog.get_logger("ragjury.generate")
@@ -184,7 +185,7 @@ async def _work(run: RecordedRun, settings: Settings, job: Job, console: Console
     with GenerationProgress(console) as progress:
         progress.update(counts)
 
-        async def on_event(job_id: str, event: Any) -> None:
+        async def on_event(job_id: str, event: JuryEvent) -> None:
             if isinstance(event, DocumentJudged):
                 counts.add_report(report_of(event))
                 progress.update(counts)
@@ -203,7 +204,7 @@ def _audit_command(args: argparse.Namespace, options: GenerationOptions) -> str:
     return " ".join(words + (["--whole-documents"] if options.whole_documents else []))
 
 
-def _report(console: Console, summary: dict[str, Any], args: argparse.Namespace) -> None:
+def _report(console: Console, summary: Mapping[str, JSONData], args: argparse.Namespace) -> None:
     if console.is_terminal:
         console.print(summary_table(summary))
     else:

@@ -8,13 +8,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import structlog
 from rich.console import Console
 from rich.table import Table
 
+from ragjury._json import JSONData
 from ragjury.commands._panel import panel_from
 from ragjury.commands._run import EXIT_BUDGET, propose_for_run, recorded_run
 from ragjury.commands._signals import Outcome, capture, stop_on_signals
@@ -159,7 +159,7 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             outcome = await capture(runner.run(stop=stop))
             tg.cancel_scope.cancel()
         counts = runner.counts
-        summary: dict[str, Any] = {
+        summary: dict[str, JSONData] = {
             "daemon": runner.owner,
             "agents": runner.agents,
             "items_started": counts.started,

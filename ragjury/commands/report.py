@@ -8,11 +8,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 from rich.console import Console
 
+from ragjury._json import JSONData, JSONObject
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.report.compare import check_regressions, compare
@@ -104,13 +104,13 @@ async def report_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, JSONData]:
     from ragjury.report.load import read_json
 
     return read_json(path)
 
 
-async def _records(args: argparse.Namespace, which: str) -> list[dict[str, Any]]:
+async def _records(args: argparse.Namespace, which: str) -> list[JSONObject]:
     value = getattr(args, which)
     if args.db is not None:
         loaded = await records_from_db(args.db, value)

@@ -16,11 +16,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard, get_args
 
 from pydantic import BaseModel
 
-from ragjury._json import JSONData
+from ragjury._json import JSONData, json_number
 from ragjury.llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ragjury.prompts import Prompt
 from ragjury.schemas import MetricResult, Sample
@@ -72,13 +72,21 @@ class Scale:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Scale:
+    def from_dict(cls, data: Mapping[str, JSONData]) -> Scale:
+        """The scale :meth:`as_dict` wrote (a kind this version does not know reads as a
+        fraction's)."""
+        kind = data.get("kind", "fraction")
+        high = data.get("high")
         return cls(
-            kind=data.get("kind", "fraction"),
-            low=float(data.get("low", 0.0)),
-            high=None if data.get("high") is None else float(data["high"]),
+            kind=kind if _is_scale_kind(kind) else "fraction",
+            low=json_number(data.get("low", 0.0)),
+            high=None if high is None else json_number(high),
             higher_is_better=bool(data.get("higher_is_better", True)),
         )
+
+
+def _is_scale_kind(value: JSONData) -> TypeGuard[ScaleKind]:
+    return value in get_args(ScaleKind)
 
 
 FRACTION = Scale("fraction", 0.0, 1.0)

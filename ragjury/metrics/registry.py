@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import Any
 
+from ragjury._json import JSONData, json_object
 from ragjury.errors import ConfigurationError
 from ragjury.metrics.declaration import FRACTION, Metric, Scale
 
@@ -209,13 +209,13 @@ def _installed() -> Registry:
     return Registry([*builtin_metrics(), *plugin_metrics()])
 
 
-def scale_of(name: str, declared: Mapping[str, Mapping[str, Any]] | None = None) -> Scale:
+def scale_of(name: str, declared: JSONData = None) -> Scale:
     """A metric's scale: its declaration's; for a metric not installed here (a judge file
     of the run), the declaration a run's summary kept (``summary["declarations"]``)."""
     metric = registry().get(name)
     if metric is not None:
         return metric.scale
-    kept = (declared or {}).get(name)
-    if kept and isinstance(kept.get("scale"), Mapping):
-        return Scale.from_dict(kept["scale"])
+    scale = json_object(json_object(declared).get(name)).get("scale")
+    if isinstance(scale, Mapping):
+        return Scale.from_dict(scale)
     return FRACTION

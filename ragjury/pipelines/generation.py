@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from ragjury._json import JSONData
+from ragjury._json import JSONData, JSONObject, json_list, json_number
 from ragjury.agents import (
     Aggregator,
     Chunker,
@@ -69,22 +69,24 @@ class GenerationCounts:
     rejected: int = 0
     failed: int = 0
     chunks_not_drafted: int = 0
-    failed_chunks: list[dict[str, Any]] = field(default_factory=list)
+    failed_chunks: list[Mapping[str, JSONData]] = field(default_factory=list)
 
     @property
     def judged(self) -> int:
         return self.kept + self.rejected + self.failed
 
-    def add_report(self, report: Mapping[str, Any]) -> None:
+    def add_report(self, report: Mapping[str, JSONData]) -> None:
         """Add one finished document's report (see :func:`report_of`)."""
         for f in fields(self):
             if f.name in report and f.name != "failed_chunks":
-                setattr(self, f.name, getattr(self, f.name) + int(report[f.name]))
-        self.failed_chunks.extend(report.get("failed_chunks", ()))
+                added = int(json_number(report[f.name]))
+                setattr(self, f.name, getattr(self, f.name) + added)
+        chunks = json_list(report.get("failed_chunks"))
+        self.failed_chunks.extend(chunk for chunk in chunks if isinstance(chunk, Mapping))
         self.documents_done += 1
 
 
-def report_of(judged: DocumentJudged) -> dict[str, Any]:
+def report_of(judged: DocumentJudged) -> JSONObject:
     """A finished document's counts, as stored with it."""
     outcomes = [pair.outcome for pair in judged.pairs]
     return {

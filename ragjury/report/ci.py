@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from ragjury._json import JSONData, json_object
 from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
@@ -24,7 +24,7 @@ def run_details(
     prompts: Mapping[str, Prompt],
     metrics: Iterable[str],
     judges: Sequence[Metric] = (),
-) -> dict[str, Any]:
+) -> dict[str, JSONData]:
     """What a report's header shows beyond the figures: input, endpoint, prompts, time."""
     return {
         "input": str(samples),
@@ -38,13 +38,16 @@ def run_details(
 def write_ci_files(
     junit: Path | None,
     markdown: Path | None,
-    summary: Mapping[str, Any],
-    records: Sequence[dict[str, Any]],
+    summary: Mapping[str, JSONData],
+    records: Sequence[Mapping[str, JSONData]],
     gates: Sequence[GateResult],
 ) -> None:
     """Write the ``--junit`` XML and the ``--markdown`` summary of a run's records."""
     if junit is not None:
         write_text_atomically(junit, junit_xml(records, gates))
     if markdown is not None:
-        text = markdown_summary(summary, summary["metrics"], records, gates)
+        stats = {
+            name: json_object(figures) for name, figures in json_object(summary["metrics"]).items()
+        }
+        text = markdown_summary(summary, stats, records, gates)
         write_text_atomically(markdown, text)

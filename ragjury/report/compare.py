@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
-from typing import Any, Literal
+from typing import Literal
 
+from ragjury._json import JSONData, json_number, json_object
 from ragjury.errors import InputError
 from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, Interval, mean_interval
 from ragjury.metrics import scale_of
@@ -106,7 +107,7 @@ class Comparison:
     bootstrap_at_most: int = BOOTSTRAP_AT_MOST
     """Paired samples up to which the interval is bootstrapped (above: the normal one)."""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JSONData]:
         data = asdict(self)
         for metric, found in zip(data["metrics"], self.metrics, strict=True):
             interval = metric.pop("interval")
@@ -115,10 +116,12 @@ class Comparison:
         return data
 
 
-def by_id(records: Sequence[dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
-    indexed: dict[str, dict[str, Any]] = {}
+def by_id(
+    records: Sequence[Mapping[str, JSONData]], label: str
+) -> dict[str, Mapping[str, JSONData]]:
+    indexed: dict[str, Mapping[str, JSONData]] = {}
     for record in records:
-        if not isinstance(record.get("metrics"), dict):
+        if not isinstance(record.get("metrics"), Mapping):
             raise InputError(
                 f"{label}: record {record.get('id')!r} has no 'metrics'; compare takes the "
                 "results `ragjury evaluate --out` writes (or evaluation jobs)"
@@ -130,14 +133,15 @@ def by_id(records: Sequence[dict[str, Any]], label: str) -> dict[str, dict[str, 
     return indexed
 
 
-def _score(record: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
-    entry = record["metrics"].get(metric)
-    if not isinstance(entry, dict):
+def _score(record: Mapping[str, JSONData], metric: str) -> tuple[float | None, str | None]:
+    entry = json_object(record["metrics"]).get(metric)
+    if not isinstance(entry, Mapping):
         return None, None
-    reason = entry.get("reason")
+    given = entry.get("reason")
+    reason = given if isinstance(given, str) else None
     if entry.get("outcome") != "scored" or entry.get("score") is None:
         return None, reason
-    return float(entry["score"]), reason
+    return json_number(entry["score"]), reason
 
 
 def _answer(record: Mapping[str, object]) -> str | None:
@@ -148,8 +152,8 @@ def _answer(record: Mapping[str, object]) -> str | None:
 def _compare_metric(
     metric: str,
     ids: Sequence[str],
-    base: Mapping[str, dict[str, Any]],
-    cand: Mapping[str, dict[str, Any]],
+    base: Mapping[str, Mapping[str, JSONData]],
+    cand: Mapping[str, Mapping[str, JSONData]],
     *,
     resamples: int,
     seed: int,
@@ -162,8 +166,8 @@ def _compare_metric(
         b, b_reason = _score(base[key], metric)
         c, c_reason = _score(cand[key], metric)
         if b is None or c is None:
-            present = metric in base[key]["metrics"] or metric in cand[key]["metrics"]
-            not_comparable += present
+            in_base = metric in json_object(base[key]["metrics"])
+            not_comparable += in_base or metric in json_object(cand[key]["metrics"])
             continue
         question = str(cand[key].get("question") or base[key].get("question") or "")
         answers = (_answer(base[key]), _answer(cand[key]))
@@ -191,8 +195,8 @@ def _compare_metric(
 
 
 def compare(
-    baseline: Sequence[dict[str, Any]],
-    candidate: Sequence[dict[str, Any]],
+    baseline: Sequence[Mapping[str, JSONData]],
+    candidate: Sequence[Mapping[str, JSONData]],
     *,
     baseline_label: str = "baseline",
     candidate_label: str = "candidate",

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from ragjury._json import JSONData, json_list, json_number, json_object
 from ragjury.errors import ConfigurationError
 from ragjury.metrics import Registry, registry
 
@@ -137,7 +138,7 @@ def parse_regressions(text: str) -> dict[str, float]:
 
 
 def check_thresholds(
-    stats: Mapping[str, Mapping[str, Any]],
+    stats: Mapping[str, JSONData],
     thresholds: Sequence[Threshold],
     gate_on: GateOn = "point",
 ) -> list[GateResult]:
@@ -145,19 +146,23 @@ def check_thresholds(
     figure (``point``) or the lower bound of its 95% interval (``lower-bound``)."""
     results = []
     for t in thresholds:
-        figures = stats.get(t.metric)
+        kept = stats.get(t.metric)
         name = f"--fail-under {t.spec}"
-        if figures is None:
+        if kept is None:
             judged = ", ".join(stats) or "none"
             message = f"{t.metric} was not evaluated in this run (metrics: {judged})"
             results.append(GateResult(name, False, message, t.metric))
             continue
-        value = figures.get(t.statistic)
-        interval = figures.get(f"{t.statistic}_interval")
-        if value is None:
+        figures = json_object(kept)
+        figure = figures.get(t.statistic)
+        interval = [
+            json_number(bound) for bound in json_list(figures.get(f"{t.statistic}_interval"))
+        ]
+        if figure is None:
             message = f"{t.label} is undefined: no sample was scored (bar {t.bar:g})"
             results.append(GateResult(name, False, message, t.metric))
             continue
+        value = json_number(figure)
         shown = f"[{interval[0]:g}, {interval[1]:g}]" if interval else "none"
         if gate_on == "lower-bound":
             compared = interval[0] if interval else value

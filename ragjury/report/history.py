@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ragjury._json import JSONData
 from ragjury.metrics import Scale, scale_of
 from ragjury.report.html import page
 from ragjury.report.load import HistoryRun
@@ -79,7 +80,7 @@ def trends(runs: Sequence[HistoryRun]) -> list[Trend]:
     place among every evaluation run, so the charts line up."""
     judged = [r for r in runs if r.kind == "evaluation"]
     metrics = list(dict.fromkeys(name for r in judged for name in r.figures))
-    declared: dict[str, Mapping[str, object]] = {}
+    declared: dict[str, Mapping[str, JSONData]] = {}
     for run in judged:
         declared.update(run.declarations)
     span = max(len(judged) - 1, 1)

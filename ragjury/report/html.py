@@ -30,6 +30,7 @@ import jinja2
 from markupsafe import Markup
 
 from ragjury import __version__
+from ragjury._json import JSONData, json_list, json_number, json_object
 from ragjury.evaluation.panel import disagreeing_first
 from ragjury.metrics import Scale, registry, scale_of
 from ragjury.report.audit import page_audit
@@ -39,7 +40,7 @@ from ragjury.report.load import Loaded, metric_stats
 from ragjury.schemas import ANSWERABILITY, CRITERIA
 
 
-def packed_json(data: Any) -> str:
+def packed_json(data: JSONData) -> str:
     """``data`` as gzip-compressed JSON in base64: about a third of the text's size, and made
     of letters, digits, ``+``, ``/`` and ``=`` only, so nothing in it can end its ``<script>``
     or start markup. The page unpacks it with the browser's ``DecompressionStream``."""
@@ -71,7 +72,7 @@ def _csp_hash(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def page(template: str, *, title: str, data: Any | None, **context: Any) -> str:
+def page(template: str, *, title: str, data: JSONData, **context: Any) -> str:
     css = _asset("report.css")
     script = _asset("report.js") if data is not None else ""
     policy = f"default-src 'none'; style-src '{_csp_hash(css)}'; img-src data:"
@@ -146,24 +147,25 @@ def evidence_spans(context: str, quotes: Sequence[tuple[int, str]]) -> list[list
     return sorted(spans)
 
 
-def _supported_quotes(metrics: Mapping[str, Any]) -> list[tuple[int, str]]:
+def _supported_quotes(metrics: Mapping[str, JSONData]) -> list[tuple[int, str]]:
     """The evidence quotes of the answer's supported statements (of the metrics whose
     declaration says they carry evidence from the contexts)."""
     known = registry()
     for name, entry in metrics.items():
         metric = known.get(name)
-        if metric is not None and metric.evidence and isinstance(entry, dict):
+        if metric is not None and metric.evidence and isinstance(entry, Mapping):
+            statements = [json_object(s) for s in json_list(entry.get("statements"))]
             return [
                 (index, str(s["evidence"]))
-                for index, s in enumerate(entry.get("statements") or [])
+                for index, s in enumerate(statements)
                 if s.get("supported") and s.get("evidence")
             ]
     return []
 
 
-def _sample_data(record: dict[str, Any]) -> dict[str, Any]:
-    metrics = record.get("metrics") or {}
-    contexts = [str(c) for c in record.get("contexts") or []]
+def _sample_data(record: Mapping[str, JSONData]) -> dict[str, JSONData]:
+    metrics = json_object(record.get("metrics"))
+    contexts = [str(c) for c in json_list(record.get("contexts"))]
     quotes = _supported_quotes(metrics)
     return {
         "id": str(record.get("id")),
@@ -175,7 +177,7 @@ def _sample_data(record: dict[str, Any]) -> dict[str, Any]:
         "passing": record.get("passing"),  # the record's own verdict: a failure never passes
         "reason": record.get("reason"),
         "metrics": {
-            name: {k: v for k, v in entry.items() if k != "llm_calls"}
+            name: {k: v for k, v in json_object(entry).items() if k != "llm_calls"}
             for name, entry in metrics.items()
         },
     }
@@ -235,12 +237,13 @@ def breakdowns(stats: Mapping[str, Mapping[str, object]]) -> list[Breakdown]:
 # -- pages --------------------------------------------------------------------------------
 
 
-def _cost(summary: Mapping[str, Any]) -> str:
+def _cost(summary: Mapping[str, JSONData]) -> str:
     cost = summary.get("cost_usd")
     if cost is not None:
         return f"${cost:.4f}"
-    if summary.get("unpriced_models"):
-        return "unknown (no price for " + ", ".join(summary["unpriced_models"]) + ")"
+    unpriced = summary.get("unpriced_models")
+    if unpriced:
+        return "unknown (no price for " + ", ".join(map(str, json_list(unpriced))) + ")"
     return "not recorded"
 
 
@@ -260,7 +263,7 @@ def prompts_shown(summary: Mapping[str, object]) -> list[str]:
     return shown
 
 
-def _run_rows(summary: Mapping[str, Any], failures: str) -> list[tuple[str, str | list[str]]]:
+def _run_rows(summary: Mapping[str, JSONData], failures: str) -> list[tuple[str, str | list[str]]]:
     def given(key: str, fmt: str = "{}") -> str:
         value = summary.get(key)
         return "not recorded" if value is None else fmt.format(value)
@@ -291,17 +294,18 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
     stats = metric_stats(records)
     scores: dict[str, list[float]] = {name: [] for name in stats}
     for record in records:
-        for name, entry in (record.get("metrics") or {}).items():
+        for name, judged in json_object(record.get("metrics")).items():
+            entry = json_object(judged)
             if (
                 name in scores
                 and entry.get("outcome") == "scored"
                 and entry.get("score") is not None
             ):
-                score = float(entry["score"])
+                score = json_number(entry["score"])
                 if math.isfinite(score):
                     scores[name].append(score)
-    failed = sum(int(s["failed"]) for s in stats.values())
-    invalid = int(loaded.summary.get("invalid_input") or 0)
+    failed = sum(int(json_number(s["failed"])) for s in stats.values())
+    invalid = int(json_number(loaded.summary.get("invalid_input") or 0))
     failures = f"{failed} failed judgement(s)" + (
         f", {invalid} invalid input(s)" if invalid else ""
     )
@@ -337,14 +341,16 @@ def evaluation_html(loaded: Loaded, *, title: str | None = None) -> str:
 def dataset_html(loaded: Loaded, *, title: str | None = None) -> str:
     pairs = loaded.records
     outcomes = Counter(str(p.get("outcome", "kept")) for p in pairs)
-    checked = any(ANSWERABILITY in (p.get("critiques") or {}) for p in pairs)
+    checked = any(ANSWERABILITY in json_object(p.get("critiques")) for p in pairs)
     criteria = (*CRITERIA, ANSWERABILITY) if checked else CRITERIA
     ratings = {
         criterion: _rating_bars(
-            int(c["rating"])
+            rating
             for p in pairs
-            if isinstance(c := (p.get("critiques") or {}).get(criterion), dict)
-            and isinstance(c.get("rating"), int)
+            if isinstance(
+                rating := json_object(json_object(p.get("critiques")).get(criterion)).get("rating"),
+                int,
+            )
         )
         for criterion in criteria
     }

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ragjury._json import JSONData, json_list, json_object
 from ragjury.report.gates import GateResult
 from ragjury.report.load import metric_names
 
@@ -32,33 +32,34 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _NAME_CHARS = 80
 
 
-def clean(text: Any) -> str:
+def clean(text: JSONData) -> str:
     return _NOT_XML.sub("\ufffd", "" if text is None else str(text))
 
 
-def _case_name(record: dict[str, Any]) -> str:
+def _case_name(record: Mapping[str, JSONData]) -> str:
     question = " ".join(str(record.get("question") or "").split())
     if len(question) > _NAME_CHARS:
         question = question[: _NAME_CHARS - 1] + "…"
     return f"{record.get('id')}: {question}" if question else str(record.get("id"))
 
 
-def failure_text(entry: dict[str, Any]) -> str:
+def failure_text(entry: Mapping[str, JSONData]) -> str:
     """The body of a failed case: score, reason, unsupported statements, checks."""
     lines = [f"score: {entry.get('score')}", f"reason: {entry.get('reason')}"]
-    unsupported = [s for s in entry.get("statements") or [] if not s.get("supported")]
+    statements = [json_object(s) for s in json_list(entry.get("statements"))]
+    unsupported = [s for s in statements if not s.get("supported")]
     if unsupported:
         lines.append("unsupported statements:")
         lines.extend(f"  - {s.get('text')} (reason: {s.get('reason')})" for s in unsupported)
     if entry.get("reasoning"):
         lines.append(f"reasoning: {entry['reasoning']}")
-    for check in entry.get("checks") or []:
+    for check in map(json_object, json_list(entry.get("checks"))):
         if not check.get("passed"):
             lines.append(f"keyword check failed: {check.get('type')} {check.get('keyword')!r}")
     return "\n".join(lines)
 
 
-def _error_text(error: dict[str, Any]) -> str:
+def _error_text(error: Mapping[str, JSONData]) -> str:
     return (
         f"stage: {error.get('stage')}\nattempts: {error.get('attempts')}\n"
         f"message: {error.get('message')}\nlast raw output:\n{error.get('last_raw_output')}"
@@ -104,12 +105,16 @@ class Rules:
 
 
 def _add_result(
-    suite: ET.Element, metric: str, record: dict[str, Any], entry: dict[str, Any], rules: Rules
+    suite: ET.Element,
+    metric: str,
+    record: Mapping[str, JSONData],
+    entry: Mapping[str, JSONData],
+    rules: Rules,
 ) -> None:
     case = _case(suite, _case_name(record))
     outcome, reason = entry.get("outcome"), clean(entry.get("reason") or "")
     if outcome == "failed":
-        error = entry.get("error") or {}
+        error = json_object(entry.get("error"))
         allowed = rules.failed_judgement_is_error()
         if allowed is None:
             node = ET.SubElement(case, "error", message=reason, type=clean(error.get("stage")))
@@ -136,22 +141,22 @@ def _count(suite: ET.Element) -> None:
 
 
 def junit_tree(
-    records: Iterable[dict[str, Any]], gates: Sequence[GateResult] = ()
+    records: Iterable[Mapping[str, JSONData]], gates: Sequence[GateResult] = ()
 ) -> ET.ElementTree[ET.Element]:
     rows = list(records)
     outcomes = {
         entry.get("outcome")
         for record in rows
-        for entry in (record.get("metrics") or {}).values()
-        if isinstance(entry, dict)
+        for entry in json_object(record.get("metrics")).values()
+        if isinstance(entry, Mapping)
     }
     rules = Rules(gates, nothing_judged=outcomes == {"failed"})
     root = ET.Element("testsuites", name="ragjury")
     for metric in metric_names(rows):
         suite = _suite(root, f"ragjury.{metric}")
         for record in rows:
-            entry = (record.get("metrics") or {}).get(metric)
-            if isinstance(entry, dict):
+            entry = json_object(record.get("metrics")).get(metric)
+            if isinstance(entry, Mapping):
                 _add_result(suite, metric, record, entry, rules)
     if gates:
         suite = _suite(root, "ragjury.gates")
@@ -168,7 +173,7 @@ def junit_tree(
     return ET.ElementTree(root)
 
 
-def junit_xml(records: Iterable[dict[str, Any]], gates: Sequence[GateResult] = ()) -> str:
+def junit_xml(records: Iterable[Mapping[str, JSONData]], gates: Sequence[GateResult] = ()) -> str:
     """The ``--junit`` file's text."""
     tree = junit_tree(records, gates)
     ET.indent(tree)

@@ -11,12 +11,12 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import pydantic
 
-from ragjury._json import JSONData
+from ragjury._json import JSONData, JSONObject, JSONValue, json_number, json_object
 from ragjury.agents import custom_judge
 from ragjury.errors import InputError
 from ragjury.evaluation.summary import metric_summary
@@ -35,12 +35,12 @@ class Loaded:
     """What one report shows: the records, the run summary if known, where they came from."""
 
     kind: Kind
-    records: list[dict[str, Any]]
+    records: list[JSONObject]
     source: str
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, JSONData] = field(default_factory=dict)
 
 
-def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path) -> Iterator[JSONObject]:
     """The JSON objects of a JSONL file, one per non-empty line; a bad line names itself."""
     try:
         handle = path.open(encoding="utf-8")
@@ -51,7 +51,7 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record: JSONValue = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(
                     f"{path}:{number}: not JSON ({exc.msg}); give the JSONL file that "
@@ -62,19 +62,19 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, JSONData]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: JSONValue = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read {str(path)!r}: {exc.strerror}; check the path") from exc
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON ({exc.msg}); give the file `--summary` wrote") from exc
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object, the run summary")
-    return data
+    return dict(data)
 
 
-def kind_of(records: Sequence[dict[str, Any]], path: Path) -> Kind:
+def kind_of(records: Sequence[Mapping[str, JSONData]], path: Path) -> Kind:
     if not records:
         raise InputError(f"{path} holds no record; give a results or dataset JSONL file")
     first = records[0]
@@ -111,7 +111,7 @@ def load_files(
     return loaded
 
 
-def join_samples(records: list[dict[str, Any]], path: Path) -> None:
+def join_samples(records: Sequence[JSONObject], path: Path) -> None:
     """Add each result's contexts and reference from the samples file it was judged from."""
     from ragjury.evaluation.inputs import load_samples  # only this path needs the loaders
 
@@ -123,11 +123,11 @@ def join_samples(records: list[dict[str, Any]], path: Path) -> None:
             record["reference"] = sample.reference
 
 
-def scored_from_record(record: dict[str, Any]) -> SampleScored:
+def scored_from_record(record: Mapping[str, JSONData]) -> SampleScored:
     """A result record as the pipeline's ``SampleScored``, so the summary code applies."""
     metrics: dict[str, MetricResult] = {}
-    for name, entry in (record.get("metrics") or {}).items():
-        if not isinstance(entry, dict):
+    for name, entry in json_object(record.get("metrics")).items():
+        if not isinstance(entry, Mapping):
             continue
         error = entry.get("error")
         try:
@@ -138,7 +138,7 @@ def scored_from_record(record: dict[str, Any]) -> SampleScored:
                 reason=entry.get("reason"),
                 details={k: v for k, v in entry.items() if k not in _RECORD_FIELDS},
                 error=Failure.model_validate(error) if isinstance(error, dict) else None,
-                llm_calls=int(entry.get("llm_calls") or 0),
+                llm_calls=int(json_number(entry.get("llm_calls") or 0)),
             )
         except pydantic.ValidationError as exc:
             raise InputError(
@@ -153,21 +153,23 @@ def scored_from_record(record: dict[str, Any]) -> SampleScored:
     return SampleScored(sample=sample, metrics=metrics)
 
 
-def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
+def metric_names(records: Sequence[Mapping[str, JSONData]]) -> list[str]:
     """The metrics the records hold: the installed ones in listing order, then the others
     (a run's judge files) in the order met."""
-    seen = list(dict.fromkeys(name for r in records for name in (r.get("metrics") or {})))
+    seen = list(dict.fromkeys(name for r in records for name in json_object(r.get("metrics"))))
     known = [m for m in registry().names if m in seen]
     return known + [m for m in seen if m not in known]
 
 
-def metric_stats(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def metric_stats(records: Sequence[Mapping[str, JSONData]]) -> dict[str, dict[str, JSONData]]:
     """Per metric: mean, median, pass rate, counts (``ragjury.evaluation.summary``)."""
     scored = [scored_from_record(r) for r in records]
     return {name: metric_summary(scored, name) for name in metric_names(records)}
 
 
-def declarations(metrics: Iterable[str], judges: Sequence[Metric] = ()) -> dict[str, Any]:
+def declarations(
+    metrics: Iterable[str], judges: Sequence[Metric] = ()
+) -> dict[str, dict[str, JSONData]]:
     """What a run's summary keeps of its metrics' declarations (a report made where a judge
     file or plugin is not installed still knows their scales)."""
     known = registry(judges)
@@ -262,7 +264,7 @@ async def records_from_db(db: str | Path, job: str | None, run: str | None = Non
         return Loaded("evaluation", records, where, summary)
 
 
-async def _run_summary(store: Store, job: str, run_id: str | None = None) -> dict[str, Any]:
+async def _run_summary(store: Store, job: str, run_id: str | None = None) -> dict[str, JSONData]:
     """The summary of the newest finished run of ``job`` (or of its run ``run_id``), with its
     endpoint and times."""
     if run_id is None:
@@ -273,7 +275,7 @@ async def _run_summary(store: Store, job: str, run_id: str | None = None) -> dic
             raise InputError(f"no finished run {run_id!r} of job {job!r}")
     if run is None or run.summary is None:
         return {"job": job}
-    summary = dict(run.summary)
+    summary: dict[str, JSONData] = dict(run.summary)
     summary.setdefault("model", run.settings.get("model"))
     summary.setdefault("base_url", run.settings.get("base_url"))
     summary.setdefault("started_at", run.started_at)
@@ -298,8 +300,8 @@ class HistoryRun:
     resumed: bool = False
     """The run resumed a job an earlier run had started."""
     figures: dict[str, Mapping[str, JSONData]] = field(default_factory=dict)
-    gates: list[Mapping[str, object]] = field(default_factory=list)
-    declarations: dict[str, Mapping[str, object]] = field(default_factory=dict)
+    gates: list[Mapping[str, JSONData]] = field(default_factory=list)
+    declarations: dict[str, Mapping[str, JSONData]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -307,7 +309,7 @@ class HistoryRun:
         return self.run if self.run is not None else self.job
 
     @property
-    def gates_failed(self) -> list[Mapping[str, object]]:
+    def gates_failed(self) -> list[Mapping[str, JSONData]]:
         return [g for g in self.gates if not g.get("passed")]
 
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from ragjury._json import JSONData, json_list, json_number, json_object
 from ragjury.report.gates import GateResult
 
 _TEXT_CHARS = 120
 _SAMPLES_LISTED = 10
 
 
-def inline(text: Any, limit: int = _TEXT_CHARS) -> str:
+def inline(text: JSONData, limit: int = _TEXT_CHARS) -> str:
     """One escaped line: no HTML, no table break, no emphasis or code from the text."""
     flat = " ".join(str("" if text is None else text).split())
     if len(flat) > limit:
@@ -27,7 +27,7 @@ def inline(text: Any, limit: int = _TEXT_CHARS) -> str:
     return escaped
 
 
-def _figure(value: Any) -> str:
+def _figure(value: JSONData) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -35,13 +35,14 @@ def _figure(value: Any) -> str:
     return str(value)
 
 
-def _interval(value: Any) -> str:
+def _interval(value: JSONData) -> str:
     if not value:
         return "-"
-    return f"[{_figure(float(value[0]))}, {_figure(float(value[1]))}]"
+    low, high = json_list(value)[:2]
+    return f"[{_figure(json_number(low))}, {_figure(json_number(high))}]"
 
 
-def _run_line(summary: Mapping[str, Any]) -> str:
+def _run_line(summary: Mapping[str, JSONData]) -> str:
     parts = [f"{summary.get('samples', '?')} samples"]
     if summary.get("invalid_input"):
         parts.append(f"{summary['invalid_input']} invalid")
@@ -50,18 +51,21 @@ def _run_line(summary: Mapping[str, Any]) -> str:
     if "llm_calls" in summary:
         parts.append(f"{summary['llm_calls']} LLM calls")
     if "prompt_tokens" in summary:
-        tokens = int(summary.get("prompt_tokens") or 0) + int(summary.get("completion_tokens") or 0)
+        tokens = sum(
+            int(json_number(summary.get(key) or 0))
+            for key in ("prompt_tokens", "completion_tokens")
+        )
         parts.append(f"{tokens:,} tokens")
     cost = summary.get("cost_usd")
     if cost is not None:
         parts.append(f"${cost:.4f}")
     modes = summary.get("calls_by_mode")
-    if isinstance(modes, Mapping) and (modes.get("batch") or {}).get("llm_calls"):
+    if isinstance(modes, Mapping) and json_object(modes.get("batch")).get("llm_calls"):
         parts.append(
             " and ".join(
                 f"{mode} {figures.get('llm_calls', 0)} calls"
                 + ("" if figures.get("cost_usd") is None else f" ${figures['cost_usd']:.4f}")
-                for mode, figures in modes.items()
+                for mode, figures in ((m, json_object(f)) for m, f in modes.items())
             )
         )
     if "wall_seconds" in summary:
@@ -81,9 +85,9 @@ def _run_line(summary: Mapping[str, Any]) -> str:
 
 
 def markdown_summary(
-    summary: Mapping[str, Any],
-    stats: Mapping[str, Mapping[str, Any]],
-    records: Iterable[dict[str, Any]],
+    summary: Mapping[str, JSONData],
+    stats: Mapping[str, Mapping[str, JSONData]],
+    records: Iterable[Mapping[str, JSONData]],
     gates: Sequence[GateResult] = (),
 ) -> str:
     failed_gates = [g for g in gates if not g.passed]
@@ -119,14 +123,17 @@ def markdown_summary(
     return "\n".join(lines) + "\n"
 
 
-def _problems(records: Iterable[dict[str, Any]]) -> list[tuple[str, list[tuple[str, str]]]]:
+def _problems(
+    records: Iterable[Mapping[str, JSONData]],
+) -> list[tuple[str, list[tuple[str, str]]]]:
     """Each sample that did not pass, once: its id, and the metrics that failed or did not
     pass with their reasons. A sample did not pass when its own ``passing`` is false (a
     record without one: when a metric failed or did not pass)."""
     found = []
     for record in records:
         whys = []
-        for metric, entry in (record.get("metrics") or {}).items():
+        for metric, judged in json_object(record.get("metrics")).items():
+            entry = json_object(judged)
             if entry.get("outcome") == "failed":
                 whys.append((metric, f"failed: {entry.get('reason')}"))
             elif entry.get("passing") is False:

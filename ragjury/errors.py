@@ -93,12 +93,16 @@ class LLMTransportError(LLMError):
         attempts: int = 0,
         last_raw_output: str | None = None,
         permanent: bool = False,
+        unsent: bool = False,
     ) -> None:
         super().__init__(message, attempts=attempts, last_raw_output=last_raw_output)
         self.status_code = status_code
         self.permanent = permanent
         """The same request would fail again (a 4xx other than 408/409/429, a prompt too
-        large for the model): a re-run does not send it again."""
+        large for the model): it is not retried in this run."""
+        self.unsent = unsent
+        """Nothing was sent (refused here, over --max-prompt-tokens): a re-run tries the step
+        again, which costs nothing when it is refused again and lets a raised limit count."""
 
 
 class LLMOutputError(LLMError):

@@ -172,6 +172,11 @@ def test_a_prompt_larger_than_max_prompt_tokens_fails_without_a_request(
     assert failed["outcome"] == "failed"
     assert "more than --max-prompt-tokens 4,000" in failed["reason"]
     assert fake.requests == []
+    # the message says to raise the limit: the same command with a higher one judges it
+    evaluate(fake, tmp_path, samples, "--metrics", "faithfulness", "--max-prompt-tokens", "60000")
+    scored = read_jsonl(tmp_path / "results.jsonl")[0]["metrics"]["faithfulness"]
+    assert scored["outcome"] == "scored"
+    assert fake.requests
 
 
 def test_a_hung_endpoint_fails_after_two_requests_naming_timeout(

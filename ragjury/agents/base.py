@@ -63,5 +63,5 @@ def failure_from(stage: str, exc: LLMError) -> Failure:
         attempts=exc.attempts,
         last_raw_output=exc.last_raw_output,
         message=redact_text(exc.message),
-        transient=isinstance(exc, LLMTransportError) and not exc.permanent,
+        transient=isinstance(exc, LLMTransportError) and (exc.unsent or not exc.permanent),
     )

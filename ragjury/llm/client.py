@@ -300,6 +300,7 @@ class LLM:
                     attempts=stats.requests,
                     last_raw_output=stats.last_raw_output,
                     permanent=cause.permanent,
+                    unsent=cause.unsent,
                 ) from cause
             error = _explain_validation(cause or exc)
             raise LLMOutputError(
@@ -410,6 +411,7 @@ class LLM:
                 "context, or lower --chunk-size / --context-window-chars), or raise "
                 "--max-prompt-tokens if the model takes more",
                 permanent=True,
+                unsent=True,
             )
         completion = round(self._completions.get(stats.stage, COMPLETION_RESERVE))
         response: ChatCompletion = await self._retrying(

@@ -133,7 +133,8 @@ class Failure(Record):
     transient: bool = Field(
         default=False,
         description="The endpoint failed (429s, 5xx, timeouts, no connection), not the model's "
-        "output: running the same command again tries the step again.",
+        "output, or the step was refused unsent over --max-prompt-tokens: running the same "
+        "command again tries the step again.",
     )
 
 

@@ -30,6 +30,7 @@ from ragjury.errors import (
     EndpointUnreachableError,
     InputError,
     RagjuryError,
+    StoreUnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -38,10 +39,12 @@ if TYPE_CHECKING:
     from ragjury.config import Settings
 
 # Exit codes: 0 ok, 1 nothing processed, 2 configuration error, 4 nothing judged (here: an
-# endpoint that refuses every connection); the commands add 3 (too many failed judgements),
-# 4 (nothing judged), 5 (a gate failed), 6 (a budget stopped the run) and 130 (stopped by a
-# signal); see commands/_run.py and the README's table.
+# endpoint that refuses every connection), 7 (the PostgreSQL --db was lost past
+# --db-reconnect); the commands add 3 (too many failed judgements), 4 (nothing judged), 5 (a
+# gate failed), 6 (a budget stopped the run) and 130 (stopped by a signal); see
+# commands/_run.py and the README's table.
 EXIT_OK, EXIT_NOTHING_PROCESSED, EXIT_CONFIG, EXIT_NOTHING_JUDGED = 0, 1, 2, 4
+EXIT_STORE_UNREACHABLE = 7
 
 # Flags that map one-to-one onto GenerationOptions fields.
 _GENERATION_FLAGS = (
@@ -85,6 +88,7 @@ _LLM_FLAGS = (
     "max_prompt_tokens",
     "mode",
     "db",
+    "db_reconnect",
     "log_level",
     "otel",
     "embedding_model",
@@ -424,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EndpointUnreachableError as exc:  # found at the first call: nothing judged
         print(f"ragjury: error: nothing was judged: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_NOTHING_JUDGED
+    except StoreUnavailableError as exc:  # finished work stored, the rest queued
+        print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
+        return EXIT_STORE_UNREACHABLE
     except (ConfigurationError, InputError) as exc:
         print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG

@@ -405,6 +405,12 @@ class Settings(BaseSettings):
         description="Where the store lives: a SQLite file path (or a postgresql:// URL).",
     )
     cache: bool = Field(default=True, description="Reuse finished agent steps from the db.")
+    db_reconnect: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a run keeps trying to reach a PostgreSQL database it lost before "
+        "it stops (exit 7); what finished is stored and the rest stays queued.",
+    )
     lease_seconds: float = Field(
         default=30.0,
         gt=0,

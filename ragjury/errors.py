@@ -9,7 +9,8 @@ and what to do next.
     ├── EndpointUnreachableError  the LLM endpoint could not be reached at all: the run
     │                             stopped with nothing judged (exit code 4)
     ├── InputError                input files or records that cannot be used
-    ├── StoreUnavailableError     the database server stayed out of reach too long
+    ├── StoreUnavailableError     the database server stayed out of reach past
+    │                             --db-reconnect (exit code 7)
     ├── BusError                  the bus is closed or misused
     ├── TargetError               your RAG system (--target) was unreachable, failed or
     │                             answered in a shape ragjury cannot read

@@ -124,7 +124,9 @@ class Jury:
         async with self._store_lock:
             if self._store is None:
                 self._store = await open_store(
-                    self.settings.db, concurrency=self.settings.concurrency
+                    self.settings.db,
+                    concurrency=self.settings.concurrency,
+                    reconnect=self.settings.db_reconnect,
                 ).__aenter__()
         return self._store
 

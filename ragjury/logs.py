@@ -102,6 +102,8 @@ def configure_if_unset(level: str = "warning") -> None:
 def quiet_dependencies() -> None:
     """instructor and the HTTP stack log every retried call at ERROR through stdlib logging;
     ragjury reports those itself (llm_retry, failed outcomes), so keep them quiet."""
-    # pypdf warns about broken files ("EOF marker not found"): the loaders report those
-    for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore", "pypdf"):
+    # pypdf warns about broken files ("EOF marker not found"): the loaders report those;
+    # asyncpg prints a traceback at each try to refill its pool while the server is down:
+    # the store says database_unreachable once, then database_reachable_again
+    for noisy in ("instructor", "openai", "httpx", "httpx2", "httpcore", "pypdf", "asyncpg"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)

@@ -321,7 +321,9 @@ async def recorded_run(
     """The store, the run row and the LLM for one command; the heap is settled first
     (:mod:`ragjury.gc_pauses`), since this process is ragjury's own."""
     gc_pauses.settle()
-    async with open_store(settings.db, concurrency=settings.concurrency) as store:
+    async with open_store(
+        settings.db, concurrency=settings.concurrency, reconnect=settings.db_reconnect
+    ) as store:
         recorded = settings.model_dump(mode="json", exclude={"api_key"})
         for name in ("base_url", "db"):  # a password in a URL is never stored
             if recorded.get(name):

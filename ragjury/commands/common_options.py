@@ -160,6 +160,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="where ragjury keeps the queue, results and step cache: a SQLite file, or a "
         "postgresql://user@host/db URL for workers on several machines (default ragjury.db)",
     )
+    parser.add_argument(
+        "--db-reconnect",
+        type=float,
+        metavar="SECONDS",
+        help="how long a run keeps trying to reach a PostgreSQL --db it lost before it stops "
+        "with exit 7, its finished work stored and the rest queued (default 600)",
+    )
     add_log_level(parser)
     parser.add_argument(
         "--otel",

@@ -25,9 +25,12 @@ if TYPE_CHECKING:
     from ragjury.urls import redacted as redacted
 
 
-def open_store(db: str | Path | Location, *, concurrency: int = 8) -> Store:
+def open_store(
+    db: str | Path | Location, *, concurrency: int = 8, reconnect: float = 600.0
+) -> Store:
     """The store at ``--db`` (not yet open: use ``async with``). ``concurrency`` (the LLM
-    requests this process sends at once) sizes a PostgreSQL connection pool."""
+    requests this process sends at once) sizes a PostgreSQL connection pool; ``reconnect``
+    is how many seconds a lost PostgreSQL server is waited for (``--db-reconnect``)."""
     from ragjury.store.location import Location, parse_location
 
     location = db if isinstance(db, Location) else parse_location(db)
@@ -36,7 +39,9 @@ def open_store(db: str | Path | Location, *, concurrency: int = 8) -> Store:
         from ragjury.store.postgres import PostgresStore, _driver, pool_size_for
 
         _driver()  # a clear message now if the postgres extra is missing
-        return PostgresStore(location.url, pool_size=pool_size_for(concurrency))
+        return PostgresStore(
+            location.url, pool_size=pool_size_for(concurrency), reconnect_seconds=reconnect
+        )
     assert location.path is not None
     from ragjury.store.sqlite import SQLiteStore
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -285,3 +286,21 @@ def test_the_report_shows_the_samples_the_judges_disagree_on_first(
     shown = [s["id"] for s in page_data(out.read_text(encoding="utf-8"))["samples"]]
     assert set(shown[:3]) == {"s2", "s3", "s4"}  # a judge dissented on each
     assert shown[3] == "s1"
+
+
+def test_a_judge_whose_endpoint_refuses_every_connection_stops_the_run_with_4(
+    endpoints: dict[str, FakeOpenAI], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:  # a port of this machine that nothing listens on
+        taken.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{taken.getsockname()[1]}/v1"
+    flag = f"a=model-a@{endpoints['a'].base_url},down=model-d@{closed}"
+    code = evaluate(
+        endpoints["a"], tmp_path, samples(tmp_path), "--metrics", "correctness",
+        "--judges", flag, "--max-transport-retries", "0",
+    )  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 4, err  # as the run's own endpoint does: stopped, its work kept queued
+    assert "correctness_judge@down" in err
+    assert f"check that {closed} is up" in err
+    assert "unfinished work stays queued" in err

@@ -135,6 +135,7 @@ class LLM:
         self._clock = clock
         self._ledger = ledger
         self._siblings: dict[str, LLM] = {}
+        self._run: LLM | None = None  # a panel judge's: the run's own client
         self.judge: str | None = None
         """The panel judge this client is (its calls' stages end in ``@judge``); None for
         the run's own client."""
@@ -178,7 +179,8 @@ class LLM:
         self.fatal = anyio.Event()
         """Set when the endpoint refuses us outright (401, 403, 404), or could never be reached
         at all (every request of a call failed to connect and none has ever succeeded): no
-        call can succeed, so the run stops and leaves its work queued."""
+        call can succeed, so the run stops and leaves its work queued. A panel judge's client
+        shares the run's (its error is the run's, naming the judge's stage)."""
         self._reached = False  # has any request ever been answered?
         self.batch: BatchChannel | None = None
         """Batch mode's channel (the runner attaches one with ``--batch``); None: direct."""
@@ -220,10 +222,18 @@ class LLM:
                 ledger=self._ledger,
             )
             found.usage, found.budget, found.judge = self.usage, self.budget, judge
+            found._run = self  # a judge's endpoint that refuses us stops the run
             if self.batching is not None and (batch or self.batch is not None):
                 found.batch = self.batching(found.settings)
             self._siblings[key] = found
         return found
+
+    def _refused(self, error: LLMTransportError) -> None:
+        """The endpoint refused us for good: stop the run (:attr:`fatal`)."""
+        for client in (self, self._run):
+            if client is not None and client.fatal_error is None:
+                client.fatal_error = error
+                client.fatal.set()
 
     async def aclose(self) -> None:
         for sibling in self._siblings.values():
@@ -503,8 +513,7 @@ class LLM:
                     permanent=True,
                 )
                 if error.status_code in _FATAL_HINTS:
-                    self.fatal_error = error
-                    self.fatal.set()
+                    self._refused(error)
                 raise error
             timed_out = isinstance(failure, openai.APITimeoutError)
             if status == 429:
@@ -527,8 +536,7 @@ class LLM:
                     status_code=_code(failure),
                 )
                 if _unreachable(failure) and not self._reached:
-                    self.fatal_error = error
-                    self.fatal.set()
+                    self._refused(error)
                 raise error
             else:
                 attempt += 1

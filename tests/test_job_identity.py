@@ -15,12 +15,12 @@ from evalcli import EIFFEL, TOKYO, evaluate, rag_server, results, write_jsonl
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 
-BASE = ["--metrics", "faithfulness,correctness,similarity", "--max-retries", "0"]
+BASE = ["--metrics", "faithfulness,correctness,similarity,retrieval", "--max-retries", "0"]
 
 # (flags of the rerun, the option the new-job line names)
 CHANGES = [
     (["--model", "another-model"], "model"),
-    (["--metrics", "faithfulness,correctness"], "metrics"),
+    (["--metrics", "faithfulness,correctness,retrieval"], "metrics"),
     (["--threshold", "faithfulness=0.9"], "thresholds"),
     (["--k", "1,2"], "k"),
     (["--verdict-batch", "1"], "verdict-batch"),
@@ -78,6 +78,21 @@ def test_an_option_that_changes_no_judgement_resumes_the_job(
 
     said = capsys.readouterr().err
     assert "resuming job" in said
+    assert "new job" not in said
+
+
+def test_k_is_no_part_of_a_job_that_judges_no_retrieval_figure(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script_judges(fake)
+    samples = write_jsonl(tmp_path / "s.jsonl", [EIFFEL, TOKYO])
+    metrics = ["--metrics", "faithfulness,correctness", "--max-retries", "0"]
+    assert evaluate(fake, tmp_path, samples, *metrics) == 0
+    capsys.readouterr()
+
+    assert evaluate(fake, tmp_path, samples, *metrics, "--k", "1,2") == 0
+    said = capsys.readouterr().err
+    assert "resuming job" in said  # --k cuts only the retrieval figures, none judged here
     assert "new job" not in said
 
 

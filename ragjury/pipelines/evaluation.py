@@ -226,8 +226,12 @@ class EvaluationPipeline(Steps):
         known = registry(judges)
         embeds = any(known[name].embeddings for name in metrics if name in known)
         default = Settings.model_fields["embedding_model"].default
+        options = settings.evaluate
+        if not any("retrieval_scorer" in known[name].agents for name in metrics if name in known):
+            # --k cuts only the retrieval figures: without them it is not part of the job
+            options = options.model_copy(update={"k": EvaluationOptions().k})
         return EvaluationSpec(
-            evaluate=settings.evaluate,
+            evaluate=options,
             metrics=tuple(metrics),
             prompts=prompt_sources(prompts),
             judges=tuple(custom_judge.stored(used)) or None,

@@ -9,6 +9,7 @@ import re
 
 import instructor
 import pytest
+from instructor.core import InstructorRetryException
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
@@ -16,7 +17,7 @@ from ragjury._json import JSONData
 from ragjury.llm._structured import StructuredCreate
 from ragjury.schemas import Critique
 
-from fakeopenai import FakeOpenAI, chat, chat_json, tool_call
+from fakeopenai import FakeOpenAI, chat, chat_json, error, tool_call
 
 pytestmark = pytest.mark.anyio
 ASK: JSONData = [{"role": "system", "content": "You rate."}, {"role": "user", "content": "Rate."}]
@@ -81,3 +82,42 @@ async def test_prepared_and_patched_paths_send_the_same_requests_and_reasks(
     assert len(bodies[True]) == 3  # malformed, out of range, valid: two re-asks
     assert bodies[True] == bodies[False]
     assert "less than or equal to 5" in str(bodies[True][2])
+
+
+@pytest.mark.parametrize("failure", ["never valid", "http 400"])
+async def test_prepared_and_patched_paths_fail_alike(fake: FakeOpenAI, failure: str) -> None:
+    """Output that never validates, and a request the endpoint refuses: the same
+    InstructorRetryException from the same cause, after the same requests."""
+    seen: dict[bool, tuple[int, str, list[JSONData]]] = {}
+    for fast in (True, False):
+        agent = f"critic-{failure}-{fast}"
+        if failure == "never valid":
+            fake.route(agent, chat_json({"rationale": "ok", "rating": 9}))
+        else:
+            fake.route(agent, error(400, "bad request"))
+        async with AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0) as client:
+
+            async def send(
+                client: AsyncOpenAI = client, agent: str = agent, **request: JSONData
+            ) -> ChatCompletion:
+                response: ChatCompletion = await client.post(
+                    "/chat/completions",
+                    body=request,
+                    cast_to=ChatCompletion,
+                    options={"headers": {"x-ragjury-agent": agent}},
+                )
+                return response
+
+            create = StructuredCreate(send, instructor.Mode.JSON, fast=fast)
+            with pytest.raises(InstructorRetryException) as caught:
+                await create(
+                    instructor.openai_schema(Critique), model="m", messages=ASK, max_retries=2
+                )
+        cause = caught.value.__cause__
+        seen[fast] = (
+            caught.value.n_attempts,
+            type(cause).__name__,
+            [r.body for r in fake.requests_for(agent)],
+        )
+    assert seen[True] == seen[False]
+    assert seen[True][0] == (3 if failure == "never valid" else 1)

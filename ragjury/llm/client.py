@@ -38,6 +38,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
+from ragjury import logs
 from ragjury._json import JSONData
 from ragjury.config import Settings
 from ragjury.errors import (
@@ -456,13 +457,14 @@ class LLM:
             sent = self.breaker.sent()
             stats.requests += 1
             usage.requests += 1
-            log.debug(
-                "llm_request",
-                stage=stats.stage,
-                attempt=stats.requests,
-                estimated_tokens=estimate,
-                limit=self.limiter.limit,
-            )
+            if logs.enabled("debug"):
+                log.debug(
+                    "llm_request",
+                    stage=stats.stage,
+                    attempt=stats.requests,
+                    estimated_tokens=estimate,
+                    limit=self.limiter.limit,
+                )
             try:
                 response = await send()
             except openai.APIError as exc:

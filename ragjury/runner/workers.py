@@ -149,15 +149,15 @@ class Workers:
         if self.llm.batch is not None:
             current_job.set(envelope.job_id or "")
         started = time.perf_counter()
+        # bound here and reset in `finally` (structlog's bound_contextvars copies the whole
+        # context on every message to save what it rebinds, several times the cost)
+        log_tokens = structlog.contextvars.bind_contextvars(
+            agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
+        )
         try:
-            with (
-                structlog.contextvars.bound_contextvars(
-                    agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
-                ),
-                tracing.step(
-                    role, envelope.correlation_id, envelope.job_id or "", delivery.attempt
-                ) as traced,
-            ):
+            with tracing.step(
+                role, envelope.correlation_id, envelope.job_id or "", delivery.attempt
+            ) as traced:
                 if logs.enabled("debug"):
                     log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
                 job_id = envelope.job_id or ""
@@ -195,6 +195,7 @@ class Workers:
                         completion_tokens=sum(c.completion_tokens for c in calls),
                     )
         finally:
+            structlog.contextvars.reset_contextvars(**log_tokens)
             current_item.reset(item_token)
             current_step.reset(step_token)
 

@@ -15,6 +15,8 @@ import structlog
 from ragjury.urls import redact_text
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_configured: tuple[object, int] | None = None
+"""The wrapper class :func:`configure_logging` set, with its level; None before it runs."""
 
 
 def configure_logging(
@@ -31,6 +33,9 @@ def configure_logging(
         if use_json
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    global _configured
+    wrapper = structlog.make_filtering_bound_logger(_LEVELS[name])
+    _configured = (wrapper, _LEVELS[name])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -41,12 +46,24 @@ def configure_logging(
             *([_say_to_people] if sentences else []),
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),
+        wrapper_class=wrapper,
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     quiet_dependencies()
     _redact_stdlib_records()
+
+
+def enabled(level: str) -> bool:
+    """Whether a line at ``level`` is printed: False only under ragjury's own set-up at a
+    higher level. The per-message and per-request lines ask first, because a structlog line
+    that is filtered out still costs tens of microseconds (its logger is built each time,
+    so that a new level or a new stderr applies); an application's own structlog set-up
+    gets every line."""
+    if _configured is None:
+        return True
+    wrapper, minimum = _configured
+    return _LEVELS[level] >= minimum or structlog.get_config()["wrapper_class"] is not wrapper
 
 
 def _redact_stdlib_records() -> None:

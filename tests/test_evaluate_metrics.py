@@ -204,3 +204,15 @@ def test_stored_evidence_is_the_span_found_in_the_context_not_the_models_label(
 
     faith = results(tmp_path)["tokyo"]["metrics"]["faithfulness"]
     assert faith["statements"][0]["evidence"] == "Tokyo is the capital of Japan"
+
+
+def test_evidence_span_takes_a_verbatim_quote_as_it_stands_and_finds_a_loose_one() -> None:
+    from ragjury.schemas.responses import evidence_span
+
+    contexts = ["Paris is the capital.", "The  Eiffel Tower is made of iron. It was built in 1889."]
+    assert evidence_span("Eiffel Tower is made of iron", contexts) == "Eiffel Tower is made of iron"
+    assert evidence_span("[2] the eiffel tower IS made", contexts) == "The  Eiffel Tower is made"
+    assert evidence_span("made of iron ... built in 1889.", contexts) == (
+        "made of iron … built in 1889"
+    )
+    assert evidence_span("made of gold", contexts) == "made of gold"  # not found: as given

@@ -291,6 +291,28 @@ def test_debug_logging_says_more_than_info(
     assert '"event": "llm_request"' not in info
     assert '"event": "llm_request"' in debug
     assert "message_received" in debug
+    assert "message_handled" in info
+
+
+def test_lines_below_ragjurys_level_are_skipped_but_an_applications_setup_gets_all() -> None:
+    import structlog
+
+    from ragjury.logs import configure_logging, enabled
+
+    try:
+        configure_logging("warning")
+        assert not enabled("info")
+        assert not enabled("debug")
+        assert enabled("warning")
+        assert enabled("error")
+        configure_logging("debug")
+        assert enabled("debug")
+        # an application that sets structlog up itself decides what it filters
+        configure_logging("error")
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(10))
+        assert enabled("debug")
+    finally:
+        configure_logging("warning")
 
 
 def test_the_summary_is_written_when_generate_finds_nothing(tmp_path: Path) -> None:

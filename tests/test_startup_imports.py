@@ -109,3 +109,25 @@ def test_the_lazy_parser_shows_the_help_the_whole_parser_has(
         main(["--help"] if command is None else [command, "--help"])
 
     assert capsys.readouterr().out == expected
+
+
+# Loaded by an evaluate only for the option that needs it: not on the way to its first request.
+EVALUATE_ONLY_WHEN_ASKED = (
+    "xml.etree.ElementTree",  # --junit
+    "ragjury.report.junit",
+    "ragjury.calibration.correction",  # --correct-with
+    "ragjury.calibration.review",
+    "ragjury.calibration.labels",
+)
+
+
+def test_an_evaluate_loads_junit_and_calibration_only_when_asked(tmp_path: Path) -> None:
+    samples = tmp_path / "s.jsonl"
+    samples.write_text('{"id": "a", "question": "q?", "answer": "Paris.", "contexts": ["c"]}\n')
+    run = ["evaluate", str(samples), "--metrics", "keywords", "--db", str(tmp_path / "r.db")]
+    out = ["--out", str(tmp_path / "r.jsonl")]
+
+    assert _loaded([*run, *out], EVALUATE_ONLY_WHEN_ASKED) == []
+    # the guard can fail: --junit loads the XML writer
+    junit = ["--junit", str(tmp_path / "j.xml")]
+    assert "ragjury.report.junit" in _loaded([*run, *out, *junit], EVALUATE_ONLY_WHEN_ASKED)

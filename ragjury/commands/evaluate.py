@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 import structlog
 from rich.console import Console
 
-from ragjury.calibration.correction import corrected_metric, correction_lines, load_correction
-from ragjury.calibration.review import is_reviewed, reviewed_labels
 from ragjury.commands._display import (
     cost_text,
     evaluation_table,
@@ -42,12 +40,14 @@ from ragjury.llm.resolve import choose_llm
 from ragjury.output import RecordWriter, output_format, sample_table
 from ragjury.pipelines.evaluation import plan_metrics
 from ragjury.prompts import load_overrides
-from ragjury.report.ci import run_details, write_ci_files
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
 from ragjury.runner import submit_samples
 from ragjury.schemas import SampleScored
 from ragjury.store import open_store
+
+if TYPE_CHECKING:
+    from ragjury.calibration.correction import CorrectionTally
 
 log = structlog.get_logger("ragjury.evaluate")
 
@@ -95,25 +95,35 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     metrics = plan.names
     prompts = load_overrides(args.prompt, plan.prompt_names())
     check_gates(args.fail_under, plan.metrics, metrics)  # before any LLM call
+    # the calibration modules are loaded for --correct-with only (not before every first request)
+    correction: CorrectionTally | None = None
     reviewed = None
-    if args.correct_with is not None and is_reviewed(args.correct_with.path):
-        async with open_store(settings.db) as labels_store:
-            reviewed = await reviewed_labels(
-                labels_store,
-                corrected_metric(args.correct_with, metrics),
-                args.label_pass_at,
-                settings.db_shown,
-            )
+    if args.correct_with is not None:
+        from ragjury.calibration.review import is_reviewed, reviewed_labels
+
+        if is_reviewed(args.correct_with.path):
+            from ragjury.calibration.correction import corrected_metric
+
+            async with open_store(settings.db) as labels_store:
+                reviewed = await reviewed_labels(
+                    labels_store,
+                    corrected_metric(args.correct_with, metrics),
+                    args.label_pass_at,
+                    settings.db_shown,
+                )
     panel = panel_from(args, settings, plan.chosen)
-    correction = load_correction(
-        args.correct_with,
-        metrics,
-        {name: plan.metrics[name].scale for name in metrics},
-        label_field=args.label_field,
-        pass_at=args.label_pass_at,
-        fields=parse_fields(args.fields),
-        reviewed=reviewed,
-    )
+    if args.correct_with is not None:
+        from ragjury.calibration.correction import load_correction
+
+        correction = load_correction(
+            args.correct_with,
+            metrics,
+            {name: plan.metrics[name].scale for name in metrics},
+            label_field=args.label_field,
+            pass_at=args.label_pass_at,
+            fields=parse_fields(args.fields),
+            reviewed=reviewed,
+        )
     if args.dry_run:
         estimate = estimate_evaluation(
             loaded,
@@ -200,6 +210,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         summary["samples_not_submitted"] = result.unfinished
         summary["stopped_by_budget"] = stop is not None
         budget_reason = run.llm.budget.reason
+        from ragjury.report.ci import run_details, write_ci_files  # after the run
+
         summary.update(run_details(args.samples, settings.base_url, prompts, metrics, plan.judges))
         summary["declarations"] = declarations(metrics, plan.judges)
         figures = summary["metrics"].values()
@@ -264,6 +276,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     for line in panel_lines(summary):
         console.print(f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False)
     for metric, corrected in (summary.get("corrected") or {}).items():
+        from ragjury.calibration.correction import correction_lines
+
         for line in correction_lines(metric, corrected):
             console.print(
                 f"ragjury evaluate: {line}", soft_wrap=True, markup=False, highlight=False

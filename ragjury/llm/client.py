@@ -27,7 +27,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import instructor
@@ -38,6 +38,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
+from ragjury import logs
 from ragjury._json import JSONData
 from ragjury.config import Settings
 from ragjury.errors import (
@@ -47,6 +48,7 @@ from ragjury.errors import (
     LLMUnavailableError,
 )
 from ragjury.llm import tracing
+from ragjury.llm._structured import StructuredCreate
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.backends import ChatBackend
 from ragjury.llm.batches import BatchChannel, Parked
@@ -162,10 +164,7 @@ class LLM:
         self._completions: dict[str, float] = {}
         """Completion tokens per stage, a running average: what a tpm reservation assumes."""
         mode = self._backend.forced_mode or settings.mode
-        # instructor's patch() is typed for its own protocol; we call it with keywords only.
-        self._create: Callable[..., Awaitable[Any]] = instructor.patch(
-            create=self._send, mode=_MODES[mode]
-        )
+        self._create = StructuredCreate(self._send, _MODES[mode])
         known = context_of(settings.model)
         self.max_prompt_tokens = settings.max_prompt_tokens or known or DEFAULT_MAX_PROMPT_TOKENS
         self._context_note = (
@@ -289,9 +288,9 @@ class LLM:
         try:
             with checking(context):
                 result: T = await self._create(
+                    _response_schema(response_model),
                     model=self.settings.model,
                     messages=list(messages),
-                    response_model=_response_schema(response_model),
                     max_retries=self.settings.max_retries,
                     temperature=self.settings.temperature,
                     **extra,
@@ -470,13 +469,14 @@ class LLM:
             sent = self.breaker.sent()
             stats.requests += 1
             usage.requests += 1
-            log.debug(
-                "llm_request",
-                stage=stats.stage,
-                attempt=stats.requests,
-                estimated_tokens=estimate,
-                limit=self.limiter.limit,
-            )
+            if logs.enabled("debug"):
+                log.debug(
+                    "llm_request",
+                    stage=stats.stage,
+                    attempt=stats.requests,
+                    estimated_tokens=estimate,
+                    limit=self.limiter.limit,
+                )
             try:
                 response = await send()
             except openai.APIError as exc:

@@ -12,7 +12,6 @@ from ragjury.metrics import Metric
 from ragjury.output import write_text_atomically
 from ragjury.prompts import Prompt
 from ragjury.report.gates import GateResult
-from ragjury.report.junit import junit_xml
 from ragjury.report.load import prompt_origins, prompt_versions
 from ragjury.report.markdown import markdown_summary
 from ragjury.urls import endpoint_shown
@@ -44,6 +43,8 @@ def write_ci_files(
 ) -> None:
     """Write the ``--junit`` XML and the ``--markdown`` summary of a run's records."""
     if junit is not None:
+        from ragjury.report.junit import junit_xml  # XML (ElementTree) for --junit only
+
         write_text_atomically(junit, junit_xml(records, gates))
     if markdown is not None:
         stats = {

@@ -29,6 +29,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from ragjury import logs
 from ragjury._json import JSONObject
 from ragjury.agents.joins import current_item
 from ragjury.bus import Bus, Delivery, DurableBus, Message, Subscription
@@ -148,16 +149,17 @@ class Workers:
         if self.llm.batch is not None:
             current_job.set(envelope.job_id or "")
         started = time.perf_counter()
+        # bound here and reset in `finally` (structlog's bound_contextvars copies the whole
+        # context on every message to save what it rebinds, several times the cost)
+        log_tokens = structlog.contextvars.bind_contextvars(
+            agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
+        )
         try:
-            with (
-                structlog.contextvars.bound_contextvars(
-                    agent=role, message_id=envelope.id, correlation_id=envelope.correlation_id
-                ),
-                tracing.step(
-                    role, envelope.correlation_id, envelope.job_id or "", delivery.attempt
-                ) as traced,
-            ):
-                log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
+            with tracing.step(
+                role, envelope.correlation_id, envelope.job_id or "", delivery.attempt
+            ) as traced:
+                if logs.enabled("debug"):
+                    log.debug("message_received", kind=envelope.kind, attempt=delivery.attempt)
                 job_id = envelope.job_id or ""
                 try:
                     # every step of handling a delivery is guarded, not the handler alone: a
@@ -178,20 +180,22 @@ class Workers:
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
                     await self._retry_or_fail(role, delivery, exc)
                     return
-                log.info(
-                    "message_handled",
-                    kind=envelope.kind,
-                    causation_id=envelope.causation_id,
-                    attempt=delivery.attempt,
-                    ms=round(elapsed * 1000, 1),
-                    publish_ms=round((time.perf_counter() - started - elapsed) * 1000, 1),
-                    published=len(replies),
-                    cached=cached,
-                    llm_requests=sum(c.requests for c in calls),
-                    prompt_tokens=sum(c.prompt_tokens for c in calls),
-                    completion_tokens=sum(c.completion_tokens for c in calls),
-                )
+                if logs.enabled("info"):
+                    log.info(
+                        "message_handled",
+                        kind=envelope.kind,
+                        causation_id=envelope.causation_id,
+                        attempt=delivery.attempt,
+                        ms=round(elapsed * 1000, 1),
+                        publish_ms=round((time.perf_counter() - started - elapsed) * 1000, 1),
+                        published=len(replies),
+                        cached=cached,
+                        llm_requests=sum(c.requests for c in calls),
+                        prompt_tokens=sum(c.prompt_tokens for c in calls),
+                        completion_tokens=sum(c.completion_tokens for c in calls),
+                    )
         finally:
+            structlog.contextvars.reset_contextvars(**log_tokens)
             current_item.reset(item_token)
             current_step.reset(step_token)
 

@@ -37,13 +37,13 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import tracing
 from ragjury.llm.batches import Parked, current_job
-from ragjury.llm.client import LLM, current_step
+from ragjury.llm.client import LLM, current_step, held_call_records
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
 from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
-from ragjury.store.base import Store
-from ragjury.store.cache import StepCache, carries_failure
+from ragjury.store.base import StepWrites, Store
+from ragjury.store.cache import StepCache
 
 log = structlog.get_logger("ragjury.runner")
 
@@ -99,6 +99,7 @@ class Workers:
         self._subscriptions: list[tuple[str, Subscription]] = [
             (role, bus.subscribe(role)) for role in self.roles
         ]
+        self._durable = isinstance(bus, DurableBus)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start every worker and the lease renewal; report started; run until cancelled."""
@@ -144,6 +145,11 @@ class Workers:
         envelope = delivery.envelope
         calls: list[CallStats] = []
         step_token = current_step.set(calls)
+        # on the durable bus the step's cache row and its calls' closing records are stored
+        # with its acknowledgement, in one transaction (one statement on PostgreSQL)
+        held: list[tuple[CallStats, str | None]] = []
+        held_token = held_call_records.set(held if self._durable else None)
+        row: tuple[str, str, str] | None = None
         item_token = current_item.set(envelope.correlation_id)
         if self.llm.batch is not None:
             current_job.set(envelope.job_id or "")
@@ -164,18 +170,25 @@ class Workers:
                     # message whose outputs cannot be dispatched, joined, stored or
                     # acknowledged is retried, then taken out; it never stops the worker
                     pipeline = await self.pipeline(job_id)
-                    events, cached = await self._step(pipeline, role, envelope)
+                    events, cached, row = await self._step(pipeline, role, delivery)
                     traced["ragjury.cached"] = cached
                     elapsed = time.perf_counter() - started
                     replies = await self.dispatch(
                         pipeline, job_id, envelope.correlation_id, events, envelope
                     )
-                    await self.bus.ack(delivery, replies)
+                    if isinstance(self.bus, DurableBus):
+                        await self.bus.ack(delivery, replies, StepWrites(row, list(held)))
+                        row = None
+                        held.clear()
+                    else:
+                        await self.bus.ack(delivery, replies)
                 except Parked as parked:  # batch mode: the step waits for a batch's answer
+                    await self._keep(row, held)
                     await self._park(delivery, parked)
                     return
                 except Exception as exc:  # an agent bug, a bad message: never the whole run
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
+                    await self._keep(row, held)
                     await self._retry_or_fail(role, delivery, exc)
                     return
                 log.info(
@@ -193,7 +206,23 @@ class Workers:
                 )
         finally:
             current_item.reset(item_token)
+            held_call_records.reset(held_token)
             current_step.reset(step_token)
+
+    async def _keep(
+        self, row: tuple[str, str, str] | None, held: list[tuple[CallStats, str | None]]
+    ) -> None:
+        """Store what a step that was not acknowledged did: its cache row (a retry replays
+        it) and its calls' closing records. If that fails too, the calls stay in flight on
+        the books (closed as killed by the next run) and the retry asks again."""
+        try:
+            if row is not None and self.cache is not None:
+                await self.cache.store.put_step(*row)
+            if held:
+                await self.store.close_calls(held)
+        except Exception:
+            log.exception("step_records_not_stored")
+        held.clear()
 
     async def _park(self, delivery: Delivery, parked: Parked) -> None:
         if not isinstance(self.bus, DurableBus):
@@ -216,22 +245,47 @@ class Workers:
             log.exception("nack_failed", kind=envelope.kind, attempt=delivery.attempt)
 
     async def _step(
-        self, pipeline: Pipeline, role: str, envelope: Envelope
-    ) -> tuple[Sequence[BusEvent], bool]:
-        """The agent's outputs for this message: from the cache, or handled (and cached)."""
+        self, pipeline: Pipeline, role: str, delivery: Delivery
+    ) -> tuple[Sequence[BusEvent], bool, tuple[str, str, str] | None]:
+        """The agent's outputs for this message, from the cache or handled; and, for a step
+        handled on the durable bus, its row for the cache (stored with the acknowledgement;
+        on another bus it is stored here, before its outputs go anywhere)."""
+        outputs, cached, row = await self._run_step(pipeline, role, delivery.envelope, delivery)
+        if row is not None and not self._durable and self.cache is not None:
+            await self.cache.store.put_step(*row)
+            row = None
+        return outputs, cached, row
+
+    async def _run_step(
+        self, pipeline: Pipeline, role: str, envelope: Envelope, delivery: Delivery | None = None
+    ) -> tuple[Sequence[BusEvent], bool, tuple[str, str, str] | None]:
         step = pipeline.steps.get(role)
         if step is None:
             raise ConfigurationError(f"job {envelope.job_id} has no {role} agent")
         cache, key = self.cache, None
         if cache is not None and step.fingerprint is not None:
-            key = cache.key(role, step.fingerprint, envelope.payload)
-            stored = await cache.get(key)
-            if stored is not None:
-                return stored, True
+            if delivery is not None and delivery.step_key:  # the bus looked it up
+                key = delivery.step_key
+                if delivery.cached is not None and cache.enabled:
+                    return cache.replay(delivery.cached), True, None
+            else:
+                key = cache.key(role, step.fingerprint, envelope.payload)
+                stored = await cache.get(key)
+                if stored is not None:
+                    return stored, True, None
         events = await step.handle(envelope.payload)
-        if key is not None and cache is not None and not any(map(carries_failure, events)):
-            await cache.put(key, role, events)
-        return events, False
+        row = None if key is None or cache is None else cache.row(key, role, events)
+        return events, False, row
+
+    def _step_key(self, pipeline: Pipeline, role: str, envelope: Envelope) -> str:
+        """The step key of a message to an LLM agent, for the durable bus to look it up as it
+        puts the message ('': no cache)."""
+        step, cache = pipeline.steps.get(role), self.cache
+        if not self._durable or cache is None or not cache.enabled or step is None:
+            return ""
+        if step.fingerprint is None:
+            return ""
+        return cache.key(role, step.fingerprint, envelope.payload)
 
     async def dispatch(
         self,
@@ -263,11 +317,15 @@ class Workers:
             )
             for role in pipeline.routes.get(event.kind, ()):
                 if role in llm_roles():
-                    messages.append(Message(role, envelope))
+                    messages.append(
+                        Message(role, envelope, self._step_key(pipeline, role, envelope))
+                    )
                     continue
                 token = current_item.set(item_key)
                 try:
-                    outputs, _ = await self._step(pipeline, role, envelope)
+                    outputs, _, row = await self._run_step(pipeline, role, envelope)
+                    if row is not None and self.cache is not None:  # (no LLM agent has none)
+                        await self.cache.store.put_step(*row)
                 finally:
                     current_item.reset(token)
                 messages += await self.dispatch(pipeline, job_id, item_key, outputs, envelope)

@@ -26,6 +26,12 @@ from ragjury.store.sql.steps import (
     fetch_one,
 )
 
+STARTED = (
+    "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
+    "WHERE state = 'processing' AND id = ANY(?)"
+)
+"""Items whose first messages are on the bus: running, no longer leased to their intake."""
+
 
 def end(
     job_id: str, key: str, state: str, results: ItemResults | None, error: str | None = None

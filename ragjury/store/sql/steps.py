@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ragjury.store._values import Param, Params, Row
-from ragjury.store.base import OutgoingMessage
+from ragjury.store.base import OutgoingMessage, StoredMessage
 
 T = TypeVar("T")
 
@@ -66,9 +66,17 @@ class InsertItems:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Put messages on the durable bus (and wake the processes waiting for their groups)."""
+    """Put messages on the durable bus (and wake the processes waiting for the groups of
+    those not leased); mark ``started`` items running. The messages marked ``leased`` are
+    put leased to ``owner`` for ``lease_seconds`` (their first delivery) and come back as
+    :class:`~ragjury.store.base.StoredMessage`, each with its step's cached output (looked up
+    by its ``step_key``, if any). PostgreSQL runs it as one statement; other drivers run
+    :func:`~ragjury.store.sql.mailbox.publish_plainly`."""
 
     messages: Sequence[OutgoingMessage]
+    owner: str = ""
+    lease_seconds: float = 0.0
+    started: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +113,15 @@ class Acknowledge:
     job_id: str
     key: str
     replies: Sequence[OutgoingMessage]
+    owner: str = ""
+    lease_seconds: float = 0.0
+    """The leased replies' owner and lease (see :class:`Publish`); they come back as
+    :class:`~ragjury.store.base.StoredMessage`."""
+    step: Params | None = None
+    """The handled step's row of the step cache (key, agent, output, created_at), stored
+    whether or not this acknowledgement removed the message."""
+    calls: Sequence[Params] = ()
+    """Closing rows of its LLM calls (see :data:`~ragjury.store.sql.calls.CLOSE_CALL`)."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -136,9 +153,10 @@ def _clean(value: Param) -> Param:
 
 
 Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
-StepResult = list[Row] | int | bool | None
+StepResult = list[Row] | int | bool | list[StoredMessage] | None
 """What a driver sends back for a step: rows (:class:`Fetch`), a count (:class:`Execute`), a
-flag (:class:`EndItem`) or nothing."""
+flag (:class:`EndItem`), the leased messages (:class:`Publish`, :class:`Acknowledge`) or
+nothing."""
 # the result sent back depends on the step: each operation names the one it expects
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
@@ -173,9 +191,17 @@ def insert_items(rows: Sequence[Params]) -> Steps[None]:
         yield InsertItems([clean(row) for row in rows])
 
 
-def publish(messages: Sequence[OutgoingMessage]) -> Steps[None]:
-    if messages:
-        yield Publish([_cleaned(m) for m in messages])
+def publish(
+    messages: Sequence[OutgoingMessage],
+    owner: str = "",
+    lease_seconds: float = 0.0,
+    started: Sequence[int] = (),
+) -> Steps[list[StoredMessage]]:
+    if not messages:
+        return []
+    cleaned = [_cleaned(m) for m in messages]
+    leased: list[StoredMessage] = yield Publish(cleaned, text(owner), lease_seconds, started)
+    return leased
 
 
 def end_item(step: EndItem) -> Steps[bool]:
@@ -193,9 +219,28 @@ def end_item(step: EndItem) -> Steps[bool]:
     return ended
 
 
-def acknowledge(message_id: int, replies: Sequence[OutgoingMessage]) -> Steps[None]:
-    first = _cleaned(replies[0])
-    yield Acknowledge(message_id, first.job_id, first.item_key, [_cleaned(m) for m in replies])
+def acknowledge(
+    message_id: int,
+    replies: Sequence[OutgoingMessage],
+    *,
+    owner: str = "",
+    lease_seconds: float = 0.0,
+    step: Params | None = None,
+    calls: Sequence[Params] = (),
+) -> Steps[list[StoredMessage]]:
+    cleaned = [_cleaned(m) for m in replies]
+    job_id, key = (cleaned[0].job_id, cleaned[0].item_key) if cleaned else ("", "")
+    leased: list[StoredMessage] = yield Acknowledge(
+        message_id,
+        job_id,
+        key,
+        cleaned,
+        text(owner),
+        lease_seconds,
+        None if step is None else clean(step),
+        [clean(row) for row in calls],
+    )
+    return leased
 
 
 def _cleaned(message: OutgoingMessage) -> OutgoingMessage:

@@ -174,6 +174,26 @@ async def test_an_acknowledgement_stores_its_steps_cache_row_and_closes_its_call
     assert (await store.call_totals(run_id=run_id))["llm_calls"] == 1
 
 
+async def test_an_acknowledgement_that_ends_the_item_stores_its_results_once(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 2)
+    await store.put_messages([_message(job_id, "s0", "a", "1"), _message(job_id, "s0", "c", "2")])
+    claim = await store.claim_messages("w", ["a", "c"], 2, lease_seconds=HELD, max_attempts=5)
+    first, second = claim.messages
+    results = ItemResults(samples=[({"id": "s0", "score": 1}, "{}")], report={"n": 1})
+    ending = StepWrites(("k2", "a", "[]"), (), (job_id, "s0", results))
+    acked = await store.ack_message(first.id, [_message(job_id, "s0", "b")], ending)
+    assert acked.ended is True
+    assert await store.get_step("k2") == "[]"
+    assert await store.waiting_messages() == {}  # no reply; the item's other message gone
+    assert [r async for r in store.samples()] == [{"id": "s0", "score": 1}]
+    again = await store.ack_message(second.id, [], ending)
+    assert again.ended is False  # ended once: its results stored once
+    assert [r async for r in store.samples()] == [{"id": "s0", "score": 1}]
+    assert (await store.ack_message(second.id, [])).ended is None
+
+
 async def test_messages_put_leased_come_back_with_their_cached_step_and_are_no_one_elses(
     store: Store,
 ) -> None:
@@ -202,7 +222,7 @@ async def test_messages_put_leased_come_back_with_their_cached_step_and_are_no_o
     assert sorted((m.body, m.attempts) for m in again.messages) == [("1", 1), ("2", 1), ("3", 1)]
     # an acknowledgement's replies leased to the acknowledging process likewise
     reply = OutgoingMessage("c", "k", job_id, "s0", "5", leased=True, step_key="cached-key")
-    [back] = await store.ack_message(again.messages[0].id, [reply], lease=lease)
+    [back] = (await store.ack_message(again.messages[0].id, [reply], lease=lease)).leased
     assert (back.group, back.body, back.step) == ("c", "5", '["done"]')
     assert (
         await store.claim_messages("x", ["c"], 9, lease_seconds=HELD, max_attempts=5)

@@ -239,16 +239,21 @@ class DurableBus:
         await self._taken(await self.store.put_messages(rows, lease=lease, started=started))
         self._wake(rows)
 
-    async def ack(
+    async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
+        await self.ack_step(delivery, replies)
+
+    async def ack_step(
         self, delivery: Delivery, replies: Sequence[Message] = (), writes: StepWrites | None = None
-    ) -> None:
+    ) -> bool | None:
         """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
-        the same transaction."""
+        the same transaction; whether that ended the item (None: ``writes`` ends none)."""
         lease = Lease(self.owner, self.lease_seconds)
         rows = self._leasing(replies)
-        await self._taken(await self.store.ack_message(delivery.receipt, rows, writes, lease=lease))
+        acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
+        await self._taken(acked.leased)
         self.held.discard(delivery.receipt)
         self._wake(rows)
+        return acked.ended
 
     async def nack(self, delivery: Delivery, error: str) -> bool:
         retry_after = min(0.2 * 2 ** (delivery.attempt - 1), 10.0)

@@ -173,13 +173,24 @@ class Workers:
                     events, cached, row = await self._step(pipeline, role, delivery)
                     traced["ragjury.cached"] = cached
                     elapsed = time.perf_counter() - started
+                    ends: list[tuple[Pipeline, BusEvent]] | None = None
+                    if isinstance(self.bus, DurableBus):
+                        ends = []  # the item's end goes with the acknowledgement
                     replies = await self.dispatch(
-                        pipeline, job_id, envelope.correlation_id, events, envelope
+                        pipeline, job_id, envelope.correlation_id, events, envelope, ends=ends
                     )
                     if isinstance(self.bus, DurableBus):
-                        await self.bus.ack(delivery, replies, StepWrites(row, list(held)))
+                        end = None
+                        if ends:
+                            end_pipeline, terminal = ends[0]
+                            results = end_pipeline.results(terminal)
+                            end = (job_id, envelope.correlation_id, results)
+                        writes = StepWrites(row, list(held), end)
+                        ended = await self.bus.ack_step(delivery, replies, writes)
                         row = None
                         held.clear()
+                        if ends:
+                            await self._finished(*ends[0], job_id, envelope.correlation_id, ended)
                     else:
                         await self.bus.ack(delivery, replies)
                 except Parked as parked:  # batch mode: the step waits for a batch's answer
@@ -294,6 +305,8 @@ class Workers:
         item_key: str,
         events: Sequence[BusEvent],
         cause: Envelope | None = None,
+        *,
+        ends: list[tuple[Pipeline, BusEvent]] | None = None,
     ) -> list[Message]:
         """Store a terminal event as its item's results; address the others to the roles the
         pipeline routes them to, as replies to ``cause`` (None: an item's first events).
@@ -308,7 +321,10 @@ class Workers:
         for event in events:
             await self.progress.output(job_id, event)
             if isinstance(event, pipeline.terminal):
-                await self.finish(pipeline, job_id, item_key, event)
+                if ends is not None and not ends:  # stored with the acknowledgement
+                    ends.append((pipeline, event))
+                else:
+                    await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope = (
                 cause.reply(event)
@@ -328,11 +344,20 @@ class Workers:
                         await self.cache.store.put_step(*row)
                 finally:
                     current_item.reset(token)
-                messages += await self.dispatch(pipeline, job_id, item_key, outputs, envelope)
+                messages += await self.dispatch(
+                    pipeline, job_id, item_key, outputs, envelope, ends=ends
+                )
         return messages
 
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: BusEvent) -> None:
-        if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
+        ended = await self.store.finish_item(job_id, key, pipeline.results(terminal))
+        await self._finished(pipeline, terminal, job_id, key, ended)
+
+    async def _finished(
+        self, pipeline: Pipeline, terminal: BusEvent, job_id: str, key: str, ended: bool | None
+    ) -> None:
+        """Tell of an item's end (``ended``: this process stored it; else it had ended)."""
+        if ended:
             log.info("item_done", job=job_id, item=key)
             if tracing.enabled():
                 tracing.item_done(key, job_id, pipeline.kind, outcome_attributes(terminal))

@@ -135,6 +135,18 @@ class StepWrites:
 
     step: tuple[str, str, str] | None = None
     calls: Sequence[tuple[CallStats, str | None]] = ()
+    end: tuple[str, str, ItemResults] | None = None
+    """(job, item, results): the handling made the item's terminal event; the item ends
+    ``done`` with these results in the same transaction, unless it has ended already."""
+
+
+@dataclass(frozen=True)
+class Acked:
+    """What an acknowledgement did: the replies it put leased to the acknowledging process,
+    and whether it ended the item (None: no end was asked)."""
+
+    leased: list[StoredMessage] = field(default_factory=list)
+    ended: bool | None = None
 
 
 @dataclass
@@ -397,7 +409,7 @@ class Mailbox(Protocol):
         writes: StepWrites | None = None,
         *,
         lease: Lease | None = None,
-    ) -> list[StoredMessage]:
+    ) -> Acked:
         """Put ``replies`` on the bus and remove the message, in one transaction, with
         ``writes``; the replies marked ``leased`` come back leased to ``lease.owner``."""
         ...

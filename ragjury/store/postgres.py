@@ -30,7 +30,7 @@ import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
 from ragjury.store import _pg_schema
-from ragjury.store.base import OutgoingMessage, StoredMessage
+from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.steps import (
     Acknowledge,
@@ -129,6 +129,31 @@ _ACKNOWLEDGE = (
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
 replies put if that removed it and its item has not ended, its step cached and its calls'
 records closed."""
+_ACK_PARAMS = 27
+
+
+def _ending_acknowledgement() -> str:
+    """:data:`_ACKNOWLEDGE` with the item's end (:data:`_END_ITEM`, its parameters after the
+    acknowledgement's) first: the message goes with the item's messages when it ends it,
+    else on its own."""
+    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
+    ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
+    sql = _ACKNOWLEDGE.replace(
+        "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
+        f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
+        "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
+    ).replace(
+        "s.output FROM (SELECT COUNT(*) FROM woken) AS w",
+        "s.output, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, "
+        "(SELECT COUNT(*) FROM woken) AS w",
+    )
+    if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
+        raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
+    return sql
+
+
+_ACKNOWLEDGE_ENDING = _ending_acknowledgement()
+"""An acknowledgement that ends the message's item (:attr:`Acknowledge.end`), one statement."""
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 """A transaction-scoped lock on a name's hash (a collision only makes two wait)."""
 _ITEM_COLUMNS = ["job_id", "key", "position", "payload", "created_at"]
@@ -160,19 +185,21 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, Acknowledge):
         cached = step.step or (None, None, None, None)
         calls = [[row[i] for row in step.calls] for i in range(11)]
-        return _leased(
-            await conn.fetch(
-                _ACKNOWLEDGE,
-                step.message_id,
-                step.job_id,
-                step.key,
-                *_columns(step.replies),
-                step.lease_seconds,
-                step.owner,
-                *cached,
-                *calls,
-            )
+        ending = [] if step.end is None else _end_item_params(step.end)
+        rows = await conn.fetch(
+            _ACKNOWLEDGE if step.end is None else _ACKNOWLEDGE_ENDING,
+            step.message_id,
+            step.job_id,
+            step.key,
+            *_columns(step.replies),
+            step.lease_seconds,
+            step.owner,
+            *cached,
+            *calls,
+            *ending,
         )
+        ended = None if step.end is None else bool(rows and rows[0][7])
+        return Acked(_leased(rows), ended)
     if isinstance(step, Publish):
         return _leased(
             await conn.fetch(
@@ -202,7 +229,7 @@ def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str | bool]]:
 def _leased(rows: Sequence[Conn]) -> list[StoredMessage]:
     """The leased messages a put returned (one row per message; none: a row of NULLs)."""
     found: dict[int, StoredMessage] = {}
-    for message_id, group, body, job_id, key, step_key, output in rows:
+    for message_id, group, body, job_id, key, step_key, output, *_ in rows:
         if message_id is not None and message_id not in found:
             found[message_id] = StoredMessage(
                 int(message_id), group, body, 1, job_id, key, output, step_key or ""

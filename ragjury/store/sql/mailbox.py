@@ -10,6 +10,7 @@ from ragjury.store._common import (
     poison,
 )
 from ragjury.store.base import (
+    Acked,
     Claim,
     Lease,
     OutgoingMessage,
@@ -18,7 +19,7 @@ from ragjury.store.base import (
 )
 from ragjury.store.sql.calls import CLOSE_CALL, PUT_STEP, closing_row
 from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
-from ragjury.store.sql.items import STARTED, fail
+from ragjury.store.sql.items import STARTED, end_item_plainly, ending, fail
 from ragjury.store.sql.steps import (
     Acknowledge,
     Publish,
@@ -103,18 +104,26 @@ class MailboxSQL(Driven):
         writes: StepWrites | None = None,
         *,
         lease: Lease | None = None,
-    ) -> list[StoredMessage]:
-        if not replies and (writes is None or (writes.step is None and not writes.calls)):
+    ) -> Acked:
+        writes = writes or StepWrites()
+        if not replies and writes.step is None and not writes.calls and writes.end is None:
             await self._write(lambda: execute(_REMOVE, message_id), single=True)
-            return []
+            return Acked()
         if lease is None and any(m.leased for m in replies):
             raise ValueError("replies marked leased need a lease")
         owner, seconds = (lease.owner, lease.seconds) if lease else ("", 0.0)
-        step = None if writes is None or writes.step is None else (*writes.step, time.time())
-        calls = [closing_row(stats, error) for stats, error in writes.calls] if writes else []
+        step = None if writes.step is None else (*writes.step, time.time())
+        calls = [closing_row(stats, error) for stats, error in writes.calls]
+        end = None if writes.end is None else ending(*writes.end[:2], "done", writes.end[2])
         return await self._write(
             lambda: acknowledge(
-                message_id, replies, owner=owner, lease_seconds=seconds, step=step, calls=calls
+                message_id,
+                replies,
+                owner=owner,
+                lease_seconds=seconds,
+                step=step,
+                calls=calls,
+                end=end,
             ),
             single=True,
         )
@@ -170,24 +179,24 @@ class MailboxSQL(Driven):
 _REMOVE = "DELETE FROM messages WHERE id = ?"
 
 
-def acknowledge_plainly(step: Acknowledge) -> Steps[list[StoredMessage]]:
+def acknowledge_plainly(step: Acknowledge) -> Steps[Acked]:
     """:class:`~ragjury.store.sql.steps.Acknowledge` as plain statements, in the driver's
-    transaction. The step's cache row and its calls' records are stored in any case. Only
-    the delivery that removes the message publishes its replies: an ack repeated after a
-    lost connection, or by a second worker whose lease ran out, adds nothing; nor does one
-    for an item that has ended."""
+    transaction. The step's cache row and its calls' records are stored in any case, and
+    the item ended first if asked. Only the delivery that removes the message publishes its
+    replies: an ack repeated after a lost connection, or by a second worker whose lease ran
+    out, adds nothing; nor does one for an item that has ended."""
     if step.step is not None:
         yield from execute(PUT_STEP, *step.step)
     yield from execute_many(CLOSE_CALL, step.calls)
-    if (yield from execute(_REMOVE, step.message_id)) and step.replies:
+    ended = None if step.end is None else (yield from end_item_plainly(step.end))
+    if (yield from execute(_REMOVE, step.message_id)) and step.replies and not ended:
         state = yield from fetch_one(
             "SELECT state FROM items WHERE job_id = ? AND key = ?", step.job_id, step.key
         )
         if state is None or state[0] not in FINISHED:
-            return (
-                yield from publish_plainly(Publish(step.replies, step.owner, step.lease_seconds))
-            )
-    return []
+            publish = Publish(step.replies, step.owner, step.lease_seconds)
+            return Acked((yield from publish_plainly(publish)), ended)
+    return Acked([], ended)
 
 
 _INSERT = (

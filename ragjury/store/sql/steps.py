@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ragjury.store._values import Param, Params, Row
-from ragjury.store.base import OutgoingMessage, StoredMessage
+from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 
 T = TypeVar("T")
 
@@ -122,6 +122,10 @@ class Acknowledge:
     whether or not this acknowledgement removed the message."""
     calls: Sequence[Params] = ()
     """Closing rows of its LLM calls (see :data:`~ragjury.store.sql.calls.CLOSE_CALL`)."""
+    end: EndItem | None = None
+    """The message's item ended with its results, first (its handling made the item's
+    terminal event): then the message goes with the item's other messages, and no reply is
+    put."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -153,10 +157,10 @@ def _clean(value: Param) -> Param:
 
 
 Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
-StepResult = list[Row] | int | bool | list[StoredMessage] | None
+StepResult = list[Row] | int | bool | list[StoredMessage] | Acked | None
 """What a driver sends back for a step: rows (:class:`Fetch`), a count (:class:`Execute`), a
-flag (:class:`EndItem`), the leased messages (:class:`Publish`, :class:`Acknowledge`) or
-nothing."""
+flag (:class:`EndItem`), the leased messages (:class:`Publish`), an :class:`Acked`
+(:class:`Acknowledge`) or nothing."""
 # the result sent back depends on the step: each operation names the one it expects
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
@@ -205,9 +209,14 @@ def publish(
 
 
 def end_item(step: EndItem) -> Steps[bool]:
+    ended: bool = yield _cleaned_end(step)
+    return ended
+
+
+def _cleaned_end(step: EndItem) -> EndItem:
     report = None if step.report is None else text(step.report)
     error = None if step.error is None else text(step.error)
-    ended: bool = yield replace(
+    return replace(
         step,
         job_id=text(step.job_id),
         key=text(step.key),
@@ -216,7 +225,6 @@ def end_item(step: EndItem) -> Steps[bool]:
         pairs=[clean(row) for row in step.pairs],
         samples=[clean(row) for row in step.samples],
     )
-    return ended
 
 
 def acknowledge(
@@ -227,10 +235,11 @@ def acknowledge(
     lease_seconds: float = 0.0,
     step: Params | None = None,
     calls: Sequence[Params] = (),
-) -> Steps[list[StoredMessage]]:
+    end: EndItem | None = None,
+) -> Steps[Acked]:
     cleaned = [_cleaned(m) for m in replies]
     job_id, key = (cleaned[0].job_id, cleaned[0].item_key) if cleaned else ("", "")
-    leased: list[StoredMessage] = yield Acknowledge(
+    acked: Acked = yield Acknowledge(
         message_id,
         job_id,
         key,
@@ -239,8 +248,9 @@ def acknowledge(
         lease_seconds,
         None if step is None else clean(step),
         [clean(row) for row in calls],
+        None if end is None else _cleaned_end(end),
     )
-    return leased
+    return acked
 
 
 def _cleaned(message: OutgoingMessage) -> OutgoingMessage:

@@ -9,14 +9,18 @@ agent (or the step cache) for its outputs, and then, in this order:
 2. the other outputs are published to the roles the pipeline routes them to, and the
    delivery is acknowledged, in one step (:meth:`Bus.ack`).
 
+On the durable bus the two are one transaction (:meth:`DurableBus.ack_step`), which also
+stores the step's cache row and its LLM calls' closing records.
+
 A handler that raises gives the delivery back (:meth:`Bus.nack`); after ``max_deliveries``
 the bus takes it out and its item ends ``failed`` with the error. So a message is
 acknowledged only after what it caused is stored, a killed worker's messages come back after
 their leases, and nothing here counts in memory what another process might be doing.
 
 With a :class:`~ragjury.store.cache.StepCache`, an agent with a fingerprint (every LLM agent)
-is asked once per distinct input: a finished step is stored before its outputs are
-published, and the same step later (a redelivery, a re-run) replays it without an LLM call.
+is asked once per distinct input: a finished step is stored before or with its outputs'
+publication, never after, and the same step later (a redelivery, a re-run) replays it
+without an LLM call.
 """
 
 from __future__ import annotations

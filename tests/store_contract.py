@@ -15,7 +15,9 @@ import pytest
 
 from ragjury._json import JSONObject
 from ragjury.errors import InputError
-from ragjury.store.base import ItemResults, OutgoingMessage, Store
+from ragjury.llm.usage import CallStats
+from ragjury.store.base import ItemResults, Lease, OutgoingMessage, StepWrites, Store
+from ragjury.store.sql import SQLStore
 
 HELD, RAN_OUT = 60.0, 0.0
 
@@ -143,6 +145,88 @@ async def test_an_acknowledged_message_is_replaced_by_its_replies_at_once(store:
     assert await store.waiting_messages() == {"b": 1}
     claim = await store.claim_messages("w", ["a", "b"], 5, lease_seconds=HELD, max_attempts=5)
     assert [m.body for m in claim.messages] == ["r1"]
+
+
+async def test_an_acknowledgement_stores_its_steps_cache_row_and_closes_its_calls(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 1)
+    run_id = await store.start_run("evaluate", {})
+    stats = CallStats(stage="judge", requests=1, prompt_tokens=7, completion_tokens=3)
+    stats.record = await store.open_call(run_id, stats)
+    await store.put_messages([_message(job_id, "s0", "a")])
+    (message,) = (
+        await store.claim_messages("w", ["a"], 1, lease_seconds=HELD, max_attempts=5)
+    ).messages
+    writes = StepWrites(("k1", "a", "[]"), [(stats, None)])
+    await store.ack_message(message.id, [_message(job_id, "s0", "b", "r1")], writes)
+    assert await store.get_step("k1") == "[]"
+    totals = await store.call_totals(run_id=run_id)
+    assert (totals["llm_calls"], totals["prompt_tokens"], totals["completion_tokens"]) == (1, 7, 3)
+    assert isinstance(store, SQLStore)
+    rows = await store.read("SELECT error FROM llm_calls WHERE id = ?", (stats.record,))
+    assert rows == [(None,)]  # no longer in flight
+    assert await store.waiting_messages() == {"b": 1}
+    # acknowledged again (a lost connection's retry, a second worker): the writes are
+    # stored again alike, the replies not put twice
+    await store.ack_message(message.id, [_message(job_id, "s0", "b", "r1")], writes)
+    assert await store.waiting_messages() == {"b": 1}
+    assert (await store.call_totals(run_id=run_id))["llm_calls"] == 1
+
+
+async def test_an_acknowledgement_that_ends_the_item_stores_its_results_once(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 2)
+    await store.put_messages([_message(job_id, "s0", "a", "1"), _message(job_id, "s0", "c", "2")])
+    claim = await store.claim_messages("w", ["a", "c"], 2, lease_seconds=HELD, max_attempts=5)
+    first, second = claim.messages
+    results = ItemResults(samples=[({"id": "s0", "score": 1}, "{}")], report={"n": 1})
+    ending = StepWrites(("k2", "a", "[]"), (), (job_id, "s0", results))
+    acked = await store.ack_message(first.id, [_message(job_id, "s0", "b")], ending)
+    assert acked.ended is True
+    assert await store.get_step("k2") == "[]"
+    assert await store.waiting_messages() == {}  # no reply; the item's other message gone
+    assert [r async for r in store.samples()] == [{"id": "s0", "score": 1}]
+    again = await store.ack_message(second.id, [], ending)
+    assert again.ended is False  # ended once: its results stored once
+    assert [r async for r in store.samples()] == [{"id": "s0", "score": 1}]
+    assert (await store.ack_message(second.id, [])).ended is None
+
+
+async def test_messages_put_leased_come_back_with_their_cached_step_and_are_no_one_elses(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 2)
+    await store.put_step("cached-key", "b", '["done"]')
+    lease = Lease("w", HELD)
+    leased = [
+        OutgoingMessage("b", "k", job_id, "s0", "1", leased=True, step_key="cached-key"),
+        OutgoingMessage("b", "k", job_id, "s0", "2", leased=True, step_key="other-key"),
+        OutgoingMessage("b", "k", job_id, "s0", "3", leased=True),
+        _message(job_id, "s0", "b", "4"),
+    ]
+    [item] = await store.claim_items("w", 1, lease_seconds=HELD)
+    taken = await store.put_messages(leased, lease=lease, started=[item.id])
+    assert [(m.body, m.attempts, m.step, m.step_key, m.item_key) for m in taken] == [
+        ("1", 1, '["done"]', "cached-key", "s0"),
+        ("2", 1, None, "other-key", "s0"),
+        ("3", 1, None, "", "s0"),
+    ]
+    assert isinstance(store, SQLStore)
+    assert await store.read("SELECT state FROM items WHERE id = ?", (item.id,)) == [("running",)]
+    other = await store.claim_messages("x", ["b"], 9, lease_seconds=HELD, max_attempts=5)
+    assert [m.body for m in other.messages] == ["4"]  # the leased ones are w's
+    await store.release_messages("w", [m.id for m in taken])
+    again = await store.claim_messages("x", ["b"], 9, lease_seconds=HELD, max_attempts=5)
+    assert sorted((m.body, m.attempts) for m in again.messages) == [("1", 1), ("2", 1), ("3", 1)]
+    # an acknowledgement's replies leased to the acknowledging process likewise
+    reply = OutgoingMessage("c", "k", job_id, "s0", "5", leased=True, step_key="cached-key")
+    [back] = (await store.ack_message(again.messages[0].id, [reply], lease=lease)).leased
+    assert (back.group, back.body, back.step) == ("c", "5", '["done"]')
+    assert (
+        await store.claim_messages("x", ["c"], 9, lease_seconds=HELD, max_attempts=5)
+    ).messages == []
 
 
 async def test_replies_to_a_finished_item_are_dropped(store: Store) -> None:

@@ -33,6 +33,9 @@ class Message:
 
     group: str
     envelope: Envelope
+    step_key: str = ""
+    """Its step's key in the step cache ('': none): a durable bus that gives the message
+    to a worker of its own process looks the step up as it puts the message."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ class Delivery:
     """What the bus needs to acknowledge it (a row id, a stream entry id, ...)."""
     attempt: int = 1
     """1 the first time it is delivered; more when a worker died or failed on it."""
+    cached: str | None = None
+    """Its step's output in the step cache, when the bus looked it up (``step_key``)."""
+    step_key: str = ""
+    """The step key the bus looked ``cached`` up by ('': it did not, ask the cache)."""
 
 
 class Subscription(Protocol):

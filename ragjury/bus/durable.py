@@ -27,7 +27,14 @@ import structlog
 from ragjury.bus.base import Delivery, Message
 from ragjury.errors import BusError
 from ragjury.schemas import ENVELOPE_ADAPTER
-from ragjury.store.base import Mailbox, OutgoingMessage, Queue, StoredMessage
+from ragjury.store.base import (
+    Lease,
+    Mailbox,
+    OutgoingMessage,
+    Queue,
+    StepWrites,
+    StoredMessage,
+)
 
 log = structlog.get_logger("ragjury.bus")
 
@@ -35,7 +42,7 @@ _FIRST_POLL = 0.05
 Watch = Callable[[Callable[[str], None]], Awaitable[bool]]
 
 
-def _outgoing(message: Message) -> OutgoingMessage:
+def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
     envelope = message.envelope
     return OutgoingMessage(
         group=message.group,
@@ -43,6 +50,8 @@ def _outgoing(message: Message) -> OutgoingMessage:
         job_id=envelope.job_id or "",
         item_key=envelope.correlation_id,
         body=envelope.model_dump_json(),
+        leased=leased,
+        step_key=message.step_key if leased else "",
     )
 
 
@@ -54,6 +63,11 @@ class _DurableSubscription:
         self._claiming = anyio.Lock()
         self._idle = 0
         self.wake = anyio.Event()
+        self.due = True
+        """Whether a claim may find messages: set at the start, when messages are put for
+        the group (not leased to this process) and when a poll's time is up. A worker that
+        finds its buffer empty claims only then, else it waits: messages leased to this
+        process come with a wake and no claim."""
 
     @property
     def buffered(self) -> list[int]:
@@ -78,38 +92,55 @@ class _DurableSubscription:
                 await bus.store.fail_item(stored.job_id, stored.item_key, reason)
                 continue
             bus.held.add(stored.id)
-            yield Delivery(envelope, self.group, stored.id, stored.attempts)
+            yield Delivery(
+                envelope, self.group, stored.id, stored.attempts, stored.step, stored.step_key
+            )
+
+    def room(self) -> int:
+        """Messages this process's workers of the group wait for now (beyond its buffer)."""
+        return self._idle - len(self._buffer)
+
+    def take(self, messages: Sequence[StoredMessage]) -> None:
+        """Messages put leased to this process: its idle workers take them without a claim."""
+        if messages:
+            self._buffer.extend(messages)
+            self.wake.set()
 
     async def _refill(self) -> None:
         bus = self._bus
         async with self._claiming:
             poll = await bus.first_poll()
             while not self._buffer and not bus.closed:
-                claim = await bus.store.claim_messages(
-                    bus.owner,
-                    [self.group],
-                    max(1, self._idle),
-                    lease_seconds=bus.lease_seconds,
-                    max_attempts=bus.max_deliveries,
-                    job_ids=bus.job_ids,
-                )
-                if claim.dead:
-                    log.warning(
-                        "messages_taken_out",
-                        group=self.group,
-                        count=claim.dead,
-                        say=f"{claim.dead} message(s) of the {self.group} agent were taken out "
-                        "after killing their worker each time; their items end failed",
+                if self.due:
+                    self.due = False
+                    claim = await bus.store.claim_messages(
+                        bus.owner,
+                        [self.group],
+                        max(1, self._idle),
+                        lease_seconds=bus.lease_seconds,
+                        max_attempts=bus.max_deliveries,
+                        job_ids=bus.job_ids,
                     )
-                if claim.messages:
-                    self._buffer.extend(claim.messages)
-                    return
+                    if claim.dead:
+                        log.warning(
+                            "messages_taken_out",
+                            group=self.group,
+                            count=claim.dead,
+                            say=f"{claim.dead} message(s) of the {self.group} agent were taken "
+                            "out after killing their worker each time; their items end failed",
+                        )
+                    if claim.messages:
+                        self._buffer.extend(claim.messages)
+                        self.due = True  # there may be more
+                        return
                 with anyio.move_on_after(poll):
                     await self.wake.wait()
                 if self.wake.is_set():
                     self.wake = anyio.Event()
-                    poll = await bus.first_poll()
+                    if self.due:
+                        poll = await bus.first_poll()
                 else:
+                    self.due = True
                     poll = min(poll * 2, await bus.longest_poll())
 
 
@@ -167,24 +198,62 @@ class DurableBus:
         """A store's notice: ``group`` has new messages (``*``: any group may)."""
         for name, subscription in self._subscriptions.items():
             if group in (name, "*"):
+                subscription.due = True
                 subscription.wake.set()
 
-    def _wake(self, messages: Sequence[Message]) -> None:
-        for group in {m.group for m in messages}:
+    def _wake(self, rows: Sequence[OutgoingMessage]) -> None:
+        """Messages were put: the groups of those not leased here have some to claim."""
+        for group in {m.group for m in rows if not m.leased}:
             subscription = self._subscriptions.get(group)
             if subscription is not None:
+                subscription.due = True
                 subscription.wake.set()
 
-    async def publish(self, messages: Sequence[Message]) -> None:
+    def _leasing(self, messages: Sequence[Message]) -> list[OutgoingMessage]:
+        """The messages as rows, those for which a worker of this process waits leased to it
+        (it takes them from the put's answer: no claim, no wait for a notice)."""
+        room = {group: s.room() for group, s in self._subscriptions.items()}
+        rows = []
+        for message in messages:
+            leased = room.get(message.group, 0) > 0
+            if leased:
+                room[message.group] -= 1
+            rows.append(_outgoing(message, leased))
+        return rows
+
+    async def _taken(self, stored: Sequence[StoredMessage]) -> None:
+        if self.closed:  # closed meanwhile: give them back at once, as aclose does
+            with anyio.CancelScope(shield=True):
+                await self.store.release_messages(self.owner, [m.id for m in stored])
+            return
+        for group, subscription in self._subscriptions.items():
+            subscription.take([m for m in stored if m.group == group])
+
+    async def publish(self, messages: Sequence[Message], *, started: Sequence[int] = ()) -> None:
+        """Put ``messages`` on the bus; ``started``: the items whose first messages they are,
+        marked running with them (:meth:`~ragjury.store.base.Queue.items_started`)."""
         if self.closed:
             raise BusError("cannot publish: the bus is closed")
-        await self.store.put_messages([_outgoing(m) for m in messages])
-        self._wake(messages)
+        lease = Lease(self.owner, self.lease_seconds)
+        rows = self._leasing(messages)
+        await self._taken(await self.store.put_messages(rows, lease=lease, started=started))
+        self._wake(rows)
 
     async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
-        await self.store.ack_message(delivery.receipt, [_outgoing(m) for m in replies])
+        await self.ack_step(delivery, replies)
+
+    async def ack_step(
+        self, delivery: Delivery, replies: Sequence[Message] = (), writes: StepWrites | None = None
+    ) -> bool | None:
+        """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
+        the same transaction; whether that ended the item (None: ``writes`` ends none)."""
+        lease = Lease(self.owner, self.lease_seconds)
+        rows = self._leasing(replies)
+        acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
+        await self._taken(acked.leased)
         self.held.discard(delivery.receipt)
-        self._wake(replies)
+        self._wake(rows)
+        return acked.ended
 
     async def nack(self, delivery: Delivery, error: str) -> bool:
         retry_after = min(0.2 * 2 ** (delivery.attempt - 1), 10.0)

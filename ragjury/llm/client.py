@@ -89,6 +89,14 @@ _MODES = {
 _current_call: ContextVar[CallStats | None] = ContextVar("ragjury_llm_call", default=None)
 current_step: ContextVar[list[CallStats] | None] = ContextVar("ragjury_step_calls", default=None)
 """The runtime sets a list here while an agent handles a message; each call appends its stats."""
+held_call_records: ContextVar[list[tuple[CallStats, str | None]] | None] = ContextVar(
+    "ragjury_held_call_records", default=None
+)
+"""The runtime sets a list here while an agent handles a message whose acknowledgement stores
+the step's call records: a finished call that has an in-flight record (``stats.record``) is
+appended here, with its error, instead of being told to ``on_call``. The runtime stores them
+with the acknowledgement, in one transaction, or on their own if the step does not end in
+one."""
 log = structlog.get_logger("ragjury.llm")
 
 _FATAL_HINTS = {
@@ -392,7 +400,10 @@ class LLM:
             cost_usd=stats.cost_usd,
             error=error,
         )
-        if self._on_call is not None:
+        held = held_call_records.get()
+        if held is not None and stats.record is not None:
+            held.append((stats, error))
+        elif self._on_call is not None:
             await self._on_call(stats, error)
 
     async def _send(self, **kwargs: JSONData) -> ChatCompletion:

@@ -256,7 +256,9 @@ class Runner:
             pipeline = await workers.pipeline(item.job_id)
             events = await pipeline.first_events(item)
             messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
-            if messages:  # none: the item has ended already (its agents ran here)
+            if messages and isinstance(self.bus, DurableBus):  # marked running as put
+                await self.bus.publish(messages, started=[item.id])
+            elif messages:  # none: the item has ended already (its agents ran here)
                 await self.bus.publish(messages)
                 await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others

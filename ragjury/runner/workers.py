@@ -9,14 +9,18 @@ agent (or the step cache) for its outputs, and then, in this order:
 2. the other outputs are published to the roles the pipeline routes them to, and the
    delivery is acknowledged, in one step (:meth:`Bus.ack`).
 
+On the durable bus the two are one transaction (:meth:`DurableBus.ack_step`), which also
+stores the step's cache row and its LLM calls' closing records.
+
 A handler that raises gives the delivery back (:meth:`Bus.nack`); after ``max_deliveries``
 the bus takes it out and its item ends ``failed`` with the error. So a message is
 acknowledged only after what it caused is stored, a killed worker's messages come back after
 their leases, and nothing here counts in memory what another process might be doing.
 
 With a :class:`~ragjury.store.cache.StepCache`, an agent with a fingerprint (every LLM agent)
-is asked once per distinct input: a finished step is stored before its outputs are
-published, and the same step later (a redelivery, a re-run) replays it without an LLM call.
+is asked once per distinct input: a finished step is stored before or with its outputs'
+publication, never after, and the same step later (a redelivery, a re-run) replays it
+without an LLM call.
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import tracing
 from ragjury.llm.batches import Parked, current_job
-from ragjury.llm.client import LLM, current_step
+from ragjury.llm.client import LLM, current_step, held_call_records
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
 from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
-from ragjury.store.base import Store
-from ragjury.store.cache import StepCache, carries_failure
+from ragjury.store.base import StepWrites, Store
+from ragjury.store.cache import StepCache
 
 log = structlog.get_logger("ragjury.runner")
 
@@ -100,6 +104,7 @@ class Workers:
         self._subscriptions: list[tuple[str, Subscription]] = [
             (role, bus.subscribe(role)) for role in self.roles
         ]
+        self._durable = isinstance(bus, DurableBus)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start every worker and the lease renewal; report started; run until cancelled."""
@@ -145,6 +150,11 @@ class Workers:
         envelope = delivery.envelope
         calls: list[CallStats] = []
         step_token = current_step.set(calls)
+        # on the durable bus the step's cache row and its calls' closing records are stored
+        # with its acknowledgement, in one transaction (one statement on PostgreSQL)
+        held: list[tuple[CallStats, str | None]] = []
+        held_token = held_call_records.set(held if self._durable else None)
+        row: tuple[str, str, str] | None = None
         item_token = current_item.set(envelope.correlation_id)
         if self.llm.batch is not None:
             current_job.set(envelope.job_id or "")
@@ -166,18 +176,36 @@ class Workers:
                     # message whose outputs cannot be dispatched, joined, stored or
                     # acknowledged is retried, then taken out; it never stops the worker
                     pipeline = await self.pipeline(job_id)
-                    events, cached = await self._step(pipeline, role, envelope)
+                    events, cached, row = await self._step(pipeline, role, delivery)
                     traced["ragjury.cached"] = cached
                     elapsed = time.perf_counter() - started
+                    ends: list[tuple[Pipeline, BusEvent]] | None = None
+                    if isinstance(self.bus, DurableBus):
+                        ends = []  # the item's end goes with the acknowledgement
                     replies = await self.dispatch(
-                        pipeline, job_id, envelope.correlation_id, events, envelope
+                        pipeline, job_id, envelope.correlation_id, events, envelope, ends=ends
                     )
-                    await self.bus.ack(delivery, replies)
+                    if isinstance(self.bus, DurableBus):
+                        end = None
+                        if ends:
+                            end_pipeline, terminal = ends[0]
+                            results = end_pipeline.results(terminal)
+                            end = (job_id, envelope.correlation_id, results)
+                        writes = StepWrites(row, list(held), end)
+                        ended = await self.bus.ack_step(delivery, replies, writes)
+                        row = None
+                        held.clear()
+                        if ends:
+                            await self._finished(*ends[0], job_id, envelope.correlation_id, ended)
+                    else:
+                        await self.bus.ack(delivery, replies)
                 except Parked as parked:  # batch mode: the step waits for a batch's answer
+                    await self._keep(row, held)
                     await self._park(delivery, parked)
                     return
                 except Exception as exc:  # an agent bug, a bad message: never the whole run
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
+                    await self._keep(row, held)
                     await self._retry_or_fail(role, delivery, exc)
                     return
                 if logs.enabled("info"):
@@ -197,7 +225,23 @@ class Workers:
         finally:
             structlog.contextvars.reset_contextvars(**log_tokens)
             current_item.reset(item_token)
+            held_call_records.reset(held_token)
             current_step.reset(step_token)
+
+    async def _keep(
+        self, row: tuple[str, str, str] | None, held: list[tuple[CallStats, str | None]]
+    ) -> None:
+        """Store what a step that was not acknowledged did: its cache row (a retry replays
+        it) and its calls' closing records. If that fails too, the calls stay in flight on
+        the books (closed as killed by the next run) and the retry asks again."""
+        try:
+            if row is not None and self.cache is not None:
+                await self.cache.store.put_step(*row)
+            if held:
+                await self.store.close_calls(held)
+        except Exception:
+            log.exception("step_records_not_stored")
+        held.clear()
 
     async def _park(self, delivery: Delivery, parked: Parked) -> None:
         if not isinstance(self.bus, DurableBus):
@@ -220,22 +264,47 @@ class Workers:
             log.exception("nack_failed", kind=envelope.kind, attempt=delivery.attempt)
 
     async def _step(
-        self, pipeline: Pipeline, role: str, envelope: Envelope
-    ) -> tuple[Sequence[BusEvent], bool]:
-        """The agent's outputs for this message: from the cache, or handled (and cached)."""
+        self, pipeline: Pipeline, role: str, delivery: Delivery
+    ) -> tuple[Sequence[BusEvent], bool, tuple[str, str, str] | None]:
+        """The agent's outputs for this message, from the cache or handled; and, for a step
+        handled on the durable bus, its row for the cache (stored with the acknowledgement;
+        on another bus it is stored here, before its outputs go anywhere)."""
+        outputs, cached, row = await self._run_step(pipeline, role, delivery.envelope, delivery)
+        if row is not None and not self._durable and self.cache is not None:
+            await self.cache.store.put_step(*row)
+            row = None
+        return outputs, cached, row
+
+    async def _run_step(
+        self, pipeline: Pipeline, role: str, envelope: Envelope, delivery: Delivery | None = None
+    ) -> tuple[Sequence[BusEvent], bool, tuple[str, str, str] | None]:
         step = pipeline.steps.get(role)
         if step is None:
             raise ConfigurationError(f"job {envelope.job_id} has no {role} agent")
         cache, key = self.cache, None
         if cache is not None and step.fingerprint is not None:
-            key = cache.key(role, step.fingerprint, envelope.payload)
-            stored = await cache.get(key)
-            if stored is not None:
-                return stored, True
+            if delivery is not None and delivery.step_key:  # the bus looked it up
+                key = delivery.step_key
+                if delivery.cached is not None and cache.enabled:
+                    return cache.replay(delivery.cached), True, None
+            else:
+                key = cache.key(role, step.fingerprint, envelope.payload)
+                stored = await cache.get(key)
+                if stored is not None:
+                    return stored, True, None
         events = await step.handle(envelope.payload)
-        if key is not None and cache is not None and not any(map(carries_failure, events)):
-            await cache.put(key, role, events)
-        return events, False
+        row = None if key is None or cache is None else cache.row(key, role, events)
+        return events, False, row
+
+    def _step_key(self, pipeline: Pipeline, role: str, envelope: Envelope) -> str:
+        """The step key of a message to an LLM agent, for the durable bus to look it up as it
+        puts the message ('': no cache)."""
+        step, cache = pipeline.steps.get(role), self.cache
+        if not self._durable or cache is None or not cache.enabled or step is None:
+            return ""
+        if step.fingerprint is None:
+            return ""
+        return cache.key(role, step.fingerprint, envelope.payload)
 
     async def dispatch(
         self,
@@ -244,6 +313,8 @@ class Workers:
         item_key: str,
         events: Sequence[BusEvent],
         cause: Envelope | None = None,
+        *,
+        ends: list[tuple[Pipeline, BusEvent]] | None = None,
     ) -> list[Message]:
         """Store a terminal event as its item's results; address the others to the roles the
         pipeline routes them to, as replies to ``cause`` (None: an item's first events).
@@ -258,7 +329,10 @@ class Workers:
         for event in events:
             await self.progress.output(job_id, event)
             if isinstance(event, pipeline.terminal):
-                await self.finish(pipeline, job_id, item_key, event)
+                if ends is not None and not ends:  # stored with the acknowledgement
+                    ends.append((pipeline, event))
+                else:
+                    await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope = (
                 cause.reply(event)
@@ -267,18 +341,31 @@ class Workers:
             )
             for role in pipeline.routes.get(event.kind, ()):
                 if role in llm_roles():
-                    messages.append(Message(role, envelope))
+                    messages.append(
+                        Message(role, envelope, self._step_key(pipeline, role, envelope))
+                    )
                     continue
                 token = current_item.set(item_key)
                 try:
-                    outputs, _ = await self._step(pipeline, role, envelope)
+                    outputs, _, row = await self._run_step(pipeline, role, envelope)
+                    if row is not None and self.cache is not None:  # (no LLM agent has none)
+                        await self.cache.store.put_step(*row)
                 finally:
                     current_item.reset(token)
-                messages += await self.dispatch(pipeline, job_id, item_key, outputs, envelope)
+                messages += await self.dispatch(
+                    pipeline, job_id, item_key, outputs, envelope, ends=ends
+                )
         return messages
 
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: BusEvent) -> None:
-        if await self.store.finish_item(job_id, key, pipeline.results(terminal)):
+        ended = await self.store.finish_item(job_id, key, pipeline.results(terminal))
+        await self._finished(pipeline, terminal, job_id, key, ended)
+
+    async def _finished(
+        self, pipeline: Pipeline, terminal: BusEvent, job_id: str, key: str, ended: bool | None
+    ) -> None:
+        """Tell of an item's end (``ended``: this process stored it; else it had ended)."""
+        if ended:
             log.info("item_done", job=job_id, item=key)
             if tracing.enabled():
                 tracing.item_done(key, job_id, pipeline.kind, outcome_attributes(terminal))

@@ -95,6 +95,10 @@ class StoredMessage:
     attempts: int
     job_id: str
     item_key: str
+    step: str | None = None
+    """The step cache's output for it, when it was looked up as it was put (``step_key``)."""
+    step_key: str = ""
+    """The key ``step`` was looked up by ('': not looked up; then ``step`` is None)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,43 @@ class OutgoingMessage:
     job_id: str
     item_key: str
     body: str
+    leased: bool = False
+    """Put already leased to the putting process (its worker of ``group`` is idle), and
+    returned to it, so that no claim is needed to take it."""
+    step_key: str = ""
+    """For a leased message: its step's key in the step cache, looked up as it is put
+    ('': no lookup)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who takes the leased messages a put returns, and for how long (the bus's owner and
+    lease)."""
+
+    owner: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepWrites:
+    """What handling a message stores besides its replies, in the same transaction as its
+    acknowledgement: its step's output for the step cache (key, agent, output JSON) and the
+    closing records of the LLM calls it made (each opened by :meth:`CallLog.open_call`)."""
+
+    step: tuple[str, str, str] | None = None
+    calls: Sequence[tuple[CallStats, str | None]] = ()
+    end: tuple[str, str, ItemResults] | None = None
+    """(job, item, results): the handling made the item's terminal event; the item ends
+    ``done`` with these results in the same transaction, unless it has ended already."""
+
+
+@dataclass(frozen=True)
+class Acked:
+    """What an acknowledgement did: the replies it put leased to the acknowledging process,
+    and whether it ended the item (None: no end was asked)."""
+
+    leased: list[StoredMessage] = field(default_factory=list)
+    ended: bool | None = None
 
 
 @dataclass
@@ -214,6 +255,10 @@ class CallLog(Protocol):
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
         """Record a finished call (updating its in-flight record, if it has one)."""
+        ...
+
+    async def close_calls(self, calls: Sequence[tuple[CallStats, str | None]]) -> None:
+        """Record finished calls whose in-flight records :meth:`open_call` made, at once."""
         ...
 
     async def call_totals(
@@ -334,7 +379,17 @@ class Results(Protocol):
 class Mailbox(Protocol):
     """The durable bus's messages."""
 
-    async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None: ...
+    async def put_messages(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        lease: Lease | None = None,
+        started: Sequence[int] = (),
+    ) -> list[StoredMessage]:
+        """Put ``messages`` on the bus; the ones marked ``leased`` come back leased to
+        ``lease.owner``. ``started``: items whose first messages these are, marked running
+        (:meth:`Queue.items_started`) in the same transaction."""
+        ...
 
     async def claim_messages(
         self,
@@ -347,8 +402,16 @@ class Mailbox(Protocol):
         job_ids: Sequence[str] | None = None,
     ) -> Claim: ...
 
-    async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
-        """Put ``replies`` on the bus and remove the message, in one transaction."""
+    async def ack_message(
+        self,
+        message_id: int,
+        replies: Sequence[OutgoingMessage],
+        writes: StepWrites | None = None,
+        *,
+        lease: Lease | None = None,
+    ) -> Acked:
+        """Put ``replies`` on the bus and remove the message, in one transaction, with
+        ``writes``; the replies marked ``leased`` come back leased to ``lease.owner``."""
         ...
 
     async def nack_message(

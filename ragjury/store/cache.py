@@ -2,8 +2,9 @@
 
 The key is a hash of the agent's role, its fingerprint (prompt version, model, endpoint and
 the settings that change its output) and the input event. A step whose output carries a
-failure is not cached, so a re-run tries it again. A finished step is committed before its
-output is published, so a crash at any moment loses no finished step.
+failure is not cached, so a re-run tries it again. A finished step is committed with its
+outputs' publication (in the acknowledging transaction, on the durable bus) or before it,
+never after: a published output's step is always cached.
 """
 
 from __future__ import annotations
@@ -94,11 +95,22 @@ class StepCache:
         output = await self.store.get_step(key)
         if output is None:
             return None
+        return self.replay(output)
+
+    def replay(self, output: str) -> list[BusEvent]:
+        """A step's events from its cached output (found with the message, see
+        :attr:`~ragjury.bus.base.Delivery.cached`)."""
         self.hits += 1
         return list(_EVENTS.validate_json(output))
 
+    def row(self, key: str, role: str, events: Sequence[BaseModel]) -> tuple[str, str, str] | None:
+        """The step's row for the store (key, agent, output), or None when it is not cached
+        (the cache is off, or an output carries a failure)."""
+        if not self.enabled or any(map(carries_failure, events)):
+            return None
+        return key, role, "[" + ",".join(event.model_dump_json() for event in events) + "]"
+
     async def put(self, key: str, role: str, events: Sequence[BaseModel]) -> None:
-        if not self.enabled:
-            return
-        output = "[" + ",".join(event.model_dump_json() for event in events) + "]"
-        await self.store.put_step(key, role, output)
+        row = self.row(key, role, events)
+        if row is not None:
+            await self.store.put_step(*row)

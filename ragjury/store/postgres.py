@@ -30,7 +30,7 @@ import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
 from ragjury.store import _pg_schema
-from ragjury.store.base import OutgoingMessage
+from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.steps import (
     Acknowledge,
@@ -55,14 +55,6 @@ log = structlog.get_logger("ragjury.store")
 
 CHANNEL = "ragjury_messages"
 _NOW = "(EXTRACT(EPOCH FROM clock_timestamp())::float8)"
-_INSERT_MESSAGES = (
-    "WITH new AS (INSERT INTO messages "
-    "(grp, kind, job_id, item_key, body, available_at, created_at) "
-    f"SELECT g, k, j, i, b, {_NOW}, {_NOW} "
-    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS t(g, k, j, i, b) "
-    "RETURNING grp) "
-    f"SELECT pg_notify('{CHANNEL}', grp) FROM (SELECT DISTINCT grp FROM new) AS groups"
-)
 _ENDED = "state IN ('done', 'failed')"
 _END_ITEM = (
     "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
@@ -90,17 +82,78 @@ _END_ITEM = (
 )
 """An item's end in one statement (:class:`EndItem`): the update's check of the item's
 state, under its row lock, decides whether the rest happens."""
+_REPLIES = (
+    "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::bool[], "
+    "{6}::text[]) AS t(g, k, j, i, b, l, sk)"
+)
+"""The messages to put, as columns: group, kind, job, item, body, leased, step key."""
+_PUT = (
+    "new AS (INSERT INTO messages "
+    "(grp, kind, job_id, item_key, body, available_at, created_at, lease_owner, attempts) "
+    f"SELECT g, k, j, i, b, {_NOW} + CASE WHEN l THEN {{0}}::float8 ELSE 0 END, {_NOW}, "
+    "CASE WHEN l THEN {1}::text END, CASE WHEN l THEN 1 ELSE 0 END FROM t "
+    "RETURNING id, grp, body, lease_owner IS NOT NULL AS leased), "
+    f"woken AS (SELECT pg_notify('{CHANNEL}', grp) "
+    "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups) "
+    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, s.output "
+    "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN new n ON n.leased "
+    "LEFT JOIN t ON t.g = n.grp AND t.b = n.body "
+    "LEFT JOIN steps s ON t.sk <> '' AND s.key = t.sk"
+)
+"""Put the rows of ``t``, the leased ones leased, waking the processes that wait for the
+others' groups; the leased ones come back, each with its step's cached output."""
+_PUBLISH = (
+    f"WITH t AS (SELECT * FROM {_REPLIES.format('$1', '$2', '$3', '$4', '$5', '$6', '$7')}), "
+    "started AS (UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
+    "WHERE state = 'processing' AND id = ANY($10::bigint[])), " + _PUT.format("$8", "$9")
+)
+"""Messages put, and the items they start marked running, in one statement (:class:`Publish`)."""
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
     f"(SELECT 1 FROM items WHERE job_id = $2 AND key = $3 AND {_ENDED})), "
-    "new AS (INSERT INTO messages (grp, kind, job_id, item_key, body, available_at, created_at) "
-    f"SELECT g, k, j, i, b, {_NOW}, {_NOW} "
-    "FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) "
-    "AS t(g, k, j, i, b) WHERE EXISTS (SELECT 1 FROM open) RETURNING grp) "
-    f"SELECT pg_notify('{CHANNEL}', grp) FROM (SELECT DISTINCT grp FROM new) AS groups"
+    f"t AS (SELECT * FROM {_REPLIES.format('$4', '$5', '$6', '$7', '$8', '$9', '$10')} "
+    "WHERE EXISTS (SELECT 1 FROM open)), "
+    "cached AS (INSERT INTO steps (key, agent, output, created_at) "
+    "SELECT $13::text, $14::text, $15::text, $16::float8 WHERE $13::text IS NOT NULL "
+    "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
+    "created_at = excluded.created_at), "
+    "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
+    "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
+    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
+    "cost_usd = c.cost FROM unnest($17::text[], $18::int[], $19::int[], $20::int[], "
+    "$21::float8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::float8[], "
+    "$27::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
+    "created, model, cost, id) WHERE llm_calls.id = c.id), " + _PUT.format("$11", "$12")
 )
-"""An acknowledgement with replies in one statement (:class:`Acknowledge`)."""
+"""An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
+replies put if that removed it and its item has not ended, its step cached and its calls'
+records closed."""
+_ACK_PARAMS = 27
+
+
+def _ending_acknowledgement() -> str:
+    """:data:`_ACKNOWLEDGE` with the item's end (:data:`_END_ITEM`, its parameters after the
+    acknowledgement's) first: the message goes with the item's messages when it ends it,
+    else on its own."""
+    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
+    ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
+    sql = _ACKNOWLEDGE.replace(
+        "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
+        f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
+        "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
+    ).replace(
+        "s.output FROM (SELECT COUNT(*) FROM woken) AS w",
+        "s.output, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, "
+        "(SELECT COUNT(*) FROM woken) AS w",
+    )
+    if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
+        raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
+    return sql
+
+
+_ACKNOWLEDGE_ENDING = _ending_acknowledgement()
+"""An acknowledgement that ends the message's item (:attr:`Acknowledge.end`), one statement."""
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 """A transaction-scoped lock on a name's hash (a collision only makes two wait)."""
 _ITEM_COLUMNS = ["job_id", "key", "position", "payload", "created_at"]
@@ -130,12 +183,34 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, EndItem):
         return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
     if isinstance(step, Acknowledge):
-        await conn.fetch(
-            _ACKNOWLEDGE, step.message_id, step.job_id, step.key, *_columns(step.replies)
+        cached = step.step or (None, None, None, None)
+        calls = [[row[i] for row in step.calls] for i in range(11)]
+        ending = [] if step.end is None else _end_item_params(step.end)
+        rows = await conn.fetch(
+            _ACKNOWLEDGE if step.end is None else _ACKNOWLEDGE_ENDING,
+            step.message_id,
+            step.job_id,
+            step.key,
+            *_columns(step.replies),
+            step.lease_seconds,
+            step.owner,
+            *cached,
+            *calls,
+            *ending,
         )
-    elif isinstance(step, Publish):
-        await conn.fetch(_INSERT_MESSAGES, *_columns(step.messages))
-    elif isinstance(step, InsertItems):
+        ended = None if step.end is None else bool(rows and rows[0][7])
+        return Acked(_leased(rows), ended)
+    if isinstance(step, Publish):
+        return _leased(
+            await conn.fetch(
+                _PUBLISH,
+                *_columns(step.messages),
+                step.lease_seconds,
+                step.owner,
+                list(step.started),
+            )
+        )
+    if isinstance(step, InsertItems):
         await conn.copy_records_to_table(
             "items", records=step.rows, columns=_ITEM_COLUMNS, schema_name=_pg_schema.SCHEMA
         )
@@ -144,11 +219,22 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     return None
 
 
-_MESSAGE_FIELDS = ("group", "kind", "job_id", "item_key", "body")
+_MESSAGE_FIELDS = ("group", "kind", "job_id", "item_key", "body", "leased", "step_key")
 
 
-def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str]]:
+def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str | bool]]:
     return [[getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS]
+
+
+def _leased(rows: Sequence[Conn]) -> list[StoredMessage]:
+    """The leased messages a put returned (one row per message; none: a row of NULLs)."""
+    found: dict[int, StoredMessage] = {}
+    for message_id, group, body, job_id, key, step_key, output, *_ in rows:
+        if message_id is not None and message_id not in found:
+            found[message_id] = StoredMessage(
+                int(message_id), group, body, 1, job_id, key, output, step_key or ""
+            )
+    return sorted(found.values(), key=lambda m: m.id)
 
 
 def _end_item_params(step: EndItem) -> list[object]:
@@ -258,6 +344,7 @@ class PostgresStore(SQLStore):
         self._listener: Conn | None = None
         self._watchers: list[Callable[[str], None]] = []
         self._unreachable_since: float | None = None
+        self._listening = anyio.Lock()
 
     # opening ------------------------------------------------------------------------
     def _connect_options(self) -> _ConnectOptions:
@@ -411,6 +498,12 @@ class PostgresStore(SQLStore):
             self._watchers.append(wake)
         if self._listener is not None and not self._listener.is_closed():
             return True
+        async with self._listening:  # one listener: every group's workers ask at once
+            if self._listener is not None and not self._listener.is_closed():
+                return True
+            return await self._listen()
+
+    async def _listen(self) -> bool:
         asyncpg = _driver()
         try:
             listener = await asyncpg.connect(**self._connect_options())

@@ -26,7 +26,7 @@ from ragjury.store import _schema
 from ragjury.store._values import Param, Params, Row
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.items import end_item_plainly
-from ragjury.store.sql.mailbox import acknowledge_plainly
+from ragjury.store.sql.mailbox import acknowledge_plainly, publish_plainly
 from ragjury.store.sql.steps import (
     Acknowledge,
     EndItem,
@@ -49,10 +49,6 @@ OLDEST_SQLITE = (3, 35)
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _INSERT_ITEM = (
     "INSERT INTO items (job_id, key, position, payload, created_at) VALUES (?, ?, ?, ?, ?)"
-)
-_INSERT_MESSAGE = (
-    "INSERT INTO messages (grp, kind, job_id, item_key, body, available_at, created_at) "
-    f"VALUES (?, ?, ?, ?, ?, {_NOW}, {_NOW})"
 )
 _WORDS = (
     ("now_epoch()", _NOW),
@@ -107,10 +103,9 @@ def _apply(conn: Conn, step: Step) -> StepResult:
     elif isinstance(step, EndItem):
         return drive(conn, end_item_plainly(step))
     elif isinstance(step, Acknowledge):
-        drive(conn, acknowledge_plainly(step))
+        return drive(conn, acknowledge_plainly(step))
     elif isinstance(step, Publish):
-        rows = [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages]
-        conn.executemany(_INSERT_MESSAGE, rows)
+        return drive(conn, publish_plainly(step))
     elif isinstance(step, InsertItems):
         conn.executemany(_INSERT_ITEM, step.rows)
     # a Lock: a write holds the writer lock already

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ragjury._json import JSONData
 from ragjury.llm.ratelimit import wait_for
@@ -24,12 +24,13 @@ from ragjury.store._common import (
     run_record,
     totals,
 )
-from ragjury.store._values import Param, Row
+from ragjury.store._values import Param, Params, Row
 from ragjury.store.base import CallTotals, RunRecord
 from ragjury.store.sql.driven import Driven
 from ragjury.store.sql.steps import (
     Steps,
     execute,
+    execute_many,
     fetch,
 )
 
@@ -47,6 +48,39 @@ _INSERT_CALL = (
     "latency_ms, statuses, error, created_at, model, cost_usd) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+PUT_STEP = (
+    "INSERT INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
+    "created_at = excluded.created_at"
+)
+
+CLOSE_CALL = (
+    "UPDATE llm_calls SET stage = ?, requests = ?, prompt_tokens = ?, completion_tokens = ?, "
+    "latency_ms = ?, statuses = ?, error = ?, created_at = ?, model = ?, cost_usd = ? "
+    "WHERE id = ?"
+)
+"""A finished call's figures on its in-flight record (a row of :func:`closing_row`)."""
+
+
+def closing_row(stats: CallStats, error: str | None) -> Params:
+    """A finished call's row for :data:`CLOSE_CALL`: its figures,
+    then its in-flight record's id."""
+    if stats.record is None:
+        raise ValueError(f"the {stats.stage} call has no in-flight record to close")
+    return (
+        stats.stage,
+        stats.requests,
+        stats.prompt_tokens,
+        stats.completion_tokens,
+        round(stats.latency_seconds * 1000, 1),
+        json.dumps(stats.statuses),
+        error,
+        iso(),
+        stats.model,
+        stats.cost_usd,
+        stats.record,
+    )
 
 
 class CallLogSQL(Driven):
@@ -158,6 +192,11 @@ class CallLogSQL(Driven):
         )
         await self._write(lambda: execute(sql, *row, stats.record), single=True)
 
+    async def close_calls(self, calls: Sequence[tuple[CallStats, str | None]]) -> None:
+        rows = [closing_row(stats, error) for stats, error in calls]
+        if rows:
+            await self._write(lambda: execute_many(CLOSE_CALL, rows))
+
     async def latest_run(self, job_id: str) -> RunRecord | None:
         return latest_run_of(await self._runs_naming(job_id), job_id)
 
@@ -197,10 +236,5 @@ class CallLogSQL(Driven):
         return str(rows[0][0]) if rows else None
 
     async def put_step(self, key: str, agent: str, output: str) -> None:
-        sql = (
-            "INSERT INTO steps (key, agent, output, created_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
-            "created_at = excluded.created_at"
-        )
         params = (key, agent, output, time.time())
-        await self._write(lambda: execute(sql, *params), single=True)
+        await self._write(lambda: execute(PUT_STEP, *params), single=True)

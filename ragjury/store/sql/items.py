@@ -26,30 +26,39 @@ from ragjury.store.sql.steps import (
     fetch_one,
 )
 
+STARTED = (
+    "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
+    "WHERE state = 'processing' AND id = ANY(?)"
+)
+"""Items whose first messages are on the bus: running, no longer leased to their intake."""
+
 
 def end(
     job_id: str, key: str, state: str, results: ItemResults | None, error: str | None = None
 ) -> Steps[bool]:
     """End the item ``state`` (``done`` or ``failed``) with ``results``, unless it has ended
     already (False); see :class:`~ragjury.store.sql.steps.EndItem`."""
+    return (yield from end_item(ending(job_id, key, state, results, error)))
+
+
+def ending(
+    job_id: str, key: str, state: str, results: ItemResults | None, error: str | None = None
+) -> EndItem:
+    """The step that ends the item (see :func:`end`)."""
     if state == "done":
         report: str | None = json.dumps((results.report if results else None) or {})
     else:
         report = json.dumps(results.report) if results and results.report else None
-    return (
-        yield from end_item(
-            EndItem(
-                job_id,
-                key,
-                state,
-                report,
-                error,
-                time.time(),
-                results.transient_failures if results and state == "done" else None,
-                [_pair(record) for record in results.pairs] if results else [],
-                [_sample(record, scored) for record, scored in results.samples] if results else [],
-            )
-        )
+    return EndItem(
+        job_id,
+        key,
+        state,
+        report,
+        error,
+        time.time(),
+        results.transient_failures if results and state == "done" else None,
+        [_pair(record) for record in results.pairs] if results else [],
+        [_sample(record, scored) for record, scored in results.samples] if results else [],
     )
 
 

@@ -3,23 +3,30 @@ replies in one transaction, offered again or taken out (:class:`~ragjury.store.b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from ragjury.store._common import (
     poison,
 )
 from ragjury.store.base import (
+    Acked,
     Claim,
+    Lease,
     OutgoingMessage,
+    StepWrites,
     StoredMessage,
 )
+from ragjury.store.sql.calls import CLOSE_CALL, PUT_STEP, closing_row
 from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
-from ragjury.store.sql.items import fail
+from ragjury.store.sql.items import STARTED, end_item_plainly, ending, fail
 from ragjury.store.sql.steps import (
     Acknowledge,
+    Publish,
     Steps,
     acknowledge,
     execute,
+    execute_many,
     fetch,
     fetch_one,
     publish,
@@ -27,9 +34,19 @@ from ragjury.store.sql.steps import (
 
 
 class MailboxSQL(Driven):
-    async def put_messages(self, messages: Sequence[OutgoingMessage]) -> None:
-        if messages:
-            await self._write(lambda: publish(messages), single=True)
+    async def put_messages(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        lease: Lease | None = None,
+        started: Sequence[int] = (),
+    ) -> list[StoredMessage]:
+        if not messages:
+            return []
+        owner, seconds = (lease.owner, lease.seconds) if lease else ("", 0.0)
+        if lease is None and any(m.leased for m in messages):
+            raise ValueError("messages marked leased need a lease")
+        return await self._write(lambda: publish(messages, owner, seconds, started), single=True)
 
     async def claim_messages(
         self,
@@ -80,11 +97,36 @@ class MailboxSQL(Driven):
 
         return await self._write(claim, single=True)
 
-    async def ack_message(self, message_id: int, replies: Sequence[OutgoingMessage]) -> None:
-        if not replies:
+    async def ack_message(
+        self,
+        message_id: int,
+        replies: Sequence[OutgoingMessage],
+        writes: StepWrites | None = None,
+        *,
+        lease: Lease | None = None,
+    ) -> Acked:
+        writes = writes or StepWrites()
+        if not replies and writes.step is None and not writes.calls and writes.end is None:
             await self._write(lambda: execute(_REMOVE, message_id), single=True)
-            return
-        await self._write(lambda: acknowledge(message_id, replies), single=True)
+            return Acked()
+        if lease is None and any(m.leased for m in replies):
+            raise ValueError("replies marked leased need a lease")
+        owner, seconds = (lease.owner, lease.seconds) if lease else ("", 0.0)
+        step = None if writes.step is None else (*writes.step, time.time())
+        calls = [closing_row(stats, error) for stats, error in writes.calls]
+        end = None if writes.end is None else ending(*writes.end[:2], "done", writes.end[2])
+        return await self._write(
+            lambda: acknowledge(
+                message_id,
+                replies,
+                owner=owner,
+                lease_seconds=seconds,
+                step=step,
+                calls=calls,
+                end=end,
+            ),
+            single=True,
+        )
 
     async def nack_message(
         self, message_id: int, error: str, *, max_attempts: int, retry_after: float
@@ -137,14 +179,61 @@ class MailboxSQL(Driven):
 _REMOVE = "DELETE FROM messages WHERE id = ?"
 
 
-def acknowledge_plainly(step: Acknowledge) -> Steps[None]:
+def acknowledge_plainly(step: Acknowledge) -> Steps[Acked]:
     """:class:`~ragjury.store.sql.steps.Acknowledge` as plain statements, in the driver's
-    transaction. Only the delivery that removes the message publishes its replies: an ack
-    repeated after a lost connection, or by a second worker whose lease ran out, adds
-    nothing; nor does one for an item that has ended."""
-    if (yield from execute(_REMOVE, step.message_id)):
+    transaction. The step's cache row and its calls' records are stored in any case, and
+    the item ended first if asked. Only the delivery that removes the message publishes its
+    replies: an ack repeated after a lost connection, or by a second worker whose lease ran
+    out, adds nothing; nor does one for an item that has ended."""
+    if step.step is not None:
+        yield from execute(PUT_STEP, *step.step)
+    yield from execute_many(CLOSE_CALL, step.calls)
+    ended = None if step.end is None else (yield from end_item_plainly(step.end))
+    if (yield from execute(_REMOVE, step.message_id)) and step.replies and not ended:
         state = yield from fetch_one(
             "SELECT state FROM items WHERE job_id = ? AND key = ?", step.job_id, step.key
         )
         if state is None or state[0] not in FINISHED:
-            yield from publish(step.replies)
+            publish = Publish(step.replies, step.owner, step.lease_seconds)
+            return Acked((yield from publish_plainly(publish)), ended)
+    return Acked([], ended)
+
+
+_INSERT = (
+    "INSERT INTO messages (grp, kind, job_id, item_key, body, available_at, created_at) "
+    "VALUES (?, ?, ?, ?, ?, now_epoch(), now_epoch())"
+)
+_INSERT_LEASED = (
+    "INSERT INTO messages "
+    "(grp, kind, job_id, item_key, body, available_at, created_at, lease_owner, attempts) "
+    "VALUES (?, ?, ?, ?, ?, now_epoch() + ?, now_epoch(), ?, 1) RETURNING id"
+)
+
+_CACHED = "SELECT key, output FROM steps WHERE key = ANY(?)"
+
+
+def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
+    """:class:`~ragjury.store.sql.steps.Publish` as plain statements, in the driver's
+    transaction (a driver that wakes other processes does so itself)."""
+    yield from execute_many(
+        _INSERT,
+        [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages if not m.leased],
+    )
+    leased = [m for m in step.messages if m.leased]
+    keys = [m.step_key for m in leased if m.step_key]
+    rows = (yield from fetch(_CACHED, keys)) if keys else []
+    found = {str(key): output for key, output in rows}
+    taken: list[StoredMessage] = []
+    for m in leased:
+        [(message_id,)] = yield from fetch(
+            _INSERT_LEASED,
+            *(m.group, m.kind, m.job_id, m.item_key, m.body, step.lease_seconds, step.owner),
+        )
+        output = found.get(m.step_key)
+        taken.append(
+            StoredMessage(int(message_id), m.group, m.body, 1, m.job_id, m.item_key,
+                          None if output is None else str(output), m.step_key)
+        )  # fmt: skip
+    if step.started:
+        yield from execute(STARTED, list(step.started))
+    return taken

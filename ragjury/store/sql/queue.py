@@ -27,7 +27,7 @@ from ragjury.store.base import (
     JobKind,
 )
 from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
-from ragjury.store.sql.items import end, fail, requeue_transient
+from ragjury.store.sql.items import STARTED, end, fail, requeue_transient
 from ragjury.store.sql.steps import (
     Steps,
     execute,
@@ -144,11 +144,7 @@ class QueueSQL(Driven):
 
     async def items_started(self, item_ids: Sequence[int]) -> None:
         if item_ids:
-            sql = (
-                "UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
-                "WHERE state = 'processing' AND id = ANY(?)"
-            )
-            await self._write(lambda: execute(sql, list(item_ids)), single=True)
+            await self._write(lambda: execute(STARTED, list(item_ids)), single=True)
 
     async def release_items(self, owner: str, item_ids: Sequence[int]) -> int:
         if not item_ids:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ragjury.store._values import Param, Params, Row
-from ragjury.store.base import OutgoingMessage
+from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 
 T = TypeVar("T")
 
@@ -66,9 +66,17 @@ class InsertItems:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Put messages on the durable bus (and wake the processes waiting for their groups)."""
+    """Put messages on the durable bus (and wake the processes waiting for the groups of
+    those not leased); mark ``started`` items running. The messages marked ``leased`` are
+    put leased to ``owner`` for ``lease_seconds`` (their first delivery) and come back as
+    :class:`~ragjury.store.base.StoredMessage`, each with its step's cached output (looked up
+    by its ``step_key``, if any). PostgreSQL runs it as one statement; other drivers run
+    :func:`~ragjury.store.sql.mailbox.publish_plainly`."""
 
     messages: Sequence[OutgoingMessage]
+    owner: str = ""
+    lease_seconds: float = 0.0
+    started: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +113,19 @@ class Acknowledge:
     job_id: str
     key: str
     replies: Sequence[OutgoingMessage]
+    owner: str = ""
+    lease_seconds: float = 0.0
+    """The leased replies' owner and lease (see :class:`Publish`); they come back as
+    :class:`~ragjury.store.base.StoredMessage`."""
+    step: Params | None = None
+    """The handled step's row of the step cache (key, agent, output, created_at), stored
+    whether or not this acknowledgement removed the message."""
+    calls: Sequence[Params] = ()
+    """Closing rows of its LLM calls (see :data:`~ragjury.store.sql.calls.CLOSE_CALL`)."""
+    end: EndItem | None = None
+    """The message's item ended with its results, first (its handling made the item's
+    terminal event): then the message goes with the item's other messages, and no reply is
+    put."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -136,9 +157,10 @@ def _clean(value: Param) -> Param:
 
 
 Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
-StepResult = list[Row] | int | bool | None
+StepResult = list[Row] | int | bool | list[StoredMessage] | Acked | None
 """What a driver sends back for a step: rows (:class:`Fetch`), a count (:class:`Execute`), a
-flag (:class:`EndItem`) or nothing."""
+flag (:class:`EndItem`), the leased messages (:class:`Publish`), an :class:`Acked`
+(:class:`Acknowledge`) or nothing."""
 # the result sent back depends on the step: each operation names the one it expects
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
@@ -173,15 +195,28 @@ def insert_items(rows: Sequence[Params]) -> Steps[None]:
         yield InsertItems([clean(row) for row in rows])
 
 
-def publish(messages: Sequence[OutgoingMessage]) -> Steps[None]:
-    if messages:
-        yield Publish([_cleaned(m) for m in messages])
+def publish(
+    messages: Sequence[OutgoingMessage],
+    owner: str = "",
+    lease_seconds: float = 0.0,
+    started: Sequence[int] = (),
+) -> Steps[list[StoredMessage]]:
+    if not messages:
+        return []
+    cleaned = [_cleaned(m) for m in messages]
+    leased: list[StoredMessage] = yield Publish(cleaned, text(owner), lease_seconds, started)
+    return leased
 
 
 def end_item(step: EndItem) -> Steps[bool]:
+    ended: bool = yield _cleaned_end(step)
+    return ended
+
+
+def _cleaned_end(step: EndItem) -> EndItem:
     report = None if step.report is None else text(step.report)
     error = None if step.error is None else text(step.error)
-    ended: bool = yield replace(
+    return replace(
         step,
         job_id=text(step.job_id),
         key=text(step.key),
@@ -190,12 +225,32 @@ def end_item(step: EndItem) -> Steps[bool]:
         pairs=[clean(row) for row in step.pairs],
         samples=[clean(row) for row in step.samples],
     )
-    return ended
 
 
-def acknowledge(message_id: int, replies: Sequence[OutgoingMessage]) -> Steps[None]:
-    first = _cleaned(replies[0])
-    yield Acknowledge(message_id, first.job_id, first.item_key, [_cleaned(m) for m in replies])
+def acknowledge(
+    message_id: int,
+    replies: Sequence[OutgoingMessage],
+    *,
+    owner: str = "",
+    lease_seconds: float = 0.0,
+    step: Params | None = None,
+    calls: Sequence[Params] = (),
+    end: EndItem | None = None,
+) -> Steps[Acked]:
+    cleaned = [_cleaned(m) for m in replies]
+    job_id, key = (cleaned[0].job_id, cleaned[0].item_key) if cleaned else ("", "")
+    acked: Acked = yield Acknowledge(
+        message_id,
+        job_id,
+        key,
+        cleaned,
+        text(owner),
+        lease_seconds,
+        None if step is None else clean(step),
+        [clean(row) for row in calls],
+        None if end is None else _cleaned_end(end),
+    )
+    return acked
 
 
 def _cleaned(message: OutgoingMessage) -> OutgoingMessage:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -28,6 +29,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from ragjury.agents.joins import joins_held
 from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, EndpointUnreachableError
@@ -254,9 +256,15 @@ class Runner:
         workers = self.workers
         try:
             pipeline = await workers.pipeline(item.job_id)
-            events = await pipeline.first_events(item)
-            messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
+            # a first attempt's joins stay in memory until something is published: no other
+            # worker can hold a part of the item yet (a retried one may have, from the
+            # messages its earlier attempt published, so it joins in the store)
+            with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
+                events = await pipeline.first_events(item)
+                messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
             if messages:  # none: the item has ended already (its agents ran here)
+                for (job_id, key), parts in (held or {}).items():
+                    await self.store.join(job_id, key, parts, "")
                 await self.bus.publish(messages)
                 await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others

@@ -365,6 +365,15 @@ class RecordWriter:
                 self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.count += 1
 
+    def write_json(self, text: str) -> None:
+        """A record given as the JSON text :meth:`write` would write for it in JSONL (as the
+        store keeps a judged sample's record): JSONL copies it, the others parse it."""
+        if self._file is not None and self._csv is None:
+            self._file.write(text + "\n")
+            self.count += 1
+        else:
+            self.write(json.loads(text))
+
     def _write_row_group(self) -> None:
         if self._rows:
             pa = pyarrow_module("writing Parquet")

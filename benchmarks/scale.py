@@ -5,7 +5,8 @@ Each size runs the real command line in its own process: `evaluate` on a JSONL f
 samples, keywords only (no LLM call: what is left is ragjury's own bookkeeping; each sample
 has two real documentation contexts of 1-2 KB, from ../shared/data's anthropic-docs chunks or,
 in a fresh clone, the example corpus, about 4 KB a record; ``--contexts tiny`` gives the
-one-sentence samples of earlier figures) and faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping), and
+one-sentence samples of earlier figures) and faithfulness against the fake endpoint with no
+latency (the LLM path's bookkeeping), and
 `generate` on a folder of small generated documents (one chunk, one pair, three critics each)
 against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry-run` on the
 same samples, and `status --json` and `export --results` on the database it left. It reports

@@ -147,10 +147,14 @@ def keyword_records(count: int, corpus: Path = SHARED_CHUNKS) -> Iterator[dict[s
     contexts of 1-2 KB, an answer made of one of their sentences, and must / must-not contain
     checks on it (what a user's hand-written keyword tests look like; one in ten fails)."""
     texts = context_chunks(corpus)
+    split = [
+        [s[:300] for s in _SENTENCE.split(" ".join(text.split())) if len(s) > 20] or [text[:200]]
+        for text in texts
+    ]
     for i in range(count):
         first, second = texts[i % len(texts)], texts[(i * 7 + 3) % len(texts)]
-        sentences = [s[:300] for s in _SENTENCE.split(" ".join(first.split())) if len(s) > 20]
-        sentence = sentences[(i // len(texts)) % len(sentences)] if sentences else first[:200]
+        sentences = split[i % len(texts)]
+        sentence = sentences[(i // len(texts)) % len(sentences)]
         words = [w for w in sentence.split() if w.isalpha()] or sentence.split()
         yield {
             "id": f"s{i}",

@@ -3,7 +3,10 @@ samples whose answers have a chosen number of statements, all with distinct word
 
 from __future__ import annotations
 
+import json
 import random
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from ragjury.schemas import Sample
@@ -108,3 +111,57 @@ def samples(count: int, statements: int, *, seed: int = 0) -> list[Sample]:
             )
         )
     return out
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_CHUNKS = (
+    ROOT.parent / "shared" / "data" / "corpus" / "anthropic-docs" / "anthropic_docs.json"
+)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def context_chunks(corpus: Path = SHARED_CHUNKS, *, low: int = 1000, high: int = 2000) -> list[str]:
+    """Real documentation text cut into contexts of ``low`` to ``high`` characters: the
+    anthropic-docs chunks of ../shared/data where they are (long chunks split at paragraphs,
+    short ones joined), else the example corpus's Markdown pages (a fresh clone has them)."""
+    if corpus.suffix == ".json" and corpus.exists():
+        texts = [c["text"] for c in json.loads(corpus.read_text(encoding="utf-8"))]
+    else:
+        texts = [p.read_text(encoding="utf-8") for p in sorted(ROOT.glob("examples/*/*.md"))]
+    out, current = [], ""
+    for text in texts:
+        for paragraph in text.split("\n\n"):
+            paragraph = paragraph.strip()[:high]
+            if current and len(current) + len(paragraph) + 2 > high:
+                if len(current) >= low:
+                    out.append(current)
+                current = ""
+            current = f"{current}\n\n{paragraph}" if current else paragraph
+    if len(current) >= low:
+        out.append(current)
+    return out
+
+
+def keyword_records(count: int, corpus: Path = SHARED_CHUNKS) -> Iterator[dict[str, object]]:
+    """``count`` distinct keyword-test records with real-size contexts: two documentation
+    contexts of 1-2 KB, an answer made of one of their sentences, and must / must-not contain
+    checks on it (what a user's hand-written keyword tests look like; one in ten fails)."""
+    texts = context_chunks(corpus)
+    split = [
+        [s[:300] for s in _SENTENCE.split(" ".join(text.split())) if len(s) > 20] or [text[:200]]
+        for text in texts
+    ]
+    for i in range(count):
+        first, second = texts[i % len(texts)], texts[(i * 7 + 3) % len(texts)]
+        sentences = split[i % len(texts)]
+        sentence = sentences[(i // len(texts)) % len(sentences)]
+        words = [w for w in sentence.split() if w.isalpha()] or sentence.split()
+        yield {
+            "id": f"s{i}",
+            "question": f"Question {i}: what does the documentation say about {words[0]}?",
+            "answer": f"{sentence} (case {i})",
+            "contexts": [first, second],
+            "must_contain": [words[len(words) // 2], f"case {i}"],
+            # one record in ten fails a check, as hand-written tests do now and then
+            "must_not_contain": [words[0] if i % 10 == 9 else "I cannot answer"],
+        }

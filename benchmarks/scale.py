@@ -2,8 +2,11 @@
 sizes, as a user runs them, and the commands that read what a run left behind.
 
 Each size runs the real command line in its own process: `evaluate` on a JSONL file of
-generated samples, keywords only (no LLM call: what is left is ragjury's own bookkeeping)
-and faithfulness against the fake endpoint with no latency (the LLM path's bookkeeping), and
+samples, keywords only (no LLM call: what is left is ragjury's own bookkeeping; each sample
+has two real documentation contexts of 1-2 KB, from ../shared/data's anthropic-docs chunks or,
+in a fresh clone, the example corpus, about 4 KB a record; ``--contexts tiny`` gives the
+one-sentence samples of earlier figures) and faithfulness against the fake endpoint with no
+latency (the LLM path's bookkeeping), and
 `generate` on a folder of small generated documents (one chunk, one pair, three critics each)
 against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry-run` on the
 same samples, and `status --json` and `export --results` on the database it left. It reports
@@ -12,10 +15,16 @@ with its ratio to the smallest size of its kind and command: flat ratios mean li
 flat memory. Start-up weighs on the small sizes, so it also reports the marginal time per item
 from one size to the next, which a linear command keeps flat too.
 
-    python benchmarks/scale.py          # keywords 1k-1M; faithfulness, generate 1k-100k (~1 h)
-    python benchmarks/scale.py --quick  # keywords 1k, 4k; faithfulness 500, 2k; generate 200, 800
+    python benchmarks/scale.py          # keywords 2k, 20k; faithfulness, generate 1k-100k (~1 h)
+    python benchmarks/scale.py --quick  # keywords 2k, 20k; faithfulness 500, 2k; generate 200, 800
+    python benchmarks/scale.py --keywords 2000,20000 --million --faithfulness 0 --generate 0
     python benchmarks/scale.py --keywords 1000,1000000 --generate 1000,100000
-    python benchmarks/scale.py --keywords 1000,1000000 --faithfulness 0 --generate 0
+
+``--million`` adds a keywords run of 1,000,000 samples: about 30 GB of disk (4 GB of input,
+15 GB of database, the output and the export 4.5 GB each) and, at the 20k rate, half an hour
+or more. The keywords rows say whether the no-LLM targets hold: at least 2,000 samples/s at
+20k as a whole process, time per sample and peak RSS within 1.5x and 1.25x of the smallest
+size.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import FakeEndpoint, base_parser, quiet, show, write_result
-from corpus import write_documents
+from corpus import SHARED_CHUNKS, keyword_records, write_documents
 
 _RUN_CLI = "import sys; from ragjury.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -45,10 +54,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--generate", type=str, default=None, help="documents, e.g. 1000 (0: skip generate)"
     )
+    parser.add_argument(
+        "--million", action="store_true", help="add a keywords run of 1,000,000 samples"
+    )
+    parser.add_argument(
+        "--contexts",
+        choices=("real", "tiny"),
+        default="real",
+        help="keywords samples: two real 1-2 KB contexts (default) or one sentence",
+    )
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=SHARED_CHUNKS,
+        help="a JSON list of {text} chunks for the real contexts (default: ../shared/data's "
+        "anthropic-docs; the example corpus where it is not)",
+    )
     args = parser.parse_args(argv)
-    full = "1000,10000,100000"  # the sizes the scale targets are set at; a million for keywords
+    full = "1000,10000,100000"  # the sizes the scale targets are set at
     args.generate = _sizes(args.generate or ("200,800" if args.quick else full))
-    args.keywords = _sizes(args.keywords or ("1000,4000" if args.quick else f"{full},1000000"))
+    args.keywords = _sizes(args.keywords or "2000,20000") + ([1_000_000] if args.million else [])
     args.faithfulness = _sizes(args.faithfulness or ("500,2000" if args.quick else full))
     return args
 
@@ -56,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _sizes(text: str) -> list[int]:
     """Comma-separated sizes; 0 (or nothing) leaves a kind out."""
     return [int(n) for n in text.split(",") if n.strip() and int(n) > 0]
+
+
+def write_keyword_samples(path: Path, n: int, corpus: Path) -> None:
+    """``n`` keyword-test records with two real 1-2 KB contexts each (see corpus.py)."""
+    with path.open("w", encoding="utf-8") as out:
+        for record in keyword_records(n, corpus):
+            out.write(json.dumps(record) + "\n")
 
 
 def write_samples(path: Path, n: int) -> None:
@@ -148,12 +180,16 @@ def run_command(work: Path, command: list[str], stdout: Path | None = None) -> d
         raise RuntimeError(f"ragjury {command[3]} exited {status}:\n{errors[-2000:]}")
     return {
         "seconds": round(seconds, 2),
+        # user + system CPU of the command: far less moved by a busy machine than the wall time
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
         "db_bytes": sum(p.stat().st_size for p in work.glob("run.db*")),
     }
 
 
-def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> list[dict[str, Any]]:
+def measure(
+    tmp: Path, metric: str, sizes: list[int], base_url: str | None, real: Path | None = None
+) -> list[dict[str, Any]]:
     """Rows of every size for one kind; keywords adds `evaluate --dry-run`, `status` and
     `export` rows for each size beside its `evaluate` row."""
     rows = []
@@ -166,7 +202,10 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
             runs = {"generate": partial(run_generate, work, work / "docs", base_url)}
         else:
             samples = work / "samples.jsonl"
-            write_samples(samples, n)
+            if real is not None:
+                write_keyword_samples(samples, n, real)
+            else:
+                write_samples(samples, n)
             runs = {"evaluate": partial(run_evaluate, work, samples, metric, base_url)}
             if metric == "keywords":
                 runs = {
@@ -177,6 +216,8 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
                 }
         for command, run in runs.items():
             measured = run()
+            if command == "evaluate" and real is not None:
+                measured["input_bytes_per_item"] = round(samples.stat().st_size / n)
             rows.append(
                 {
                     "metric": metric,
@@ -209,29 +250,66 @@ def measure(tmp: Path, metric: str, sizes: list[int], base_url: str | None) -> l
     return sorted(rows, key=lambda r: list(first).index(r["command"]))
 
 
+def no_llm_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The keywords-only evaluate's figures against the issue's targets: samples/s of the
+    largest size up to 20k, and the largest size's time per sample and peak RSS as ratios to
+    the smallest's."""
+    runs = [r for r in rows if r["metric"] == "keywords" and r["command"] == "evaluate"]
+    if len(runs) < 2:
+        return {}
+    first, upto = runs[0], [r for r in runs if r["samples"] <= 20_000][-1]
+    figures: dict[str, Any] = {
+        "sizes": [r["samples"] for r in runs],
+        "samples_per_second": {str(r["samples"]): r["items_per_second"] for r in runs},
+        "samples_per_cpu_second": {
+            str(r["samples"]): round(r["samples"] / r["cpu_seconds"], 1) for r in runs
+        },
+        "time_per_sample_ratio": upto["time_per_item_ratio"],
+        "peak_rss_ratio": upto["rss_ratio"],
+        "at_least_2000_per_second": upto["items_per_second"] >= 2000,
+        "time_within_1_5x": upto["time_per_item_ratio"] <= 1.5,
+        "rss_within_1_25x": upto["rss_ratio"] <= 1.25,
+        "compared": [first["samples"], upto["samples"]],
+    }
+    million = [r for r in runs if r["samples"] >= 1_000_000]
+    if million:
+        figures["million"] = {
+            k: million[0][k] for k in ("seconds", "peak_rss_mib", "items_per_second")
+        }
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet()
     with tempfile.TemporaryDirectory() as folder, FakeEndpoint(latency_ms=0.0) as fake:
         tmp = Path(folder)
-        rows = measure(tmp, "keywords", args.keywords, None)
+        real = args.corpus if args.contexts == "real" else None
+        rows = measure(tmp, "keywords", args.keywords, None, real)
         rows += measure(tmp, "faithfulness", args.faithfulness, fake.base_url)
         rows += measure(tmp, "generate", args.generate, fake.base_url)
-    result = {"settings": {"quick": args.quick}, "sizes": rows}
+    result = {
+        "settings": {"quick": args.quick, "contexts": args.contexts},
+        "sizes": rows,
+        "no_llm": no_llm_targets(rows),
+    }
     path = write_result("scale", result, args.out)
     columns = [
-        "metric", "command", "samples", "seconds", "items/s", "ms/item", "time ratio",
+        "metric", "command", "samples", "seconds", "CPU s", "items/s", "ms/item", "time ratio",
         "marginal ms/item", "peak RSS MiB", "RSS ratio", "db bytes/item", "failed",
     ]  # fmt: skip
     table = [
         [
-            r["metric"], r["command"], r["samples"], r["seconds"], r["items_per_second"],
+            r["metric"], r["command"], r["samples"], r["seconds"], r["cpu_seconds"],
+            r["items_per_second"],
             r["ms_per_item"], r["time_per_item_ratio"], r["marginal_ms_per_item"] or "-",
             r["peak_rss_mib"], r["rss_ratio"], r["db_bytes_per_item"], r["failed"],
         ]
         for r in rows
     ]  # fmt: skip
     show("ragjury at growing sizes (ratios to the smallest)", columns, table, path)
+    if result["no_llm"]:
+        print(f"keywords-only evaluate: {json.dumps(result['no_llm'])}")
     readers = ("evaluate --dry-run", "status", "export")  # each saw every sample, or not
     complete = all(
         r["failed"] == 0 and (r["command"] not in readers or r["scored"] == r["samples"])

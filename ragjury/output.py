@@ -4,8 +4,9 @@ JSONL holds each record as it is (nested). CSV and Parquet hold flat rows, one c
 field, described by a :class:`Table`: judged pairs (:func:`pair_table`), failed chunks
 (:data:`FAILED_CHUNK_TABLE`) and judged samples (:func:`sample_table`, one group of columns
 per metric). In CSV a list is a JSON array and a nested value its JSON; in Parquet a list is
-a list column. JSONL and CSV are flushed record by record, so an interrupted run keeps what
-it wrote; Parquet is written in row groups and is whole once the writer closes.
+a list column. Every format is written to a file beside the output and moved over it once
+whole, so an interrupted run leaves the earlier output as it was (the records stay in the
+store: the same command writes them again).
 """
 
 from __future__ import annotations
@@ -303,8 +304,8 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 
 class RecordWriter:
-    """Writes records one at a time (JSONL and CSV flushed each time) in ``fmt``; CSV and
-    Parquet as the flat rows of ``table``."""
+    """Writes records one at a time in ``fmt`` (buffered: the file is moved into place only
+    when whole); CSV and Parquet as the flat rows of ``table``."""
 
     def __init__(self, path: Path, fmt: OutputFormat, table: Table = PAIR_TABLE) -> None:
         self.path, self.format, self.table = path, fmt, table
@@ -370,8 +371,16 @@ class RecordWriter:
                 )
             else:
                 self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self._file.flush()
         self.count += 1
+
+    def write_json(self, text: str) -> None:
+        """A record given as the JSON text :meth:`write` would write for it in JSONL (as the
+        store keeps a judged sample's record): JSONL copies it, the others parse it."""
+        if self._file is not None and self._csv is None:
+            self._file.write(text + "\n")
+            self.count += 1
+        else:
+            self.write(json.loads(text))
 
     def _write_row_group(self) -> None:
         if self._rows:

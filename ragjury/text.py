@@ -18,8 +18,14 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+_BAD = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Either kind: one scan finds the (rare) text that needs a repair."""
+
+
 def clean_text(text: str) -> tuple[str, list[str]]:
     """``text`` repaired, and what was repaired (empty when nothing was)."""
+    if _BAD.search(text) is None:
+        return text, []
     repairs = []
     text, surrogates = _SURROGATE.subn("\ufffd", text)
     if surrogates:

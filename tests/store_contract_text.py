@@ -3,6 +3,7 @@ whatever the input held (``tests/test_store.py`` runs it on SQLite and PostgreSQ
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -52,6 +53,9 @@ async def test_every_text_column_stores_nul_surrogates_and_empty_text_alike(
         {"id": f"p{in_record}", "outcome": "kept", "question": in_record, "source": in_record}
     ]
     assert [r async for r in store.samples([job.id])] == [
+        {"id": f"s{in_record}", "answer": in_record}
+    ]
+    assert [json.loads(t) async for t in store.sample_texts(job.id)] == [
         {"id": f"s{in_record}", "answer": in_record}
     ]
     assert [s async for s in store.scored(job.id)] == [kept]

@@ -161,16 +161,31 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
     # the marginal time needs a smaller size of the same command before it
     marginal = [r["marginal_ms_per_item"] is not None for r in rows]
     assert marginal == [False, True, False, True, False, True, False, True, False, False]
+    # keyword samples carry real-size contexts (two of 1-2 KB): about 4 KB a record
+    evaluated = [r for r in rows if r["metric"] == "keywords" and r["command"] == "evaluate"]
+    assert all(3000 < r["input_bytes_per_item"] < 6000 for r in evaluated)
+    no_llm = result["no_llm"]
+    assert no_llm["compared"] == [40, 80]
+    assert no_llm["time_per_sample_ratio"] == evaluated[1]["time_per_item_ratio"]
+    assert no_llm["peak_rss_ratio"] == evaluated[1]["rss_ratio"]
+    assert no_llm["samples_per_second"] == {"40": evaluated[0]["items_per_second"],
+                                            "80": evaluated[1]["items_per_second"]}  # fmt: skip
 
 
 def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:
-    result = run_benchmark("scale", tmp_path, "--keywords=30", "--faithfulness=0", "--generate=0")
+    # no ../shared/data (a fresh clone): the real contexts come from the example corpus
+    missing = str(tmp_path / "no-such-corpus.json")
+    args = ("--keywords=30", "--faithfulness=0", "--generate=0", f"--corpus={missing}")
+    result = run_benchmark("scale", tmp_path, *args)
     assert {r["command"] for r in result["sizes"]} == {
         "evaluate --dry-run",
         "evaluate",
         "status",
         "export",
     }
+    [evaluated] = [r for r in result["sizes"] if r["command"] == "evaluate"]
+    assert 3000 < evaluated["input_bytes_per_item"] < 6000
+    assert result["no_llm"] == {}  # one size: nothing to compare
 
 
 def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: object) -> None:

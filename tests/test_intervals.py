@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from ragjury.evaluation.summary import MetricTally
-from ragjury.intervals import corrected_mean, mean_interval, percentile_interval, quantile
+from ragjury.intervals import (
+    BOOTSTRAP_AT_MOST,
+    corrected_mean,
+    mean_interval,
+    percentile_interval,
+    quantile,
+)
 from ragjury.report.compare import compare
 from ragjury.schemas import MetricResult
 
@@ -49,15 +55,27 @@ def test_above_the_bootstrap_limit_the_interval_is_the_normal_one() -> None:
     assert found == pytest.approx((2.5 - half, 2.5 + half))
 
 
-def test_the_bootstrap_and_the_normal_interval_agree_on_many_samples() -> None:
+@pytest.mark.parametrize("n", [BOOTSTRAP_AT_MOST, 2000])
+def test_the_bootstrap_and_the_normal_interval_agree_on_many_samples(n: int) -> None:
     rng = random.Random(8)
-    values = [rng.random() for _ in range(2000)]
-    drawn = mean_interval(values)
+    values = [rng.random() for _ in range(n)]
+    drawn = mean_interval(values, bootstrap_at_most=n)
     normal = mean_interval(values, bootstrap_at_most=0)
 
     assert drawn is not None
     assert normal is not None
     assert drawn == pytest.approx(normal, abs=0.003)
+
+
+def test_the_normal_interval_stays_within_the_values_range() -> None:
+    # a pass rate of 0.999: mean + 1.96 standard errors would pass 1
+    values = [1.0] * 1998 + [0.0] * 2
+    found = mean_interval(values, bootstrap_at_most=0)
+
+    assert found is not None
+    low, high = found
+    assert high == 1.0
+    assert 0.99 < low < 0.999
 
 
 def test_a_run_summary_carries_each_mean_and_pass_rate_with_its_interval() -> None:

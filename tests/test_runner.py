@@ -109,6 +109,33 @@ async def test_a_budget_counts_the_calls_other_processes_record_in_the_database(
         assert fake.requests == []  # this process asked nothing: the shared budget was spent
 
 
+async def test_a_job_that_calls_no_llm_keeps_more_items_in_flight(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from ragjury.llm import LLM
+    from ragjury.runner import INLINE_ITEMS_IN_FLIGHT, Runner, intake_capacity, submit_samples
+
+    settings = make_settings(fake, tmp_path)
+    samples = [
+        Sample(id=f"s{i}", question="Q?", answer="A.", contexts=("A.",), must_contain=("A",))
+        for i in range(3)
+    ]
+    async with SQLiteStore(tmp_path / "shared.db") as store, LLM(settings) as llm:
+        keywords = await submit_samples(store, settings, samples, ["keywords"])
+        judged = await submit_samples(store, settings, samples, ["faithfulness", "keywords"])
+        # keyword tests end where they start: many at once share each group commit
+        only_keywords = Runner(settings, store, llm, job_ids=[keywords.id])
+        assert await only_keywords.capacity() == INLINE_ITEMS_IN_FLIGHT > intake_capacity(settings)
+        # an LLM in the job (or a serve of any job, or --items-in-flight): 2 x concurrency
+        default = intake_capacity(settings)
+        assert default == 8
+        both = Runner(settings, store, llm, job_ids=[keywords.id, judged.id])
+        assert await both.capacity() == default
+        assert await Runner(settings, store, llm).capacity() == default
+        pinned = settings.model_copy(update={"items_in_flight": 5})
+        assert await Runner(pinned, store, llm, job_ids=[keywords.id]).capacity() == 5
+
+
 async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:
     from ragjury.agents.base import Step
     from ragjury.agents.sample_aggregator import SampleAggregator

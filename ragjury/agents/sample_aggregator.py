@@ -27,7 +27,11 @@ class SampleAggregator:
         state = await self._joins.add(part, "s:")
         if "s:sample" not in state:
             return []
-        submitted = SampleSubmitted.model_validate_json(state["s:sample"])
+        submitted = (  # the event itself when it is what the join kept (not parsed again)
+            event
+            if isinstance(event, SampleSubmitted) and state["s:sample"] == part["s:sample"]
+            else SampleSubmitted.model_validate_json(state["s:sample"])
+        )
         if any(f"s:m:{m}" not in state for m in submitted.metrics):
             return []
         return [

@@ -187,7 +187,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--items-in-flight",
         type=int,
         help="documents/samples worked at once (default 2 x --concurrency; with --batch at "
-        "least --batch-size)",
+        "least --batch-size; 256 for a job that calls no LLM, such as keyword tests only)",
     )
     parser.add_argument(
         "--grace",

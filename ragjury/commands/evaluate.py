@@ -175,8 +175,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             if target is not None:
                 await target.aclose()
         with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
-            async for record in run.store.samples([job.id]):
-                writer.write(record)
+            async for text in run.store.sample_texts(job.id):
+                writer.write_json(text)
         tally = SummaryTally(metrics)  # one judged sample at a time: flat memory
         panel_tally = PanelTally(panel, panel_metrics(plan.chosen)) if panel is not None else None
         answered_by_target = 0

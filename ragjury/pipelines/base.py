@@ -103,11 +103,16 @@ def check_workers(workers: Mapping[str, int], known: Iterable[str]) -> None:
             raise ConfigurationError(f"workers for {role} must be >= 1, got {n}")
 
 
+_SCALARS = (str, int, float, type(None))
+
+
 def transient_failures(events: Sequence[Any]) -> int:
     """How many :class:`Failure` records with ``transient`` set the events carry."""
     count, stack = 0, list(events)
     while stack:
         value = stack.pop()
+        if isinstance(value, _SCALARS):  # most of what a result holds: its text
+            continue
         if isinstance(value, Failure):
             count += value.transient
         elif isinstance(value, BaseModel):

@@ -279,7 +279,8 @@ class EvaluationPipeline(Steps):
         return ItemResults(
             samples=[(result_record(terminal), terminal.model_dump_json())],
             report={"answered_by_target": terminal.answered_by_target},
-            transient_failures=transient_failures([terminal]),
+            # only the metrics' results carry failures (the sample is the user's text)
+            transient_failures=transient_failures(list(terminal.metrics.values())),
         )
 
     def failed(self, item_key: str, payload: JSONObject | None, reason: str) -> ItemResults | None:

@@ -10,6 +10,7 @@ events; they never call up.
 
 from ragjury.runner.progress import EventListener, RunCounts
 from ragjury.runner.runner import (
+    INLINE_ITEMS_IN_FLIGHT,
     INTAKE,
     JobRun,
     Runner,
@@ -21,6 +22,7 @@ from ragjury.runner.submit import scored_samples, submit_documents, submit_sampl
 from ragjury.runner.workers import select_roles, workers_for
 
 __all__ = [
+    "INLINE_ITEMS_IN_FLIGHT",
     "INTAKE",
     "EventListener",
     "JobRun",

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -28,13 +29,14 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from ragjury.agents.joins import joins_held
 from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, EndpointUnreachableError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
-from ragjury.pipelines import PIPELINES
+from ragjury.pipelines import PIPELINES, llm_roles
 from ragjury.prompts import Prompt
 from ragjury.runner.progress import EventListener, Progress, RunCounts
 from ragjury.runner.submit import scored_samples, submit_samples
@@ -64,6 +66,12 @@ def intake_capacity(settings: Settings) -> int:
     return max(direct, settings.batch_size) if settings.batch else direct
 
 
+INLINE_ITEMS_IN_FLIGHT = 256
+"""Items one intake keeps started at once for jobs that call no LLM (keyword tests only):
+their items end where they start, so more of them at once means more of them per group
+commit, for a few megabytes."""
+
+
 def new_owner() -> str:
     """A process's name in the leases it holds."""
     return uuid.uuid4().hex[:12]
@@ -91,6 +99,7 @@ class Runner:
         self.owner = new_owner()
         self.job_ids = list(job_ids) if job_ids is not None else None
         self.intake = intake
+        self._has_target = target is not None
         self.bus: Bus = bus or DurableBus(
             store,
             self.owner,
@@ -225,8 +234,19 @@ class Runner:
             budget.cost = max(budget.cost, float(totals["cost_known_usd"] or 0.0))
         return budget.exhausted
 
-    async def _intake(self, starting: anyio.abc.TaskGroup, until_done: bool) -> None:
+    async def capacity(self) -> int:
+        """:func:`intake_capacity`, or :data:`INLINE_ITEMS_IN_FLIGHT` when every job this
+        runner serves calls no LLM and no RAG target (and ``--items-in-flight`` is not set)."""
         capacity = intake_capacity(self.settings)
+        if self.settings.items_in_flight or self._has_target or not self.job_ids:
+            return capacity
+        pipelines = [await self.workers.pipeline(job_id) for job_id in self.job_ids]
+        if any(role in llm_roles() for p in pipelines for role in p.steps):
+            return capacity
+        return max(capacity, INLINE_ITEMS_IN_FLIGHT)
+
+    async def _intake(self, starting: anyio.abc.TaskGroup, until_done: bool) -> None:
+        capacity = await self.capacity()
         while not self.stopping.is_set():
             if await self._budget_spent():
                 # info: each command says so in its own words (what stopped, what is queued)
@@ -254,11 +274,18 @@ class Runner:
         workers = self.workers
         try:
             pipeline = await workers.pipeline(item.job_id)
-            events = await pipeline.first_events(item)
-            messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
+            # a first attempt's joins stay in memory until something is published: no other
+            # worker can hold a part of the item yet (a retried one may have, from the
+            # messages its earlier attempt published, so it joins in the store)
+            with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
+                events = await pipeline.first_events(item)
+                messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
+            if messages:  # none: the item has ended already (its agents ran here)
+                for (job_id, key), parts in (held or {}).items():
+                    await self.store.join(job_id, key, parts, "")
             if messages and isinstance(self.bus, DurableBus):  # marked running as put
                 await self.bus.publish(messages, started=[item.id])
-            elif messages:  # none: the item has ended already (its agents ran here)
+            elif messages:
                 await self.bus.publish(messages)
                 await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others

@@ -371,6 +371,11 @@ class Results(Protocol):
 
     def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]: ...
 
+    def sample_texts(self, job_id: str) -> AsyncIterator[str]:
+        """A job's sample records as stored (the JSON that ``json.dumps(record,
+        ensure_ascii=False)`` made), in input order: a JSONL output copies them unparsed."""
+        ...
+
     def scored(self, job_id: str) -> AsyncIterator[str]:
         """The SampleScored JSON of a job's samples, in input order."""
         ...

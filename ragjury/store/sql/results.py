@@ -48,6 +48,10 @@ class ResultsSQL(Driven):
     def samples(self, job_ids: Sequence[str] | None = None) -> AsyncIterator[JSONObject]:
         return self._records("samples", job_ids)
 
+    async def sample_texts(self, job_id: str) -> AsyncIterator[str]:
+        async for value in self._pages("samples", "record", job_id):
+            yield str(value)
+
     async def scored(self, job_id: str) -> AsyncIterator[str]:
         async for value in self._pages("samples", "scored", job_id):
             yield str(value)

@@ -15,10 +15,10 @@ is counted by :class:`ragjury.llm.LLM` itself, so instructor's running total is 
 ragjury passes no instructor ``context`` (its validators read theirs from
 :func:`ragjury.schemas.responses.checking`), so instructor's templating has nothing to do.
 
-These are instructor 1.17's internal modules. With an instructor that lays them out
-differently the public ``instructor.patch`` is used instead (same requests, slower);
-``tests/test_llm_structured.py`` checks that both send the same requests and re-asks, and
-which one this install uses.
+These are instructor 1.17's internal modules. With another instructor version (or one that
+lays them out differently) the public ``instructor.patch`` is used instead (same requests,
+slower); ``tests/test_llm_structured.py`` checks that both send the same requests and
+re-asks, and which one this install uses.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from ragjury._json import JSONData
 T = TypeVar("T", bound=BaseModel)
 Send = Callable[..., Awaitable[object]]
 
+VERIFIED = (1, 17)
+"""The instructor (major, minor) whose internal handlers this module was checked against; any
+other uses the public path until ``tests/test_llm_structured.py`` passes with it."""
+
 try:
+    if tuple(int(part) for part in instructor.__version__.split(".")[:2]) != VERIFIED:
+        raise ImportError(f"instructor {instructor.__version__} is not {VERIFIED}")
     from instructor.v2.core.messages import isolate_retry_kwargs
     from instructor.v2.core.providers import Provider
     from instructor.v2.core.registry import mode_registry
@@ -43,7 +49,7 @@ try:
     from instructor.v2.core.retry import _RETRYABLE_PARSE_ERRORS
 
     FAST = True
-except ImportError:  # pragma: no cover - another instructor layout: the public path
+except (ImportError, ValueError):  # pragma: no cover - another instructor: the public path
     FAST = False
 
 

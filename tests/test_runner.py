@@ -157,3 +157,24 @@ async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:
     with pytest.raises(ConfigurationError, match=r"sample_aggregator was sent a document_"):
         await step.handle(DocumentSubmitted(document=Document(id="d", text="x", source="x")))
     assert agent.seen == [sample]  # the wrong event never reached the agent
+
+
+async def test_joins_held_stay_in_memory_and_keep_each_parts_first_value(tmp_path: Path) -> None:
+    from ragjury.agents.joins import JoinState, current_item, joins_held
+
+    async with SQLiteStore(tmp_path / "joins.db") as store:
+        joins = JoinState(store, "job")
+        token = current_item.set("s0")
+        try:
+            with joins_held() as held:
+                assert await joins.add({"s:a": "1"}, "s:") == {"s:a": "1"}
+                # as in the store: a part already there keeps its first value
+                second = await joins.add({"s:a": "2", "s:b": "3", "x:c": "4"}, "s:")
+                assert second == {"s:a": "1", "s:b": "3"}
+            assert held == {("job", "s0"): {"s:a": "1", "s:b": "3", "x:c": "4"}}
+            assert await store.join("job", "s0", {}, "s:") == {}  # nothing was stored
+            # outside, joins are the store's again
+            assert await joins.add({"s:a": "9"}, "s:") == {"s:a": "9"}
+            assert await store.join("job", "s0", {}, "s:") == {"s:a": "9"}
+        finally:
+            current_item.reset(token)

@@ -11,7 +11,7 @@ from pathlib import Path
 import ragjury
 
 PACKAGE = Path(ragjury.__file__).parent
-ANY_CEILING = 81
+ANY_CEILING = 79
 DICT_CEILING = 14
 
 

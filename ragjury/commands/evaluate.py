@@ -112,7 +112,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                     settings.db_shown,
                 )
     panel = panel_from(args, settings, plan.chosen)
-    if args.correct_with is not None:
+    labels = (args.correct_with, args.label_field, args.label_pass_at)
+    if any(flag is not None for flag in labels):  # refuses --label-* without --correct-with
         from ragjury.calibration.correction import load_correction
 
         correction = load_correction(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import anyio
+from anyio.abc import TaskStatus
 from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar
@@ -45,10 +46,17 @@ async def capture(awaitable: Awaitable[T]) -> Outcome[T]:
 
 
 async def stop_on_signals(
-    stop: anyio.Event, scope: anyio.CancelScope, console: Console, grace: float
+    stop: anyio.Event,
+    scope: anyio.CancelScope,
+    console: Console,
+    grace: float,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Set ``stop`` on the first signal; cancel ``scope`` on the second."""
+    """Set ``stop`` on the first signal; cancel ``scope`` on the second (started, with
+    ``task_group.start``, once the signals are caught)."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             name = signal.Signals(signum).name
             if not stop.is_set():

@@ -147,15 +147,17 @@ async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     stop = anyio.Event()
     async with recorded_run(settings, "serve") as run:
         runner = Runner(settings, run.store, run.llm, roles=roles, intake=intake)
-        console.print(
-            f"ragjury serve: working the queue in {run.store.location} with {settings.model} "
-            f"(concurrency {settings.concurrency}, worker {runner.owner}; agents: "
-            f"{'all' if agents is None else ', '.join(runner.agents)}); SIGINT/SIGTERM to stop",
-            markup=False,
-        )
         outcome: Outcome[RunCounts] = Outcome(value=runner.counts)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+            # the signals are caught before the line that says how to stop serve
+            await tg.start(stop_on_signals, stop, tg.cancel_scope, console, settings.grace)
+            console.print(
+                f"ragjury serve: working the queue in {run.store.location} with "
+                f"{settings.model} (concurrency {settings.concurrency}, worker {runner.owner}; "
+                f"agents: {'all' if agents is None else ', '.join(runner.agents)}); "
+                "SIGINT/SIGTERM to stop",
+                markup=False,
+            )
             outcome = await capture(runner.run(stop=stop))
             tg.cancel_scope.cancel()
         counts = runner.counts

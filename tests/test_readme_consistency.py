@@ -148,7 +148,7 @@ def test_the_readmes_benchmark_figures_are_those_of_the_results_files() -> None:
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert README.count("<!-- figures: ") == 4
+    assert README.count("<!-- figures: ") == 5  # batch, peers, startup, bus, scaleout
 
 
 def test_a_new_results_file_changes_the_readmes_figures(tmp_path: Path) -> None:

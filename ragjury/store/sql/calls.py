@@ -63,11 +63,8 @@ CLOSE_CALL = (
 """A finished call's figures on its in-flight record (a row of :func:`closing_row`)."""
 
 
-def closing_row(stats: CallStats, error: str | None) -> Params:
-    """A finished call's row for :data:`CLOSE_CALL`: its figures,
-    then its in-flight record's id."""
-    if stats.record is None:
-        raise ValueError(f"the {stats.stage} call has no in-flight record to close")
+def _figures(stats: CallStats, error: str | None) -> Params:
+    """A finished call's figures, in the column order of both writes of them."""
     return (
         stats.stage,
         stats.requests,
@@ -79,8 +76,15 @@ def closing_row(stats: CallStats, error: str | None) -> Params:
         iso(),
         stats.model,
         stats.cost_usd,
-        stats.record,
     )
+
+
+def closing_row(stats: CallStats, error: str | None) -> Params:
+    """A finished call's row for :data:`CLOSE_CALL`: its figures,
+    then its in-flight record's id."""
+    if stats.record is None:
+        raise ValueError(f"the {stats.stage} call has no in-flight record to close")
+    return (*_figures(stats, error), stats.record)
 
 
 class CallLogSQL(Driven):
@@ -169,19 +173,7 @@ class CallLogSQL(Driven):
         return int(record)
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
-        row = (
-            run_id,
-            stats.stage,
-            stats.requests,
-            stats.prompt_tokens,
-            stats.completion_tokens,
-            round(stats.latency_seconds * 1000, 1),
-            json.dumps(stats.statuses),
-            error,
-            iso(),
-            stats.model,
-            stats.cost_usd,
-        )
+        row = (run_id, *_figures(stats, error))
         if stats.record is None:
             await self._write(lambda: execute(_INSERT_CALL, *row), single=True)
             return

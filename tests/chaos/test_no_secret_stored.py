@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,7 +210,9 @@ def test_no_url_secret_is_in_any_artifact_of_a_run_with_every_kind_of_url(
     args += [x for flag, name in outputs.items() for x in (flag, str(work / name))]
 
     assert _ragjury(args, traced, streams) == 0, streams[-1]
-    assert "exporting spans" in streams[-1], streams[-1]  # the exporter said where it failed
+    # the exporter said it failed: "Transient error ... while exporting spans batch" when it
+    # retries, "Failed to export spans batch due to timeout" when the 1 s leaves no retry
+    assert re.search(r"export(ing)? spans", streams[-1]), streams[-1]
     results = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
     outcomes = {r["id"]: r["metrics"]["faithfulness"]["outcome"] for r in results}
     assert outcomes == {"q0": "scored", "q1": "failed"}  # judged through the batch endpoints,

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 from store_contract import *  # noqa: F403 - the contract's tests run here, on each store
 from store_contract_batches import *  # noqa: F403 - and batch mode's
@@ -18,6 +19,7 @@ from ragjury.agents.question_index import QuestionIndex
 from ragjury.errors import ConfigurationError
 from ragjury.store import SQLiteStore, Store, _schema, open_store, parse_location
 from ragjury.store.base import QuestionDecision
+from ragjury.store.sql.steps import Steps, execute
 
 pytestmark = pytest.mark.anyio
 
@@ -150,3 +152,38 @@ async def test_processes_on_one_database_draw_from_one_rate_bucket(tmp_path: Pat
         assert await second.take_rate("e", 6, per_second=1.0, capacity=10) == pytest.approx(
             2.0, abs=0.2
         )
+
+
+async def test_a_write_that_fails_in_a_group_commit_is_undone_alone(tmp_path: Path) -> None:
+    """Writes that arrive together go in one transaction: one that fails after writing (the
+    first of the transaction, which has no savepoint, or a later one) raises to its own
+    caller with its rows undone, and the others' rows are committed."""
+    insert = "INSERT INTO steps (key, agent, output, created_at) VALUES (?, 'a', 'o', 0)"
+
+    def operation(key: str, fails: bool) -> Steps[int]:
+        written = yield from execute(insert, key)
+        if fails:
+            raise ValueError(f"{key} failed after writing")
+        return written
+
+    plan = {"k0": True, "k1": False, "k2": True, "k3": False}
+    outcomes: dict[str, str] = {}
+    async with SQLiteStore(tmp_path / "group.db") as store:
+
+        async def write(key: str, fails: bool) -> None:
+            try:
+                outcomes[key] = str(await store._write(lambda: operation(key, fails)))
+            except ValueError as exc:
+                outcomes[key] = str(exc)
+
+        async with anyio.create_task_group() as tg:
+            for key, fails in plan.items():  # they queue while the first takes the lock
+                tg.start_soon(write, key, fails)
+        rows = await store.read("SELECT key FROM steps ORDER BY key")
+    assert outcomes == {
+        "k0": "k0 failed after writing",
+        "k1": "1",
+        "k2": "k2 failed after writing",
+        "k3": "1",
+    }
+    assert [row[0] for row in rows] == ["k1", "k3"]

@@ -189,6 +189,8 @@ class DurableBus:
         return self._watch is not None and await self._watch(self._woken)
 
     async def first_poll(self) -> float:
+        if self._watch is None:
+            return _FIRST_POLL
         return self.poll_interval if await self._watched() else _FIRST_POLL
 
     async def longest_poll(self) -> float:
@@ -212,22 +214,30 @@ class DurableBus:
     def _leasing(self, messages: Sequence[Message]) -> list[OutgoingMessage]:
         """The messages as rows, those for which a worker of this process waits leased to it
         (it takes them from the put's answer: no claim, no wait for a notice)."""
-        room = {group: s.room() for group, s in self._subscriptions.items()}
+        room: dict[str, int] = {}
         rows = []
         for message in messages:
-            leased = room.get(message.group, 0) > 0
+            group = message.group
+            if group not in room:
+                subscription = self._subscriptions.get(group)
+                room[group] = 0 if subscription is None else subscription.room()
+            leased = room[group] > 0
             if leased:
-                room[message.group] -= 1
+                room[group] -= 1
             rows.append(_outgoing(message, leased))
         return rows
 
     async def _taken(self, stored: Sequence[StoredMessage]) -> None:
+        if not stored:
+            return
         if self.closed:  # closed meanwhile: give them back at once, as aclose does
             with anyio.CancelScope(shield=True):
                 await self.store.release_messages(self.owner, [m.id for m in stored])
             return
-        for group, subscription in self._subscriptions.items():
-            subscription.take([m for m in stored if m.group == group])
+        for group in {m.group for m in stored}:
+            subscription = self._subscriptions.get(group)
+            if subscription is not None:  # leased here only for a subscribed group
+                subscription.take([m for m in stored if m.group == group])
 
     async def publish(self, messages: Sequence[Message], *, started: Sequence[int] = ()) -> None:
         """Put ``messages`` on the bus; ``started``: the items whose first messages they are,
@@ -248,11 +258,12 @@ class DurableBus:
         """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
         the same transaction; whether that ended the item (None: ``writes`` ends none)."""
         lease = Lease(self.owner, self.lease_seconds)
-        rows = self._leasing(replies)
+        rows = self._leasing(replies) if replies else []
         acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
         await self._taken(acked.leased)
         self.held.discard(delivery.receipt)
-        self._wake(rows)
+        if rows:
+            self._wake(rows)
         return acked.ended
 
     async def nack(self, delivery: Delivery, error: str) -> bool:

@@ -85,7 +85,10 @@ def render(sql: str, lists: tuple[int, ...] = ()) -> str:
 
 
 def _bound(sql: str, params: Params) -> tuple[str, Params]:
-    if not any(isinstance(p, list) for p in params):
+    for p in params:
+        if isinstance(p, list):
+            break
+    else:
         return render(sql), params
     lists = tuple(len(p) if isinstance(p, list) else -1 for p in params)
     flat = tuple(v for p in params for v in (p if isinstance(p, list) else (p,)))
@@ -241,15 +244,19 @@ class SQLiteStore(SQLStore):
     async def _call(self, fn: Callable[[Conn], T], *, opening: bool = False) -> T:
         """Run ``fn`` with the connection in a database thread; shielded, so an operation
         that began ends (committed or rolled back) even if the caller is cancelled."""
+        with anyio.CancelScope(shield=True):
+            result = await self._in_thread(fn, opening=opening)
+        return result
+
+    async def _in_thread(self, fn: Callable[[Conn], T], *, opening: bool = False) -> T:
+        """Run ``fn`` with the connection in a database thread (the caller shields it)."""
         if self._conn is None and not opening:
             raise RuntimeError("the store is not open; use 'async with SQLiteStore(path)'")
 
         def run() -> T:
             return fn(self._conn)  # type: ignore[arg-type]  # set by _open before use
 
-        with anyio.CancelScope(shield=True):
-            result = await anyio.to_thread.run_sync(run, limiter=self._limiter)
-        return result
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     async def _read(self, operation: Operation[T]) -> T:
         return await self._call(lambda conn: drive(conn, operation()))
@@ -268,7 +275,7 @@ class SQLiteStore(SQLStore):
             async with self._committing:
                 if not entry.finished:
                     batch, self._pending = self._pending, []
-                    await self._call(lambda conn: _commit_batch(conn, batch))
+                    await self._in_thread(lambda conn: _commit_batch(conn, batch))
         return entry.outcome()
 
     async def compact(self) -> None:
@@ -292,17 +299,24 @@ class _Pending(Generic[T]):
 
 
 def _commit_batch(conn: Conn, batch: Sequence[_Pending[Any]]) -> None:
-    """Every write of ``batch`` in one transaction, each in its own savepoint."""
+    """Every write of ``batch`` in one transaction, each after the first in its own
+    savepoint. The first needs none: if it raises, nothing else is in the transaction yet,
+    so the transaction is rolled back and begun again (a group commit usually holds one or
+    two writes, and two statements fewer a commit is most of the cost of a savepoint)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for entry in batch:
-            conn.execute("SAVEPOINT one")
+        for n, entry in enumerate(batch):
+            if n:
+                conn.execute("SAVEPOINT one")
             try:
                 entry.result = entry.fn(conn)
             except Exception as exc:  # this write's own failure, raised to its caller
-                conn.execute("ROLLBACK TO one")
+                conn.execute("ROLLBACK TO one" if n else "ROLLBACK")
                 entry.error = exc
-            conn.execute("RELEASE one")
+                if not n:
+                    conn.execute("BEGIN IMMEDIATE")
+            if n:
+                conn.execute("RELEASE one")
         conn.execute("COMMIT")
     except BaseException as exc:
         if conn.in_transaction:

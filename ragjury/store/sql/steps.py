@@ -134,6 +134,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def text(value: str) -> str:
     """``value`` as both databases store it alike: NUL (which PostgreSQL's text refuses) and
     lone surrogates (which UTF-8 cannot hold) become U+FFFD, the replacement character."""
+    if value.isascii():  # most text, checked without encoding it
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
     if "\x00" in value:
         value = value.replace("\x00", "\ufffd")
     try:
@@ -145,7 +147,7 @@ def text(value: str) -> str:
 
 def clean(values: Sequence[Param]) -> Params:
     """Parameters with every string (and every string in a list) made :func:`text`."""
-    return tuple(_clean(v) for v in values)
+    return tuple([_clean(v) for v in values])
 
 
 def _clean(value: Param) -> Param:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from ragjury.store._common import (
     poison,
 )
+from ragjury.store._values import Param, Row
 from ragjury.store.base import (
     Acked,
     Claim,
@@ -22,6 +23,8 @@ from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
 from ragjury.store.sql.items import STARTED, end_item_plainly, ending, fail
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ExecuteMany,
+    Fetch,
     Publish,
     Steps,
     acknowledge,
@@ -30,6 +33,7 @@ from ragjury.store.sql.steps import (
     fetch,
     fetch_one,
     publish,
+    text,
 )
 
 
@@ -214,21 +218,25 @@ _CACHED = "SELECT key, output FROM steps WHERE key = ANY(?)"
 
 def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
     """:class:`~ragjury.store.sql.steps.Publish` as plain statements, in the driver's
-    transaction (a driver that wakes other processes does so itself)."""
-    yield from execute_many(
-        _INSERT,
-        [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages if not m.leased],
-    )
+    transaction (a driver that wakes other processes does so itself). The step's text is
+    clean already (:func:`~ragjury.store.sql.steps.publish`), so its statements bind it as
+    it is."""
+    plain = [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages if not m.leased]
+    if plain:
+        yield ExecuteMany(_INSERT, plain)
     leased = [m for m in step.messages if m.leased]
-    keys = [m.step_key for m in leased if m.step_key]
-    rows = (yield from fetch(_CACHED, keys)) if keys else []
-    found = {str(key): output for key, output in rows}
+    keys = [text(m.step_key) for m in leased if m.step_key]
+    found: dict[str, Param] = {}
+    if keys:
+        cached: list[Row] = yield Fetch(_CACHED, (keys,))
+        found = {str(key): output for key, output in cached}
     taken: list[StoredMessage] = []
     for m in leased:
-        [(message_id,)] = yield from fetch(
+        inserted: list[Row] = yield Fetch(
             _INSERT_LEASED,
-            *(m.group, m.kind, m.job_id, m.item_key, m.body, step.lease_seconds, step.owner),
+            (m.group, m.kind, m.job_id, m.item_key, m.body, step.lease_seconds, step.owner),
         )
+        [(message_id,)] = inserted
         output = found.get(m.step_key)
         taken.append(
             StoredMessage(int(message_id), m.group, m.body, 1, m.job_id, m.item_key,

@@ -18,7 +18,7 @@ leases on the database's clock, so any process on the same database can take any
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import anyio
@@ -73,6 +73,11 @@ class _DurableSubscription:
     def buffered(self) -> list[int]:
         return [m.id for m in self._buffer]
 
+    @property
+    def buffered_calls(self) -> list[int]:
+        """The in-flight records opened for the buffered messages' calls."""
+        return [m.call for m in self._buffer if m.call is not None]
+
     async def deliveries(self) -> AsyncIterator[Delivery]:
         bus = self._bus
         while not bus.closed:
@@ -93,7 +98,13 @@ class _DurableSubscription:
                 continue
             bus.held.add(stored.id)
             yield Delivery(
-                envelope, self.group, stored.id, stored.attempts, stored.step, stored.step_key
+                envelope,
+                self.group,
+                stored.id,
+                stored.attempts,
+                stored.step,
+                stored.step_key,
+                stored.call,
             )
 
     def room(self) -> int:
@@ -113,10 +124,11 @@ class _DurableSubscription:
             while not self._buffer and not bus.closed:
                 if self.due:
                     self.due = False
+                    wanted = max(1, self._idle)
                     claim = await bus.store.claim_messages(
                         bus.owner,
                         [self.group],
-                        max(1, self._idle),
+                        wanted,
                         lease_seconds=bus.lease_seconds,
                         max_attempts=bus.max_deliveries,
                         job_ids=bus.job_ids,
@@ -131,7 +143,9 @@ class _DurableSubscription:
                         )
                     if claim.messages:
                         self._buffer.extend(claim.messages)
-                        self.due = True  # there may be more
+                        # there may be more only if it took all it asked for: the others
+                        # come with a wake (put here, a notice, a poll's time up)
+                        self.due = len(claim.messages) >= wanted
                         return
                 with anyio.move_on_after(poll):
                     await self.wake.wait()
@@ -166,9 +180,13 @@ class DurableBus:
         poll_interval: float = 0.5,
         watched_poll: float = 5.0,
         job_ids: Sequence[str] | None = None,
+        run_id: str = "",
     ) -> None:
+        """``run_id``: the run whose books this process's LLM calls are on; the store may
+        open a leased message's first call's record as it puts it (:class:`Lease`)."""
         self.store = store
         self.owner = owner
+        self.run_id = run_id
         self.lease_seconds = lease_seconds
         self.max_deliveries = max_deliveries
         self.poll_interval = poll_interval
@@ -224,19 +242,28 @@ class DurableBus:
     async def _taken(self, stored: Sequence[StoredMessage]) -> None:
         if self.closed:  # closed meanwhile: give them back at once, as aclose does
             with anyio.CancelScope(shield=True):
-                await self.store.release_messages(self.owner, [m.id for m in stored])
+                calls = [m.call for m in stored if m.call is not None]
+                await self.store.release_messages(self.owner, [m.id for m in stored], calls=calls)
             return
         for group, subscription in self._subscriptions.items():
             subscription.take([m for m in stored if m.group == group])
 
-    async def publish(self, messages: Sequence[Message], *, started: Sequence[int] = ()) -> None:
+    async def publish(
+        self,
+        messages: Sequence[Message],
+        *,
+        started: Sequence[int] = (),
+        joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
+    ) -> None:
         """Put ``messages`` on the bus; ``started``: the items whose first messages they are,
-        marked running with them (:meth:`~ragjury.store.base.Queue.items_started`)."""
+        marked running with them (:meth:`~ragjury.store.base.Queue.items_started`);
+        ``joins``: (job, item, parts) stored in the items' join state with them."""
         if self.closed:
             raise BusError("cannot publish: the bus is closed")
-        lease = Lease(self.owner, self.lease_seconds)
+        lease = Lease(self.owner, self.lease_seconds, self.run_id)
         rows = self._leasing(messages)
-        await self._taken(await self.store.put_messages(rows, lease=lease, started=started))
+        stored = await self.store.put_messages(rows, lease=lease, started=started, joins=joins)
+        await self._taken(stored)
         self._wake(rows)
 
     async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
@@ -247,7 +274,7 @@ class DurableBus:
     ) -> bool | None:
         """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
         the same transaction; whether that ended the item (None: ``writes`` ends none)."""
-        lease = Lease(self.owner, self.lease_seconds)
+        lease = Lease(self.owner, self.lease_seconds, self.run_id)
         rows = self._leasing(replies)
         acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
         await self._taken(acked.leased)
@@ -281,11 +308,12 @@ class DurableBus:
         for subscription in self._subscriptions.values():
             subscription.wake.set()
         unstarted = sorted(set().union(*(s.buffered for s in self._subscriptions.values())))
+        calls = [c for s in self._subscriptions.values() for c in s.buffered_calls]
         with anyio.CancelScope(shield=True):
             # a message a worker took counts its attempt: a crash-looping one reaches the
             # delivery limit even when every process that takes it is stopped cleanly
             await self.store.release_messages(self.owner, sorted(self.held), started=True)
-            await self.store.release_messages(self.owner, unstarted)
+            await self.store.release_messages(self.owner, unstarted, calls=calls)
         self.held.clear()
         unwatch = getattr(self.store, "unwatch", None)
         if unwatch is not None:

@@ -8,7 +8,9 @@ leases on the database's clock, so any process on the same database can take any
   processes wake them too when the store can say so (PostgreSQL's LISTEN/NOTIFY, see
   ``watch``): then an idle group polls from ``poll_interval`` up to ``watched_poll`` seconds
   apart, only for messages that become due without being published (retries, leases that
-  ran out). Otherwise they are found by polling, from 50 ms up to ``poll_interval``.
+  ran out). Otherwise they are found by polling, from 50 ms up to ``poll_interval``. A
+  poll (and the first look at the start) asks which groups have messages, one query for
+  every group that polls at that moment, and claims only for those.
 * ``ack`` stores the replies and deletes the message in one transaction, so a crash between
   the two cannot lose the replies nor publish them twice.
 * A delivery that keeps failing (its handler raised, or its worker died) is taken out after
@@ -68,6 +70,10 @@ class _DurableSubscription:
         the group (not leased to this process) and when a poll's time is up. A worker that
         finds its buffer empty claims only then, else it waits: messages leased to this
         process come with a wake and no claim."""
+        self.ask = True
+        """Whether ``due`` was set by the start or a poll's time (not by a wake): then the
+        bus is asked first whether messages wait (:meth:`DurableBus.claimable`), one query
+        for every idle group, and the claim is made only if so."""
 
     @property
     def buffered(self) -> list[int]:
@@ -122,6 +128,10 @@ class _DurableSubscription:
         async with self._claiming:
             poll = await bus.first_poll()
             while not self._buffer and not bus.closed:
+                if self.due and self.ask:
+                    self.due = self.ask = False
+                    found = await bus.claimable(self.group)
+                    self.due = self.due or found  # (or woken meanwhile)
                 if self.due:
                     self.due = False
                     wanted = max(1, self._idle)
@@ -154,7 +164,7 @@ class _DurableSubscription:
                     if self.due:
                         poll = await bus.first_poll()
                 else:
-                    self.due = True
+                    self.due = self.ask = True
                     poll = min(poll * 2, await bus.longest_poll())
 
 
@@ -196,6 +206,9 @@ class DurableBus:
         self.held: set[int] = set()
         self.closed = False
         self._subscriptions: dict[str, _DurableSubscription] = {}
+        self._asking: set[str] = set()
+        self._answers: dict[str, bool] = {}
+        self._looking = anyio.Lock()
 
     def subscribe(self, group: str) -> _DurableSubscription:
         if self.closed:
@@ -205,6 +218,19 @@ class DurableBus:
     async def _watched(self) -> bool:
         """Whether other processes' messages wake this one (restoring a lost watch)."""
         return self._watch is not None and await self._watch(self._woken)
+
+    async def claimable(self, group: str) -> bool:
+        """Whether messages of ``group`` wait to be claimed. The groups that ask while a
+        look is out are answered together by the next one: at the start and at each poll,
+        a process's idle groups cost one or two queries, not one claim each."""
+        self._asking.add(group)
+        async with self._looking:
+            if group in self._asking:
+                groups = sorted(self._asking)
+                self._asking.clear()
+                found = await self.store.claimable_groups(groups, self.job_ids)
+                self._answers.update((g, g in found) for g in groups)
+            return self._answers.pop(group, True)
 
     async def first_poll(self) -> float:
         return self.poll_interval if await self._watched() else _FIRST_POLL
@@ -216,7 +242,7 @@ class DurableBus:
         """A store's notice: ``group`` has new messages (``*``: any group may)."""
         for name, subscription in self._subscriptions.items():
             if group in (name, "*"):
-                subscription.due = True
+                subscription.due, subscription.ask = True, False
                 subscription.wake.set()
 
     def _wake(self, rows: Sequence[OutgoingMessage]) -> None:
@@ -224,7 +250,7 @@ class DurableBus:
         for group in {m.group for m in rows if not m.leased}:
             subscription = self._subscriptions.get(group)
             if subscription is not None:
-                subscription.due = True
+                subscription.due, subscription.ask = True, False
                 subscription.wake.set()
 
     def _leasing(self, messages: Sequence[Message]) -> list[OutgoingMessage]:

@@ -468,6 +468,13 @@ class Mailbox(Protocol):
         """Messages not yet acknowledged, per group."""
         ...
 
+    async def claimable_groups(
+        self, groups: Sequence[str], job_ids: Sequence[str] | None = None
+    ) -> set[str]:
+        """Which of ``groups`` have messages a claim would take now (of ``job_ids``' jobs;
+        all jobs when None), in one query: what idle workers ask before they claim."""
+        ...
+
 
 class Joins(Protocol):
     """Join state per item, for the aggregating agents, and the deduplicator's decisions."""

@@ -199,6 +199,21 @@ class MailboxSQL(Driven):
         rows = await self.read("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
         return {str(group): int(n) for group, n in rows}
 
+    async def claimable_groups(
+        self, groups: Sequence[str], job_ids: Sequence[str] | None = None
+    ) -> set[str]:
+        if not groups:
+            return set()
+        jobs, in_jobs = of_jobs(job_ids)
+        # one indexed look per group (a DISTINCT would read every message waiting)
+        one = (
+            "SELECT CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM messages WHERE grp = ? "
+            f"AND available_at <= now_epoch(){jobs})"
+        )
+        params = [value for group in groups for value in (group, group, *in_jobs)]
+        rows = await self.read(" UNION ALL ".join([one] * len(groups)), params)
+        return {str(row[0]) for row in rows}
+
 
 _REMOVE = "DELETE FROM messages WHERE id = ?"
 

@@ -133,7 +133,7 @@ def _judged_run(url: str, tmp_path: Path, n: int) -> tuple[float, dict[str, int]
 def test_a_judged_run_costs_at_most_four_statements_a_bus_message(
     counted_url: str, tmp_path: Path
 ) -> None:
-    # About 3.3 a message (5.6 before): each leased LLM message comes with its first call's
+    # About 3.0 a message (5.6 before): each leased LLM message comes with its first call's
     # in-flight record (no statement of the call's own), an item's first joins go with its
     # first messages, and items are claimed in one statement; the rest is mostly the idle
     # agents' polls and each new connection's type lookups

@@ -192,7 +192,7 @@ def run_once(
         "items_per_second": round(count_lines(samples) / seconds, 1),
         "steady_items_per_second": round(steady, 1),
         "failed": failed,
-        "workers_cpu_ms_per_message": round(1000 * workers_cpu / messages, 3),
+        "workers_cpu_ms_per_message": round(1000 * workers_cpu / max(messages, 1), 3),
     }
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)

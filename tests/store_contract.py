@@ -347,3 +347,15 @@ async def test_a_leased_messages_opened_call_record_is_taken_dropped_or_given_ba
     await store.release_messages("w", [taken[2].id, taken[3].id], calls=given_back)
     assert (await store.read(in_flight, (run_id,)))[0][0] == 0
     assert (await store.call_totals(run_id=run_id))["llm_calls"] == 1
+
+
+async def test_the_groups_a_claim_would_find_messages_for_are_told_in_one_query(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 1)
+    await store.put_messages([_message(job_id, "s0", "a"), _message(job_id, "s0", "b")])
+    await store.claim_messages("w", ["b"], 1, lease_seconds=HELD, max_attempts=5)
+    assert await store.claimable_groups(["a", "b", "c"]) == {"a"}  # b's is leased
+    assert await store.claimable_groups(["a"], [job_id]) == {"a"}
+    assert await store.claimable_groups(["a"], ["another-job"]) == set()
+    assert await store.claimable_groups([]) == set()

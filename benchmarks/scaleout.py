@@ -8,7 +8,9 @@ statement_splitter, verdict_judge) against every agent in every process.
 On PostgreSQL it reads the server's CPU time (its processes' /proc counters) to give the
 database's cost per message handled, which says how many messages a second one server core
 could carry for a larger fleet, and (where the server loads ``pg_stat_statements``, as the
-throwaway one does) the SQL statements it ran per message.
+throwaway one does) the SQL statements it ran per message. On both stores it gives the
+`serve` processes' own CPU per message, which a busy machine moves far less than the rates
+(server CPU + workers' CPU per message is what one message costs the machine).
 
     python benchmarks/scaleout.py                  # 600 samples per run
     python benchmarks/scaleout.py --quick          # 120 samples per run
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -37,7 +40,8 @@ from typing import Any
 import anyio
 
 from ragjury._json import JSONObject, JSONValue
-from ragjury.store import open_store
+from ragjury.store import Store, open_store
+from ragjury.store.postgres import PostgresStore
 
 from _harness import BENCHMARKS, FakeEndpoint, base_parser, quiet, show, write_result
 
@@ -88,9 +92,11 @@ async def _failed(db: str) -> int:
 
 async def _wait_for(
     db: str, total: int, processes: list[subprocess.Popen[bytes]], logs: Path, started: float
-) -> tuple[float, float]:
-    """Seconds until every item ended, and items per second between 10% and 90% of them
-    (the rate once the processes have started, before the last items trickle in)."""
+) -> tuple[float, float, float]:
+    """Seconds until every item ended, items per second between 10% and 90% of them (the
+    rate once the processes have started, before the last items trickle in), and the
+    server CPU seconds of this polling's own connection (not ragjury's work: left out of
+    the server's CPU per message)."""
     marks: dict[float, float] = {}
     async with open_store(db) as store:
         while True:
@@ -102,10 +108,31 @@ async def _wait_for(
                     marks[fraction] = now
             if ended >= total:
                 steady = 0.8 * total / max(marks[0.9] - marks[0.1], 1e-6)
-                return now - started, steady
+                return now - started, steady, await _own_backend_cpu(store)
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"a serve process exited early; see {logs}")
             await anyio.sleep(0.1)
+
+
+async def _own_backend_cpu(store: Store) -> float:
+    """CPU seconds of the server process behind the polling store's connection (one: it
+    asks one thing at a time), or 0 on SQLite."""
+    if not isinstance(store, PostgresStore):
+        return 0.0
+    [(pid,)] = await store.read("SELECT pg_backend_pid()")
+    return _own_cpu(int(pid))
+
+
+def _own_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the serve processes, once waited
+    for): what the workers spent, which a busy machine moves far less than their rate."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -137,6 +164,7 @@ def run_once(
     subprocess.run(submit, check=True, stdout=subprocess.DEVNULL)
     endpoint = ["--base-url", base_url, "--api-key", "bench", "--model", "fake-model"]
     cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
+    workers_before = _children_cpu()
     counting = server_pid is not None and anyio.run(_statements, db, True) is not None
     started = time.perf_counter()
     processes = []
@@ -148,19 +176,23 @@ def run_once(
         with (logs / f"serve-{n}.log").open("w") as log:
             processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log))
     try:
-        seconds, steady = anyio.run(_wait_for, db, count_lines(samples), processes, logs, started)
+        seconds, steady, polling = anyio.run(
+            _wait_for, db, count_lines(samples), processes, logs, started
+        )
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
         for process in processes:
             process.wait(timeout=120)
-    db_cpu = (_cpu_seconds(server_pid) - cpu_before) if server_pid else None
+    db_cpu = (_cpu_seconds(server_pid) - cpu_before - polling) if server_pid else None
+    workers_cpu = _children_cpu() - workers_before
     failed = anyio.run(_failed, db)
     row: dict[str, Any] = {
         "seconds": round(seconds, 2),
         "items_per_second": round(count_lines(samples) / seconds, 1),
         "steady_items_per_second": round(steady, 1),
         "failed": failed,
+        "workers_cpu_ms_per_message": round(1000 * workers_cpu / max(messages, 1), 3),
     }
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)
@@ -290,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("scaleout", result, args.out)
     columns = [
         "store", "layout", "seconds", "items/s", "steady items/s", "ratio to 1 process",
-        "db CPU ms/message", "statements/message",
+        "workers CPU ms/message", "db CPU ms/message", "statements/message",
     ]  # fmt: skip
     table = [
         [
             r["store"], r["layout"], r["seconds"], r["items_per_second"],
             r["steady_items_per_second"], r["ratio_to_one_process"],
-            r.get("db_cpu_ms_per_message", "-"), r.get("statements_per_message", "-"),
+            r["workers_cpu_ms_per_message"], r.get("db_cpu_ms_per_message", "-"),
+            r.get("statements_per_message", "-"),
         ]
         for r in rows
     ]  # fmt: skip

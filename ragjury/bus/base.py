@@ -52,6 +52,9 @@ class Delivery:
     """Its step's output in the step cache, when the bus looked it up (``step_key``)."""
     step_key: str = ""
     """The step key the bus looked ``cached`` up by ('': it did not, ask the cache)."""
+    call: int | None = None
+    """The in-flight record the bus opened for its step's first LLM call, if it did: the
+    call takes it (:data:`ragjury.llm.client.opened_call`)."""
 
 
 class Subscription(Protocol):

@@ -8,7 +8,9 @@ leases on the database's clock, so any process on the same database can take any
   processes wake them too when the store can say so (PostgreSQL's LISTEN/NOTIFY, see
   ``watch``): then an idle group polls from ``poll_interval`` up to ``watched_poll`` seconds
   apart, only for messages that become due without being published (retries, leases that
-  ran out). Otherwise they are found by polling, from 50 ms up to ``poll_interval``.
+  ran out). Otherwise they are found by polling, from 50 ms up to ``poll_interval``. A
+  poll (and the first look at the start) asks which groups have messages, one query for
+  every group that polls at that moment, and claims only for those.
 * ``ack`` stores the replies and deletes the message in one transaction, so a crash between
   the two cannot lose the replies nor publish them twice.
 * A delivery that keeps failing (its handler raised, or its worker died) is taken out after
@@ -18,7 +20,7 @@ leases on the database's clock, so any process on the same database can take any
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import anyio
@@ -68,10 +70,19 @@ class _DurableSubscription:
         the group (not leased to this process) and when a poll's time is up. A worker that
         finds its buffer empty claims only then, else it waits: messages leased to this
         process come with a wake and no claim."""
+        self.ask = True
+        """Whether ``due`` was set by the start or a poll's time (not by a wake): then the
+        bus is asked first whether messages wait (:meth:`DurableBus.claimable`), one query
+        for every idle group, and the claim is made only if so."""
 
     @property
     def buffered(self) -> list[int]:
         return [m.id for m in self._buffer]
+
+    @property
+    def buffered_calls(self) -> list[int]:
+        """The in-flight records opened for the buffered messages' calls."""
+        return [m.call for m in self._buffer if m.call is not None]
 
     async def deliveries(self) -> AsyncIterator[Delivery]:
         bus = self._bus
@@ -93,7 +104,13 @@ class _DurableSubscription:
                 continue
             bus.held.add(stored.id)
             yield Delivery(
-                envelope, self.group, stored.id, stored.attempts, stored.step, stored.step_key
+                envelope,
+                self.group,
+                stored.id,
+                stored.attempts,
+                stored.step,
+                stored.step_key,
+                stored.call,
             )
 
     def room(self) -> int:
@@ -111,12 +128,17 @@ class _DurableSubscription:
         async with self._claiming:
             poll = await bus.first_poll()
             while not self._buffer and not bus.closed:
+                if self.due and self.ask:
+                    self.due = self.ask = False
+                    found = await bus.claimable(self.group)
+                    self.due = self.due or found  # (or woken meanwhile)
                 if self.due:
                     self.due = False
+                    wanted = max(1, self._idle)
                     claim = await bus.store.claim_messages(
                         bus.owner,
                         [self.group],
-                        max(1, self._idle),
+                        wanted,
                         lease_seconds=bus.lease_seconds,
                         max_attempts=bus.max_deliveries,
                         job_ids=bus.job_ids,
@@ -131,7 +153,9 @@ class _DurableSubscription:
                         )
                     if claim.messages:
                         self._buffer.extend(claim.messages)
-                        self.due = True  # there may be more
+                        # there may be more only if it took all it asked for: the others
+                        # come with a wake (put here, a notice, a poll's time up)
+                        self.due = len(claim.messages) >= wanted
                         return
                 with anyio.move_on_after(poll):
                     await self.wake.wait()
@@ -140,7 +164,7 @@ class _DurableSubscription:
                     if self.due:
                         poll = await bus.first_poll()
                 else:
-                    self.due = True
+                    self.due = self.ask = True
                     poll = min(poll * 2, await bus.longest_poll())
 
 
@@ -166,9 +190,13 @@ class DurableBus:
         poll_interval: float = 0.5,
         watched_poll: float = 5.0,
         job_ids: Sequence[str] | None = None,
+        run_id: str = "",
     ) -> None:
+        """``run_id``: the run whose books this process's LLM calls are on; the store may
+        open a leased message's first call's record as it puts it (:class:`Lease`)."""
         self.store = store
         self.owner = owner
+        self.run_id = run_id
         self.lease_seconds = lease_seconds
         self.max_deliveries = max_deliveries
         self.poll_interval = poll_interval
@@ -178,6 +206,9 @@ class DurableBus:
         self.held: set[int] = set()
         self.closed = False
         self._subscriptions: dict[str, _DurableSubscription] = {}
+        self._asking: set[str] = set()
+        self._answers: dict[str, bool] = {}
+        self._looking = anyio.Lock()
 
     def subscribe(self, group: str) -> _DurableSubscription:
         if self.closed:
@@ -187,6 +218,19 @@ class DurableBus:
     async def _watched(self) -> bool:
         """Whether other processes' messages wake this one (restoring a lost watch)."""
         return self._watch is not None and await self._watch(self._woken)
+
+    async def claimable(self, group: str) -> bool:
+        """Whether messages of ``group`` wait to be claimed. The groups that ask while a
+        look is out are answered together by the next one: at the start and at each poll,
+        a process's idle groups cost one or two queries, not one claim each."""
+        self._asking.add(group)
+        async with self._looking:
+            if group in self._asking:
+                groups = sorted(self._asking)
+                self._asking.clear()
+                found = await self.store.claimable_groups(groups, self.job_ids)
+                self._answers.update((g, g in found) for g in groups)
+            return self._answers.pop(group, True)
 
     async def first_poll(self) -> float:
         if self._watch is None:
@@ -200,7 +244,7 @@ class DurableBus:
         """A store's notice: ``group`` has new messages (``*``: any group may)."""
         for name, subscription in self._subscriptions.items():
             if group in (name, "*"):
-                subscription.due = True
+                subscription.due, subscription.ask = True, False
                 subscription.wake.set()
 
     def _wake(self, rows: Sequence[OutgoingMessage]) -> None:
@@ -208,7 +252,7 @@ class DurableBus:
         for group in {m.group for m in rows if not m.leased}:
             subscription = self._subscriptions.get(group)
             if subscription is not None:
-                subscription.due = True
+                subscription.due, subscription.ask = True, False
                 subscription.wake.set()
 
     def _leasing(self, messages: Sequence[Message]) -> list[OutgoingMessage]:
@@ -232,21 +276,30 @@ class DurableBus:
             return
         if self.closed:  # closed meanwhile: give them back at once, as aclose does
             with anyio.CancelScope(shield=True):
-                await self.store.release_messages(self.owner, [m.id for m in stored])
+                calls = [m.call for m in stored if m.call is not None]
+                await self.store.release_messages(self.owner, [m.id for m in stored], calls=calls)
             return
         for group in {m.group for m in stored}:
             subscription = self._subscriptions.get(group)
             if subscription is not None:  # leased here only for a subscribed group
                 subscription.take([m for m in stored if m.group == group])
 
-    async def publish(self, messages: Sequence[Message], *, started: Sequence[int] = ()) -> None:
+    async def publish(
+        self,
+        messages: Sequence[Message],
+        *,
+        started: Sequence[int] = (),
+        joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
+    ) -> None:
         """Put ``messages`` on the bus; ``started``: the items whose first messages they are,
-        marked running with them (:meth:`~ragjury.store.base.Queue.items_started`)."""
+        marked running with them (:meth:`~ragjury.store.base.Queue.items_started`);
+        ``joins``: (job, item, parts) stored in the items' join state with them."""
         if self.closed:
             raise BusError("cannot publish: the bus is closed")
-        lease = Lease(self.owner, self.lease_seconds)
+        lease = Lease(self.owner, self.lease_seconds, self.run_id)
         rows = self._leasing(messages)
-        await self._taken(await self.store.put_messages(rows, lease=lease, started=started))
+        stored = await self.store.put_messages(rows, lease=lease, started=started, joins=joins)
+        await self._taken(stored)
         self._wake(rows)
 
     async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
@@ -257,7 +310,7 @@ class DurableBus:
     ) -> bool | None:
         """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
         the same transaction; whether that ended the item (None: ``writes`` ends none)."""
-        lease = Lease(self.owner, self.lease_seconds)
+        lease = Lease(self.owner, self.lease_seconds, self.run_id)
         rows = self._leasing(replies) if replies else []
         acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
         await self._taken(acked.leased)
@@ -292,11 +345,12 @@ class DurableBus:
         for subscription in self._subscriptions.values():
             subscription.wake.set()
         unstarted = sorted(set().union(*(s.buffered for s in self._subscriptions.values())))
+        calls = [c for s in self._subscriptions.values() for c in s.buffered_calls]
         with anyio.CancelScope(shield=True):
             # a message a worker took counts its attempt: a crash-looping one reaches the
             # delivery limit even when every process that takes it is stopped cleanly
             await self.store.release_messages(self.owner, sorted(self.held), started=True)
-            await self.store.release_messages(self.owner, unstarted)
+            await self.store.release_messages(self.owner, unstarted, calls=calls)
         self.held.clear()
         unwatch = getattr(self.store, "unwatch", None)
         if unwatch is not None:

@@ -333,6 +333,7 @@ async def recorded_run(
             settings,
             on_call=lambda stats, error: store.record_call(run_id, stats, error),
             on_start=lambda stats: store.open_call(run_id, stats),
+            run_id=run_id,
             require_endpoint=require_endpoint,
             ledger=store,  # one rate limit per endpoint for every process on this database
         )

@@ -97,6 +97,10 @@ the step's call records: a finished call that has an in-flight record (``stats.r
 appended here, with its error, instead of being told to ``on_call``. The runtime stores them
 with the acknowledgement, in one transaction, or on their own if the step does not end in
 one."""
+opened_call: ContextVar[list[int] | None] = ContextVar("ragjury_opened_call", default=None)
+"""The runtime sets a list here while an agent handles a message for which the bus opened the
+first call's in-flight record (PostgreSQL does as it puts the message): the first call that
+would open a record takes it instead. The runtime drops a record no call took."""
 log = structlog.get_logger("ragjury.llm")
 
 _FATAL_HINTS = {
@@ -122,11 +126,15 @@ class LLM:
         backend: ChatBackend | None = None,
         ledger: RateLedger | None = None,
         breaker: CircuitBreaker | None = None,
+        run_id: str = "",
     ) -> None:
         """``ledger``: where the endpoint's rate buckets are kept (the store, so that every
         process on one database shares them); None: in this process. ``breaker``: the
         endpoint's circuit breaker (a test gives one on a clock of its own); None: one on
-        ``clock`` and ``sleep`` with the settings' backoff."""
+        ``clock`` and ``sleep`` with the settings' backoff. ``run_id``: the run whose books
+        ``on_start`` puts the calls on ('': none said), so that the durable bus can open a
+        step's first call's record as it puts the step's message (:data:`opened_call`)."""
+        self.run_id = run_id
         self._backend: ChatBackend = backend or open_backend(settings, required=require_endpoint)
         if self._backend.model_name != settings.model:
             settings = settings.model_copy(update={"model": self._backend.model_name})
@@ -227,6 +235,7 @@ class LLM:
                 on_call=self._on_call,
                 on_start=self._on_start,
                 ledger=self._ledger,
+                run_id=self.run_id,
             )
             found.usage, found.budget, found.judge = self.usage, self.budget, judge
             found._run = self  # a judge's endpoint that refuses us stops the run
@@ -288,7 +297,8 @@ class LLM:
         stats = CallStats(stage=stage, model=self.settings.model)
         if self._on_start is not None and self.batch is None:
             # (in batch mode a call is recorded when it ends: most calls park at first)
-            stats.record = await self._on_start(stats)
+            opened = opened_call.get()
+            stats.record = opened.pop() if opened else await self._on_start(stats)
         token = _current_call.set(stats)
         error: str | None = None
         parked = False

@@ -107,6 +107,7 @@ class Runner:
             max_deliveries=settings.max_deliveries,
             poll_interval=settings.poll_interval,
             job_ids=self.job_ids,
+            run_id=llm.run_id if llm.batch is None else "",
         )
         self.progress = Progress(on_event, on_output)
         self.cache = StepCache(store, enabled=settings.cache)
@@ -280,12 +281,13 @@ class Runner:
             with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
                 events = await pipeline.first_events(item)
                 messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
-            if messages:  # none: the item has ended already (its agents ran here)
-                for (job_id, key), parts in (held or {}).items():
-                    await self.store.join(job_id, key, parts, "")
+            # (no messages: the item has ended already, its agents ran here)
+            joins = [(job_id, key, parts) for (job_id, key), parts in (held or {}).items()]
             if messages and isinstance(self.bus, DurableBus):  # marked running as put
-                await self.bus.publish(messages, started=[item.id])
+                await self.bus.publish(messages, started=[item.id], joins=joins)
             elif messages:
+                for job_id, key, parts in joins:
+                    await self.store.join(job_id, key, parts, "")
                 await self.bus.publish(messages)
                 await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others

@@ -42,7 +42,7 @@ from ragjury.errors import ConfigurationError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import tracing
 from ragjury.llm.batches import Parked, current_job
-from ragjury.llm.client import LLM, current_step, held_call_records
+from ragjury.llm.client import LLM, current_step, held_call_records, opened_call
 from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
@@ -154,6 +154,10 @@ class Workers:
         # with its acknowledgement, in one transaction (one statement on PostgreSQL)
         held: list[tuple[CallStats, str | None]] = []
         held_token = held_call_records.set(held if self._durable else None)
+        # the call record the bus opened with the message (PostgreSQL): the first call takes
+        # it, and one that none took goes with the acknowledgement
+        opened = [delivery.call] if delivery.call is not None else []
+        opened_token = opened_call.set(opened)
         row: tuple[str, str, str] | None = None
         item_token = current_item.set(envelope.correlation_id)
         if self.llm.batch is not None:
@@ -191,21 +195,22 @@ class Workers:
                             end_pipeline, terminal = ends[0]
                             results = end_pipeline.results(terminal)
                             end = (job_id, envelope.correlation_id, results)
-                        writes = StepWrites(row, list(held), end)
+                        writes = StepWrites(row, list(held), end, list(opened))
                         ended = await self.bus.ack_step(delivery, replies, writes)
                         row = None
                         held.clear()
+                        opened.clear()
                         if ends:
                             await self._finished(*ends[0], job_id, envelope.correlation_id, ended)
                     else:
                         await self.bus.ack(delivery, replies)
                 except Parked as parked:  # batch mode: the step waits for a batch's answer
-                    await self._keep(row, held)
+                    await self._keep(row, held, opened)
                     await self._park(delivery, parked)
                     return
                 except Exception as exc:  # an agent bug, a bad message: never the whole run
                     log.exception("step_failed", kind=envelope.kind, attempt=delivery.attempt)
-                    await self._keep(row, held)
+                    await self._keep(row, held, opened)
                     await self._retry_or_fail(role, delivery, exc)
                     return
                 if logs.enabled("info"):
@@ -226,22 +231,28 @@ class Workers:
             structlog.contextvars.reset_contextvars(**log_tokens)
             current_item.reset(item_token)
             held_call_records.reset(held_token)
+            opened_call.reset(opened_token)
             current_step.reset(step_token)
 
     async def _keep(
-        self, row: tuple[str, str, str] | None, held: list[tuple[CallStats, str | None]]
+        self,
+        row: tuple[str, str, str] | None,
+        held: list[tuple[CallStats, str | None]],
+        opened: list[int],
     ) -> None:
         """Store what a step that was not acknowledged did: its cache row (a retry replays
-        it) and its calls' closing records. If that fails too, the calls stay in flight on
-        the books (closed as killed by the next run) and the retry asks again."""
+        it) and its calls' closing records, and drop the call record opened for it that no
+        call took. If that fails too, the calls stay in flight on the books (closed as
+        killed by the next run) and the retry asks again."""
         try:
             if row is not None and self.cache is not None:
                 await self.cache.store.put_step(*row)
-            if held:
-                await self.store.close_calls(held)
+            if held or opened:
+                await self.store.close_calls(held, unused=opened)
         except Exception:
             log.exception("step_records_not_stored")
         held.clear()
+        opened.clear()
 
     async def _park(self, delivery: Delivery, parked: Parked) -> None:
         if not isinstance(self.bus, DurableBus):

@@ -99,6 +99,10 @@ class StoredMessage:
     """The step cache's output for it, when it was looked up as it was put (``step_key``)."""
     step_key: str = ""
     """The key ``step`` was looked up by ('': not looked up; then ``step`` is None)."""
+    call: int | None = None
+    """The in-flight record of its step's first LLM call, opened as it was put leased
+    (PostgreSQL, for a step not in the cache, when the lease names a run): the call takes it
+    rather than opening one, and the acknowledgement drops it if no call took it."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,10 @@ class Lease:
 
     owner: str
     seconds: float
+    run_id: str = ""
+    """The run whose books the owner's LLM calls are on ('': none). A store may open the
+    first call's in-flight record of each leased message whose step is not cached under this
+    run as it puts it (:attr:`StoredMessage.call`), saving the call a statement of its own."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,9 @@ class StepWrites:
     end: tuple[str, str, ItemResults] | None = None
     """(job, item, results): the handling made the item's terminal event; the item ends
     ``done`` with these results in the same transaction, unless it has ended already."""
+    unused_calls: Sequence[int] = ()
+    """In-flight records opened for the step (:attr:`StoredMessage.call`) that no call
+    took: dropped."""
 
 
 @dataclass(frozen=True)
@@ -257,8 +268,12 @@ class CallLog(Protocol):
         """Record a finished call (updating its in-flight record, if it has one)."""
         ...
 
-    async def close_calls(self, calls: Sequence[tuple[CallStats, str | None]]) -> None:
-        """Record finished calls whose in-flight records :meth:`open_call` made, at once."""
+    async def close_calls(
+        self, calls: Sequence[tuple[CallStats, str | None]], *, unused: Sequence[int] = ()
+    ) -> None:
+        """Record finished calls whose in-flight records :meth:`open_call` made, at once, and
+        drop the ``unused`` in-flight records opened ahead of calls never made
+        (:attr:`StoredMessage.call`)."""
         ...
 
     async def call_totals(
@@ -390,10 +405,13 @@ class Mailbox(Protocol):
         *,
         lease: Lease | None = None,
         started: Sequence[int] = (),
+        joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
     ) -> list[StoredMessage]:
         """Put ``messages`` on the bus; the ones marked ``leased`` come back leased to
         ``lease.owner``. ``started``: items whose first messages these are, marked running
-        (:meth:`Queue.items_started`) in the same transaction."""
+        (:meth:`Queue.items_started`) in the same transaction; ``joins``: (job, item, parts)
+        added to the items' join state (:meth:`Joins.join`) in it too, before the messages
+        can be seen."""
         ...
 
     async def claim_messages(
@@ -433,15 +451,28 @@ class Mailbox(Protocol):
     ) -> None: ...
 
     async def release_messages(
-        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+        self,
+        owner: str,
+        message_ids: Sequence[int],
+        *,
+        started: bool = False,
+        calls: Sequence[int] = (),
     ) -> None:
         """Give back messages this owner holds (a clean stop), at once. Those whose handler
         never ``started`` get back the attempt their claim counted; a started one keeps it,
-        so a message that keeps failing reaches the delivery limit however it ends."""
+        so a message that keeps failing reaches the delivery limit however it ends. ``calls``:
+        the in-flight records opened for them (:attr:`StoredMessage.call`), dropped."""
         ...
 
     async def waiting_messages(self) -> dict[str, int]:
         """Messages not yet acknowledged, per group."""
+        ...
+
+    async def claimable_groups(
+        self, groups: Sequence[str], job_ids: Sequence[str] | None = None
+    ) -> set[str]:
+        """Which of ``groups`` have messages a claim would take now (of ``job_ids``' jobs;
+        all jobs when None), in one query: what idle workers ask before they claim."""
         ...
 
 

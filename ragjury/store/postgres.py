@@ -18,6 +18,7 @@ agent workers on many machines share one job.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import socket
 import time
@@ -29,11 +30,13 @@ import anyio
 import structlog
 
 from ragjury.errors import ConfigurationError, StoreUnavailableError
+from ragjury.llm.usage import IN_FLIGHT
 from ragjury.store import _pg_schema
 from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ClaimItems,
     EndItem,
     Execute,
     ExecuteMany,
@@ -94,20 +97,36 @@ _PUT = (
     "CASE WHEN l THEN {1}::text END, CASE WHEN l THEN 1 ELSE 0 END FROM t "
     "RETURNING id, grp, body, lease_owner IS NOT NULL AS leased), "
     f"woken AS (SELECT pg_notify('{CHANNEL}', grp) "
-    "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups) "
-    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, s.output "
+    "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups), "
+    "due AS MATERIALIZED (SELECT mid, grp, "
+    "nextval(pg_get_serial_sequence('llm_calls', 'id')) AS cid FROM (SELECT DISTINCT "
+    "n.id AS mid, n.grp FROM new n JOIN t ON t.g = n.grp AND t.b = n.body WHERE n.leased "
+    "AND {2}::text IS NOT NULL AND t.sk <> '' "
+    "AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.key = t.sk)) AS d), "
+    "opened AS (INSERT INTO llm_calls (id, run_id, stage, requests, prompt_tokens, "
+    "completion_tokens, latency_ms, statuses, error, created_at) OVERRIDING SYSTEM VALUE "
+    f"SELECT cid, {{2}}::text, grp, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', {{3}}::text FROM due) "
+    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, s.output, d.cid "
     "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN new n ON n.leased "
     "LEFT JOIN t ON t.g = n.grp AND t.b = n.body "
-    "LEFT JOIN steps s ON t.sk <> '' AND s.key = t.sk"
+    "LEFT JOIN steps s ON t.sk <> '' AND s.key = t.sk LEFT JOIN due d ON d.mid = n.id"
 )
 """Put the rows of ``t``, the leased ones leased, waking the processes that wait for the
-others' groups; the leased ones come back, each with its step's cached output."""
+others' groups; the leased ones come back, each with its step's cached output. Under a run
+({2}; NULL: none), each leased one whose step is not cached also comes with its first LLM
+call's in-flight record, opened here (as ``open_call`` would as the call starts): the
+worker's call takes it, so a call costs no statement of its own."""
 _PUBLISH = (
     f"WITH t AS (SELECT * FROM {_REPLIES.format('$1', '$2', '$3', '$4', '$5', '$6', '$7')}), "
     "started AS (UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
-    "WHERE state = 'processing' AND id = ANY($10::bigint[])), " + _PUT.format("$8", "$9")
+    "WHERE state = 'processing' AND id = ANY($10::bigint[])), "
+    "joined AS (INSERT INTO item_joins AS ij (job_id, item_key, parts) "
+    "SELECT x.j, x.k, x.p::jsonb FROM unnest($13::text[], $14::text[], $15::text[]) "
+    "AS x(j, k, p) ON CONFLICT (job_id, item_key) DO UPDATE SET parts = "
+    "(excluded.parts || ij.parts)), " + _PUT.format("$8", "$9", "$11", "$12")
 )
-"""Messages put, and the items they start marked running, in one statement (:class:`Publish`)."""
+"""Messages put, the items they start marked running and those items' first join parts
+stored, in one statement (:class:`Publish`)."""
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
@@ -124,12 +143,14 @@ _ACKNOWLEDGE = (
     "cost_usd = c.cost FROM unnest($17::text[], $18::int[], $19::int[], $20::int[], "
     "$21::float8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::float8[], "
     "$27::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
-    "created, model, cost, id) WHERE llm_calls.id = c.id), " + _PUT.format("$11", "$12")
+    "created, model, cost, id) WHERE llm_calls.id = c.id), "
+    "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
+    + _PUT.format("$11", "$12", "$29", "$30")
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
-replies put if that removed it and its item has not ended, its step cached and its calls'
-records closed."""
-_ACK_PARAMS = 27
+replies put if that removed it and its item has not ended, its step cached, its calls'
+records closed and those opened for calls never made dropped."""
+_ACK_PARAMS = 30
 
 
 def _ending_acknowledgement() -> str:
@@ -143,9 +164,8 @@ def _ending_acknowledgement() -> str:
         f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
     ).replace(
-        "s.output FROM (SELECT COUNT(*) FROM woken) AS w",
-        "s.output, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, "
-        "(SELECT COUNT(*) FROM woken) AS w",
+        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
+        "d.cid, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, (SELECT COUNT(*) FROM woken) AS w",
     )
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
@@ -154,6 +174,32 @@ def _ending_acknowledgement() -> str:
 
 _ACKNOWLEDGE_ENDING = _ending_acknowledgement()
 """An acknowledgement that ends the message's item (:attr:`Acknowledge.end`), one statement."""
+
+
+@functools.lru_cache(maxsize=2)
+def _claim_items(of_jobs: bool) -> str:
+    """:class:`ClaimItems` in one statement ($1 owner, $2 limit, $3 lease seconds, $4 the
+    attempts limit, $5 the jobs if ``of_jobs``): the expired leases' items first, then
+    queued ones up to the limit, each query on its index; those started too often come back
+    untaken (their attempts before this claim, as the taken ones')."""
+    jobs = " AND job_id = ANY($5::text[])" if of_jobs else ""
+    return (
+        "WITH e AS (SELECT id FROM items WHERE state = 'processing' "
+        f"AND lease_expires <= {_NOW} AND lease_owner <> $1{jobs} "
+        "ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED), "
+        f"q AS (SELECT id FROM items WHERE state = 'queued'{jobs} ORDER BY id "
+        "LIMIT GREATEST($2 - (SELECT COUNT(*) FROM e), 0) FOR UPDATE SKIP LOCKED), "
+        "found AS (SELECT id FROM e UNION ALL SELECT id FROM q), "
+        "claimed AS (UPDATE items SET state = 'processing', lease_owner = $1, "
+        f"lease_expires = {_NOW} + $3, attempts = attempts + 1, started_by = $1 "
+        "WHERE id IN (SELECT id FROM found) AND attempts < $4 "
+        "RETURNING id, job_id, key, position, payload, attempts - 1) "
+        "SELECT *, true FROM claimed UNION ALL "
+        "SELECT id, job_id, key, position, payload, attempts, false FROM items "
+        "WHERE id IN (SELECT id FROM found) AND attempts >= $4"
+    )
+
+
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 """A transaction-scoped lock on a name's hash (a collision only makes two wait)."""
 _ITEM_COLUMNS = ["job_id", "key", "position", "payload", "created_at"]
@@ -196,9 +242,11 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
             step.owner,
             *cached,
             *calls,
+            list(step.unused_calls),
+            *(step.opens or (None, None)),
             *ending,
         )
-        ended = None if step.end is None else bool(rows and rows[0][7])
+        ended = None if step.end is None else bool(rows and rows[0][8])
         return Acked(_leased(rows), ended)
     if isinstance(step, Publish):
         return _leased(
@@ -208,8 +256,15 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
                 step.lease_seconds,
                 step.owner,
                 list(step.started),
+                *(step.opens or (None, None)),
+                *_join_columns(step.joins),
             )
         )
+    if isinstance(step, ClaimItems):
+        jobs = [] if step.job_ids is None else [list(step.job_ids)]
+        sql = _claim_items(step.job_ids is not None)
+        params = (step.owner, step.limit, step.lease_seconds, step.max_attempts, *jobs)
+        return [tuple(row) for row in await conn.fetch(sql, *params)]
     if isinstance(step, InsertItems):
         await conn.copy_records_to_table(
             "items", records=step.rows, columns=_ITEM_COLUMNS, schema_name=_pg_schema.SCHEMA
@@ -226,14 +281,31 @@ def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str | bool]]:
     return [[getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS]
 
 
+def _join_columns(joins: Sequence[Sequence[object]]) -> list[list[str]]:
+    """(job, item, parts) rows as columns, one row per item (a statement may not change a
+    row twice): an item's parts together, the first value of a name kept, as its joins in
+    turn would keep it."""
+    merged: dict[tuple[str, str], dict[str, str]] = {}
+    for job_id, key, parts in joins:
+        held = merged.setdefault((str(job_id), str(key)), {})
+        for name, value in json.loads(str(parts)).items():
+            held.setdefault(name, value)
+    return [
+        [job_id for job_id, _ in merged],
+        [key for _, key in merged],
+        [json.dumps(parts, ensure_ascii=False) for parts in merged.values()],
+    ]
+
+
 def _leased(rows: Sequence[Conn]) -> list[StoredMessage]:
     """The leased messages a put returned (one row per message; none: a row of NULLs)."""
     found: dict[int, StoredMessage] = {}
-    for message_id, group, body, job_id, key, step_key, output, *_ in rows:
+    for message_id, group, body, job_id, key, step_key, output, call, *_ in rows:
         if message_id is not None and message_id not in found:
             found[message_id] = StoredMessage(
-                int(message_id), group, body, 1, job_id, key, output, step_key or ""
-            )
+                int(message_id), group, body, 1, job_id, key, output, step_key or "",
+                None if call is None else int(call),
+            )  # fmt: skip
     return sorted(found.values(), key=lambda m: m.id)
 
 
@@ -354,6 +426,10 @@ class PostgresStore(SQLStore):
             "server_settings": {
                 "search_path": _pg_schema.SCHEMA,
                 "application_name": f"ragjury@{socket.gethostname()}",
+                # ragjury's statements are short: JIT compiling would cost more than it
+                # saves, and with it off asyncpg's type lookup on a new connection does not
+                # switch it off and on again around its query (two statements each)
+                "jit": "off",
             },
         }
 

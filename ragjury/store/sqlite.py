@@ -27,8 +27,10 @@ from ragjury.store._values import Param, Params, Row
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.items import end_item_plainly
 from ragjury.store.sql.mailbox import acknowledge_plainly, publish_plainly
+from ragjury.store.sql.queue import claim_items_plainly
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ClaimItems,
     EndItem,
     Execute,
     ExecuteMany,
@@ -109,6 +111,8 @@ def _apply(conn: Conn, step: Step) -> StepResult:
         return drive(conn, acknowledge_plainly(step))
     elif isinstance(step, Publish):
         return drive(conn, publish_plainly(step))
+    elif isinstance(step, ClaimItems):
+        return drive(conn, claim_items_plainly(step))
     elif isinstance(step, InsertItems):
         conn.executemany(_INSERT_ITEM, step.rows)
     # a Lock: a write holds the writer lock already

@@ -61,6 +61,8 @@ CLOSE_CALL = (
     "WHERE id = ?"
 )
 """A finished call's figures on its in-flight record (a row of :func:`closing_row`)."""
+DROP_CALLS = "DELETE FROM llm_calls WHERE id = ANY(?)"
+"""In-flight records opened ahead of calls that were never made."""
 
 
 def _figures(stats: CallStats, error: str | None) -> Params:
@@ -184,10 +186,18 @@ class CallLogSQL(Driven):
         )
         await self._write(lambda: execute(sql, *row, stats.record), single=True)
 
-    async def close_calls(self, calls: Sequence[tuple[CallStats, str | None]]) -> None:
+    async def close_calls(
+        self, calls: Sequence[tuple[CallStats, str | None]], *, unused: Sequence[int] = ()
+    ) -> None:
         rows = [closing_row(stats, error) for stats, error in calls]
-        if rows:
-            await self._write(lambda: execute_many(CLOSE_CALL, rows))
+
+        def close() -> Steps[None]:
+            yield from execute_many(CLOSE_CALL, rows)
+            if unused:
+                yield from execute(DROP_CALLS, list(unused))
+
+        if rows or unused:
+            await self._write(close)
 
     async def latest_run(self, job_id: str) -> RunRecord | None:
         return latest_run_of(await self._runs_naming(job_id), job_id)

@@ -21,11 +21,19 @@ from ragjury.store.sql.steps import (
     text,
 )
 
-_JOIN = (
+JOIN_PARTS = (
     "INSERT INTO item_joins AS j (job_id, item_key, parts) VALUES (?, ?, ?) "
-    "ON CONFLICT (job_id, item_key) DO UPDATE SET parts = json_merge(excluded.parts, j.parts) "
-    "RETURNING parts"
+    "ON CONFLICT (job_id, item_key) DO UPDATE SET parts = json_merge(excluded.parts, j.parts)"
 )
+"""Add parts (a JSON object) to an item's join state; a name already there keeps its value."""
+_JOIN = JOIN_PARTS + " RETURNING parts"
+
+
+def join_parts(parts: Mapping[str, str]) -> str:
+    """Join parts as the JSON object :data:`JOIN_PARTS` stores."""
+    return json.dumps({text(k): text(v) for k, v in parts.items()}, ensure_ascii=False)
+
+
 _JOINED = "SELECT parts FROM item_joins WHERE job_id = ? AND item_key = ?"
 
 
@@ -37,7 +45,7 @@ class JoinsSQL(Driven):
         # the new parts (a name already there keeps its value) under the row's lock, so of
         # two joins at once the second sees the first's parts.
         if parts:
-            merged = json.dumps({text(k): text(v) for k, v in parts.items()}, ensure_ascii=False)
+            merged = join_parts(parts)
             rows = await self._write(lambda: fetch(_JOIN, job_id, item_key, merged), single=True)
         else:
             rows = await self._read(lambda: fetch(_JOINED, job_id, item_key))

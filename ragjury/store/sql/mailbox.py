@@ -4,11 +4,9 @@ replies in one transaction, offered again or taken out (:class:`~ragjury.store.b
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from ragjury.store._common import (
-    poison,
-)
+from ragjury.store._common import iso, poison
 from ragjury.store._values import Param, Row
 from ragjury.store.base import (
     Acked,
@@ -18,9 +16,10 @@ from ragjury.store.base import (
     StepWrites,
     StoredMessage,
 )
-from ragjury.store.sql.calls import CLOSE_CALL, PUT_STEP, closing_row
+from ragjury.store.sql.calls import CLOSE_CALL, DROP_CALLS, PUT_STEP, closing_row
 from ragjury.store.sql.driven import FINISHED, Driven, of_jobs
 from ragjury.store.sql.items import STARTED, end_item_plainly, ending, fail
+from ragjury.store.sql.joins import JOIN_PARTS, join_parts
 from ragjury.store.sql.steps import (
     Acknowledge,
     ExecuteMany,
@@ -44,13 +43,18 @@ class MailboxSQL(Driven):
         *,
         lease: Lease | None = None,
         started: Sequence[int] = (),
+        joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
     ) -> list[StoredMessage]:
         if not messages:
             return []
         owner, seconds = (lease.owner, lease.seconds) if lease else ("", 0.0)
         if lease is None and any(m.leased for m in messages):
             raise ValueError("messages marked leased need a lease")
-        return await self._write(lambda: publish(messages, owner, seconds, started), single=True)
+        parts = [(job, key, join_parts(given)) for job, key, given in joins if given]
+        opens = _opens(lease)
+        return await self._write(
+            lambda: publish(messages, owner, seconds, started, parts, opens), single=True
+        )
 
     async def claim_messages(
         self,
@@ -110,7 +114,13 @@ class MailboxSQL(Driven):
         lease: Lease | None = None,
     ) -> Acked:
         writes = writes or StepWrites()
-        if not replies and writes.step is None and not writes.calls and writes.end is None:
+        if (
+            not replies
+            and writes.step is None
+            and not writes.calls
+            and writes.end is None
+            and not writes.unused_calls
+        ):
             await self._write(lambda: execute(_REMOVE, message_id), single=True)
             return Acked()
         if lease is None and any(m.leased for m in replies):
@@ -128,6 +138,8 @@ class MailboxSQL(Driven):
                 step=step,
                 calls=calls,
                 end=end,
+                unused_calls=writes.unused_calls,
+                opens=_opens(lease),
             ),
             single=True,
         )
@@ -165,22 +177,55 @@ class MailboxSQL(Driven):
             await self._write(lambda: execute(sql, *params), single=True)
 
     async def release_messages(
-        self, owner: str, message_ids: Sequence[int], *, started: bool = False
+        self,
+        owner: str,
+        message_ids: Sequence[int],
+        *,
+        started: bool = False,
+        calls: Sequence[int] = (),
     ) -> None:
-        if message_ids:
-            refund = "" if started else ", attempts = GREATEST(attempts - 1, 0)"
-            sql = (
-                f"UPDATE messages SET lease_owner = NULL, available_at = now_epoch(){refund} "
-                "WHERE lease_owner = ? AND id = ANY(?)"
-            )
-            await self._write(lambda: execute(sql, owner, list(message_ids)), single=True)
+        refund = "" if started else ", attempts = GREATEST(attempts - 1, 0)"
+        sql = (
+            f"UPDATE messages SET lease_owner = NULL, available_at = now_epoch(){refund} "
+            "WHERE lease_owner = ? AND id = ANY(?)"
+        )
+
+        def release() -> Steps[None]:
+            if message_ids:
+                yield from execute(sql, owner, list(message_ids))
+            if calls:
+                yield from execute(DROP_CALLS, list(calls))
+
+        if message_ids or calls:
+            await self._write(release, single=not (message_ids and calls))
 
     async def waiting_messages(self) -> dict[str, int]:
         rows = await self.read("SELECT grp, COUNT(*) FROM messages GROUP BY grp ORDER BY grp")
         return {str(group): int(n) for group, n in rows}
 
+    async def claimable_groups(
+        self, groups: Sequence[str], job_ids: Sequence[str] | None = None
+    ) -> set[str]:
+        if not groups:
+            return set()
+        jobs, in_jobs = of_jobs(job_ids)
+        # one indexed look per group (a DISTINCT would read every message waiting)
+        one = (
+            "SELECT CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM messages WHERE grp = ? "
+            f"AND available_at <= now_epoch(){jobs})"
+        )
+        params = [value for group in groups for value in (group, group, *in_jobs)]
+        rows = await self.read(" UNION ALL ".join([one] * len(groups)), params)
+        return {str(row[0]) for row in rows}
+
 
 _REMOVE = "DELETE FROM messages WHERE id = ?"
+
+
+def _opens(lease: Lease | None) -> tuple[str, str] | None:
+    """(run, created_at) under which a put may open its leased messages' first calls'
+    in-flight records (:attr:`~ragjury.store.base.Lease.run_id`), or None."""
+    return (lease.run_id, iso()) if lease is not None and lease.run_id else None
 
 
 def acknowledge_plainly(step: Acknowledge) -> Steps[Acked]:
@@ -192,6 +237,8 @@ def acknowledge_plainly(step: Acknowledge) -> Steps[Acked]:
     if step.step is not None:
         yield from execute(PUT_STEP, *step.step)
     yield from execute_many(CLOSE_CALL, step.calls)
+    if step.unused_calls:
+        yield from execute(DROP_CALLS, list(step.unused_calls))
     ended = None if step.end is None else (yield from end_item_plainly(step.end))
     if (yield from execute(_REMOVE, step.message_id)) and step.replies and not ended:
         state = yield from fetch_one(
@@ -218,9 +265,11 @@ _CACHED = "SELECT key, output FROM steps WHERE key = ANY(?)"
 
 def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
     """:class:`~ragjury.store.sql.steps.Publish` as plain statements, in the driver's
-    transaction (a driver that wakes other processes does so itself). The step's text is
-    clean already (:func:`~ragjury.store.sql.steps.publish`), so its statements bind it as
-    it is."""
+    transaction (a driver that wakes other processes does so itself). It opens no call's
+    record ahead of it (:attr:`Publish.opens`): each call opens its own. The messages' text
+    is clean already (:func:`~ragjury.store.sql.steps.publish`), so their statements bind it
+    as it is."""
+    yield from execute_many(JOIN_PARTS, step.joins)
     plain = [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages if not m.leased]
     if plain:
         yield ExecuteMany(_INSERT, plain)

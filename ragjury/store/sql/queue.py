@@ -29,10 +29,12 @@ from ragjury.store.base import (
 from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
 from ragjury.store.sql.items import STARTED, end, fail, requeue_transient
 from ragjury.store.sql.steps import (
+    ClaimItems,
     Steps,
     execute,
     fetch,
     insert_items,
+    text,
 )
 
 
@@ -105,42 +107,25 @@ class QueueSQL(Driven):
     ) -> list[Item]:
         if limit <= 0:
             return []
-        jobs, in_jobs = of_jobs(job_ids)
-        columns = "id, job_id, key, position, payload, attempts"
-        # two indexed queries, not one with OR (which would scan the items)
-        expired = (
-            f"SELECT {columns} FROM items WHERE state = 'processing' "
-            f"AND lease_expires <= now_epoch() AND lease_owner <> ?{jobs} "
-            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-        )
-        queued = (
-            f"SELECT {columns} FROM items WHERE state = 'queued'{jobs} "
-            "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-        )
+        step = ClaimItems(text(owner), limit, lease_seconds, job_ids, max_attempts)
 
         def claim() -> Steps[list[Item]]:
-            rows = yield from fetch(expired, owner, *in_jobs, limit)
-            if len(rows) < limit:
-                rows += yield from fetch(queued, *in_jobs, limit - len(rows))
             claimed: list[Item] = []
-            for item_id, job_id, key, position, payload, attempts in rows:
-                if attempts >= max_attempts:
+            rows = yield step
+            for item_id, job_id, key, position, payload, attempts, taken in sorted(rows):
+                if not taken:
                     yield from fail(str(job_id), str(key), abandoned(int(attempts)))
                     continue
                 claimed.append(
                     Item(int(item_id), str(job_id), str(key), int(position), json.loads(payload),
                          int(attempts) + 1)
                 )  # fmt: skip
-            if claimed:
-                yield from execute(
-                    "UPDATE items SET state = 'processing', lease_owner = ?, "
-                    "lease_expires = now_epoch() + ?, attempts = attempts + 1, started_by = ? "
-                    "WHERE id = ANY(?)",
-                    *(owner, lease_seconds, owner, [item.id for item in claimed]),
-                )
             return claimed
 
-        return await self._write(claim)
+        # the claim is one statement on PostgreSQL; an item it finds started too often is
+        # failed by a statement of its own after it (if that is cut off, the next claim
+        # finds the item again)
+        return await self._write(claim, single=True)
 
     async def items_started(self, item_ids: Sequence[int]) -> None:
         if item_ids:
@@ -205,3 +190,33 @@ class QueueSQL(Driven):
         jobs, params = of_jobs(job_ids)
         sql = f"SELECT COUNT(*) FROM items WHERE state = ANY(?){jobs}"
         return int((await self.read(sql, (UNFINISHED, *params)))[0][0])
+
+
+def claim_items_plainly(step: ClaimItems) -> Steps[list[Row]]:
+    """:class:`~ragjury.store.sql.steps.ClaimItems` as plain statements, in the driver's
+    transaction."""
+    jobs, in_jobs = of_jobs(step.job_ids)
+    columns = "id, job_id, key, position, payload, attempts"
+    # two indexed queries, not one with OR (which would scan the items)
+    expired = (
+        f"SELECT {columns} FROM items WHERE state = 'processing' "
+        f"AND lease_expires <= now_epoch() AND lease_owner <> ?{jobs} "
+        "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+    )
+    queued = (
+        f"SELECT {columns} FROM items WHERE state = 'queued'{jobs} "
+        "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+    )
+    rows = yield from fetch(expired, step.owner, *in_jobs, step.limit)
+    if len(rows) < step.limit:
+        rows += yield from fetch(queued, *in_jobs, step.limit - len(rows))
+    found = [(*row, int(row[5]) < step.max_attempts) for row in rows]
+    taken = [row[0] for row in found if row[6]]
+    if taken:
+        yield from execute(
+            "UPDATE items SET state = 'processing', lease_owner = ?, "
+            "lease_expires = now_epoch() + ?, attempts = attempts + 1, started_by = ? "
+            "WHERE id = ANY(?)",
+            *(step.owner, step.lease_seconds, step.owner, taken),
+        )
+    return found

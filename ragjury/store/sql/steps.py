@@ -77,6 +77,29 @@ class Publish:
     owner: str = ""
     lease_seconds: float = 0.0
     started: Sequence[int] = ()
+    joins: Sequence[Params] = ()
+    """(job, item, parts as a JSON object) added to the items' join state first."""
+    opens: Params | None = None
+    """(run, created_at): a driver may open under this run the first call's in-flight record
+    of each leased message whose step is not cached (:attr:`StoredMessage.call`); None: no
+    run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimItems:
+    """Lease up to ``limit`` items to ``owner`` for ``lease_seconds``: first those whose
+    lease ran out under another owner, then queued ones, oldest first, skipping rows other
+    claims hold. Each comes back as (id, job_id, key, position, payload, attempts before
+    this claim, taken): one already started ``max_attempts`` times is not taken (its caller
+    fails it); the others are marked processing, started by ``owner``, an attempt counted.
+    PostgreSQL runs it as one statement; other drivers run
+    :func:`~ragjury.store.sql.queue.claim_items_plainly`."""
+
+    owner: str
+    limit: int
+    lease_seconds: float
+    job_ids: Sequence[str] | None
+    max_attempts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +149,10 @@ class Acknowledge:
     """The message's item ended with its results, first (its handling made the item's
     terminal event): then the message goes with the item's other messages, and no reply is
     put."""
+    unused_calls: Sequence[int] = ()
+    """In-flight records opened ahead of calls never made, dropped."""
+    opens: Params | None = None
+    """(run, created_at): as :attr:`Publish.calls`, for the leased replies."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -158,11 +185,21 @@ def _clean(value: Param) -> Param:
     return value
 
 
-Step = Fetch | Execute | ExecuteMany | Lock | InsertItems | Publish | EndItem | Acknowledge
+Step = (
+    Fetch
+    | Execute
+    | ExecuteMany
+    | Lock
+    | InsertItems
+    | Publish
+    | EndItem
+    | Acknowledge
+    | ClaimItems
+)
 StepResult = list[Row] | int | bool | list[StoredMessage] | Acked | None
-"""What a driver sends back for a step: rows (:class:`Fetch`), a count (:class:`Execute`), a
-flag (:class:`EndItem`), the leased messages (:class:`Publish`), an :class:`Acked`
-(:class:`Acknowledge`) or nothing."""
+"""What a driver sends back for a step: rows (:class:`Fetch`, :class:`ClaimItems`), a
+count (:class:`Execute`), a flag (:class:`EndItem`), the leased messages (:class:`Publish`),
+an :class:`Acked` (:class:`Acknowledge`) or nothing."""
 # the result sent back depends on the step: each operation names the one it expects
 Steps = Generator[Step, Any, T]
 """An operation: yields steps, receives each one's result, returns its own."""
@@ -202,11 +239,20 @@ def publish(
     owner: str = "",
     lease_seconds: float = 0.0,
     started: Sequence[int] = (),
+    joins: Sequence[Params] = (),
+    opens: Params | None = None,
 ) -> Steps[list[StoredMessage]]:
     if not messages:
         return []
     cleaned = [_cleaned(m) for m in messages]
-    leased: list[StoredMessage] = yield Publish(cleaned, text(owner), lease_seconds, started)
+    leased: list[StoredMessage] = yield Publish(
+        cleaned,
+        text(owner),
+        lease_seconds,
+        started,
+        [clean(row) for row in joins],
+        None if opens is None else clean(opens),
+    )
     return leased
 
 
@@ -238,6 +284,8 @@ def acknowledge(
     step: Params | None = None,
     calls: Sequence[Params] = (),
     end: EndItem | None = None,
+    unused_calls: Sequence[int] = (),
+    opens: Params | None = None,
 ) -> Steps[Acked]:
     cleaned = [_cleaned(m) for m in replies]
     job_id, key = (cleaned[0].job_id, cleaned[0].item_key) if cleaned else ("", "")
@@ -251,6 +299,8 @@ def acknowledge(
         None if step is None else clean(step),
         [clean(row) for row in calls],
         None if end is None else _cleaned_end(end),
+        list(unused_calls),
+        None if opens is None else clean(opens),
     )
     return acked
 

@@ -218,9 +218,10 @@ def run_tool(
     # every tool loads its compiled modules, as an installed package does (a shell that sets
     # PYTHONDONTWRITEBYTECODE would make only the tool without .pyc files compile at each run)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    start, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work)
-    wall = time.perf_counter() - start
+    end = time.monotonic()
+    wall = end - start
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
     row: dict[str, Any]
@@ -243,6 +244,8 @@ def run_tool(
         "tool": tool,
         "wall_seconds": round(wall, 3),
         "cpu_seconds": round(cpu_seconds, 3),
+        "started_at": start,
+        "ended_at": end,
         "exit": done.returncode,
         **row,
     }
@@ -290,13 +293,20 @@ def measure(
                 run["server_cpu_seconds"] = round(after["cpu_seconds"] - before["cpu_seconds"], 3)
                 run["requests"] = run.pop("chat_requests")
                 run.update(after.get("by_tool", {}).get(label, {}))
+                started, ended = run.pop("started_at"), run.pop("ended_at")
+                if "first_request_at" in run:  # where the whole process's time went
+                    run["to_first_request_seconds"] = round(run["first_request_at"] - started, 3)
+                    run["after_last_answer_seconds"] = round(ended - run.pop("last_answer_at"), 3)
+                    del run["first_request_at"]
                 runs.append(run)
                 mode = "faults" if faults else "clean "
                 print(
                     f"  {tool:<13} {mode} {run['wall_seconds']:7.2f} s  "
                     f"scored {run['scored']}  lost {run['lost']}  requests {run['requests']}  "
                     f"in flight max {run.get('in_flight_max')} mean {run.get('in_flight_mean')}  "
-                    f"cpu {run['cpu_seconds']} s, server cpu {run['server_cpu_seconds']} s",
+                    f"cpu {run['cpu_seconds']} s, server cpu {run['server_cpu_seconds']} s, "
+                    f"to first request {run.get('to_first_request_seconds')} s, "
+                    f"after last answer {run.get('after_last_answer_seconds')} s",
                     flush=True,
                 )
             runs.sort(key=lambda r: r["wall_seconds"])

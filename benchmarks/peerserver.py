@@ -276,6 +276,8 @@ class _Concurrency:
                     "in_flight_max": f["max"],
                     "in_flight_mean": round(f["area"] / span, 2) if span > 0 else 0.0,
                     "busy_span_seconds": round(span, 3),
+                    "first_request_at": f["first"],  # time.monotonic(), as every process reads it
+                    "last_answer_at": f["last"],
                     "clients": dict(f["clients"]),
                 }
             return out

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,12 @@ TOOLS = ("ragjury", *RUNNERS)
 # ragjury's re-asks of output that does not validate (its default is 3): at 15% malformed or
 # schema-invalid answers, 4 in a row (about 1 in 2,000 calls) would fail a sample in some runs
 MAX_RETRIES = 5
+# The peers' documented opt-outs of usage telemetry. RAGAS posts a usage event with
+# `requests` inside every LLM call, on the event loop (a blocking call of up to 1 s): with no
+# route to its server each post stalls the loop (about 0.1 s here), which held RAGAS to one
+# or two requests in flight in this benchmark before
+TELEMETRY_OFF = {"RAGAS_DO_NOT_TRACK": "true", "DEEPEVAL_TELEMETRY_OPT_OUT": "YES"}
+WARM_UP_SAMPLES = 4
 FAULTS = {"rate_malformed": 0.10, "rate_invalid": 0.05, "rate_429": 0.03, "rate_500": 0.02}
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 # A sentence that opens with a pronoun is no statement on its own: ragjury asks the splitter
@@ -123,6 +130,14 @@ class PeerEndpoint(FakeEndpoint):
         super().__init__(latency_ms=latency_ms, rate_429=rate_429, rate_500=rate_500)
         self._argv[1] = str(BENCHMARKS / "peerserver.py")
         self._argv[2:2] = [f"--rate-malformed={rate_malformed}", f"--rate-invalid={rate_invalid}"]
+
+    def __enter__(self) -> PeerEndpoint:
+        super().__enter__()
+        return self
+
+    def name_tool(self, tool: str) -> None:
+        """Count the requests from now on for ``tool`` (its in-flight figures in stats())."""
+        self._command(f"tool {tool}")
 
 
 def peer_python(peers_dir: Path, venv: str) -> Path:
@@ -198,11 +213,17 @@ def run_tool(
         assert python is not None
         argv = [str(python), str(RUNS / RUNNERS[tool][1]), str(samples_file), base_url]
         argv.append(str(concurrency))
-        env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
+        env = {**os.environ, "OPENAI_API_KEY": "sk-bench", **TELEMETRY_OFF}
         env.pop("PYTHONPATH", None)
-    start = time.perf_counter()
+    # every tool loads its compiled modules, as an installed package does (a shell that sets
+    # PYTHONDONTWRITEBYTECODE would make only the tool without .pyc files compile at each run)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    start, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work)
-    wall = time.perf_counter() - start
+    end = time.monotonic()
+    wall = end - start
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
     row: dict[str, Any]
     if tool == "ragjury":
         summary = (
@@ -219,7 +240,29 @@ def run_tool(
         )
     if done.returncode not in (0, 3, 4) or row.get("lost") is None:
         sys.stderr.write(f"{tool} exited {done.returncode}:\n{done.stderr[-2000:]}\n")
-    return {"tool": tool, "wall_seconds": round(wall, 3), "exit": done.returncode, **row}
+    return {
+        "tool": tool,
+        "wall_seconds": round(wall, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "started_at": start,
+        "ended_at": end,
+        "exit": done.returncode,
+        **row,
+    }
+
+
+def warm_up(args: argparse.Namespace, python: dict[str, Path], work: Path) -> None:
+    """One untimed run of each tool on a few samples: each finds its modules compiled and
+    its files in the OS cache, as on a user's second run, whatever ran before."""
+    few = work / "warm-up" / "samples.jsonl"
+    few.parent.mkdir()
+    lines = (work / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+    few.write_text("\n".join(lines[:WARM_UP_SAMPLES]) + "\n", encoding="utf-8")
+    with PeerEndpoint(
+        latency_ms=args.latency_ms, rate_429=0, rate_500=0, rate_malformed=0, rate_invalid=0
+    ) as fake:
+        for tool in args.tools.split(","):
+            run_tool(tool, python.get(tool), few, fake.base_url, args.concurrency, few.parent)
 
 
 def measure(
@@ -237,7 +280,9 @@ def measure(
     ) as fake:
         for tool in args.tools.split(","):
             runs = []
-            for _ in range(args.repeat):
+            for attempt in range(args.repeat):
+                label = f"{tool}/{'faults' if faults else 'clean'}/{attempt}"
+                fake.name_tool(label)
                 before = fake.stats()
                 run = run_tool(
                     tool, python.get(tool), samples_file, fake.base_url, args.concurrency, work
@@ -245,12 +290,23 @@ def measure(
                 after = fake.stats()
                 for key in ("chat_requests", "status_429", "status_500", "malformed", "invalid"):
                     run[key] = after.get(key, 0) - before.get(key, 0)
+                run["server_cpu_seconds"] = round(after["cpu_seconds"] - before["cpu_seconds"], 3)
                 run["requests"] = run.pop("chat_requests")
+                run.update(after.get("by_tool", {}).get(label, {}))
+                started, ended = run.pop("started_at"), run.pop("ended_at")
+                if "first_request_at" in run:  # where the whole process's time went
+                    run["to_first_request_seconds"] = round(run["first_request_at"] - started, 3)
+                    run["after_last_answer_seconds"] = round(ended - run.pop("last_answer_at"), 3)
+                    del run["first_request_at"]
                 runs.append(run)
                 mode = "faults" if faults else "clean "
                 print(
                     f"  {tool:<13} {mode} {run['wall_seconds']:7.2f} s  "
-                    f"scored {run['scored']}  lost {run['lost']}  requests {run['requests']}",
+                    f"scored {run['scored']}  lost {run['lost']}  requests {run['requests']}  "
+                    f"in flight max {run.get('in_flight_max')} mean {run.get('in_flight_mean')}  "
+                    f"cpu {run['cpu_seconds']} s, server cpu {run['server_cpu_seconds']} s, "
+                    f"to first request {run.get('to_first_request_seconds')} s, "
+                    f"after last answer {run.get('after_last_answer_seconds')} s",
                     flush=True,
                 )
             runs.sort(key=lambda r: r["wall_seconds"])
@@ -278,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         with (work / "samples.jsonl").open("w", encoding="utf-8") as f:
             for sample in samples(args.samples, args.corpus):
                 f.write(json.dumps(sample) + "\n")
+        warm_up(args, python, work)
         for faults in modes:
             rows += measure(args, faults, python, work)
     path = write_result(
@@ -297,12 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     show(
         f"faithfulness, {args.samples} samples, concurrency {args.concurrency}, "
         f"{args.latency_ms:.0f} ms a call: whole process",
-        ["tool", "faults", "wall s", "ratio to ragjury", "in-run s", "scored", "lost", "requests"],
+        ["tool", "faults", "wall s", "ratio to ragjury", "in-run s", "scored", "lost", "requests",
+         "in flight max", "in flight mean", "CPU s"],
         [
             [r["tool"], "20%" if r["faults"] else "none", f"{r['wall_seconds']:.2f}",
              f"{r['ratio_to_ragjury']:.2f}" if r["ratio_to_ragjury"] else "-",
              f"{r['in_run_seconds']:.2f}" if r.get("in_run_seconds") else "-",
-             r["scored"], r["lost"], r["requests"]]
+             r["scored"], r["lost"], r["requests"], r.get("in_flight_max", "-"),
+             r.get("in_flight_mean", "-"), f"{r['cpu_seconds']:.1f}"]
             for r in rows
         ],
         path,

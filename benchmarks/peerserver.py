@@ -13,6 +13,11 @@ every tool into malformed JSON (cut short) or JSON that parses but misses the sc
 fields: the faults a real model makes, which each tool must notice and ask again.
 
     python benchmarks/peerserver.py --latency-ms 200 --rate-malformed 0.1   # prints its URL
+
+Besides ``fakeserver.py``'s commands on stdin it takes ``tool NAME`` (count the requests from
+now on for that tool) and ``spans NAME`` (each of that tool's requests as [arrival, end] on
+``time.monotonic()``); ``stats`` adds ``by_tool``, each tool's requests in flight at the
+endpoint (peak and time-weighted mean), so a tool held below its concurrency shows.
 """
 
 from __future__ import annotations
@@ -217,8 +222,82 @@ class _Faults:
         return replace(reply, body=body)
 
 
+class _Concurrency:
+    """Requests in flight at the fake, per tool: the harness names the tool about to run
+    (``tool NAME`` on stdin) and every request until the next name counts for it (the
+    harness runs one tool at a time). Kept per tool: the peak, the time-weighted mean from
+    its first request's arrival to its last answer, the HTTP clients seen (``User-Agent``)
+    and each request's arrival and end (``spans NAME``), which show a tool's waves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tool = "-"
+        self._now: dict[str, int] = {}
+        self._figures: dict[str, dict[str, Any]] = {}
+        self._spans: dict[str, list[list[float]]] = {}
+        self._mine = threading.local()  # the tool and span of a handler thread's request
+
+    def name(self, tool: str) -> None:
+        with self._lock:
+            self._tool = tool
+
+    def begin(self, request: RecordedRequest) -> None:
+        with self._lock:
+            tool, now = self._tool, time.monotonic()
+            f = self._figures.setdefault(
+                tool, {"max": 0, "area": 0.0, "first": now, "last": now, "clients": {}}
+            )
+            self._advance(tool, f, now)
+            self._now[tool] = self._now.get(tool, 0) + 1
+            f["max"] = max(f["max"], self._now[tool])
+            agent = request.headers.get("user-agent", "-")
+            f["clients"][agent] = f["clients"].get(agent, 0) + 1
+            span = [now, now]
+            self._spans.setdefault(tool, []).append(span)
+            self._mine.tool, self._mine.span = tool, span
+
+    def end(self) -> None:
+        with self._lock:
+            tool, now = self._mine.tool, time.monotonic()
+            self._advance(tool, self._figures[tool], now)
+            self._now[tool] -= 1
+            self._mine.span[1] = now
+
+    def _advance(self, tool: str, f: dict[str, Any], now: float) -> None:
+        f["area"] += self._now.get(tool, 0) * (now - f["last"])
+        f["last"] = now
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            out = {}
+            for tool, f in self._figures.items():
+                span = f["last"] - f["first"]
+                out[tool] = {
+                    "in_flight_max": f["max"],
+                    "in_flight_mean": round(f["area"] / span, 2) if span > 0 else 0.0,
+                    "busy_span_seconds": round(span, 3),
+                    "first_request_at": f["first"],  # time.monotonic(), as every process reads it
+                    "last_answer_at": f["last"],
+                    "clients": dict(f["clients"]),
+                }
+            return out
+
+    def spans(self, tool: str) -> list[list[float]]:
+        with self._lock:
+            return [list(s) for s in self._spans.get(tool, [])]
+
+
 class _FaultyFake(FakeOpenAI):
     faults: _Faults | None = None
+    concurrency = _Concurrency()
+
+    def _begin(self, request: RecordedRequest) -> None:
+        super()._begin(request)
+        self.concurrency.begin(request)
+
+    def _end(self) -> None:
+        self.concurrency.end()
+        super()._end()
 
     def route(self, agent: str, *replies: Reply | Responder) -> None:
         faults = self.faults
@@ -245,8 +324,14 @@ def main(argv: list[str] | None = None) -> int:
                     **fake.stats(),
                     **faults.counts,
                     "cpu_seconds": round(time.process_time(), 3),
+                    "by_tool": _FaultyFake.concurrency.figures(),
                 }
                 print(json.dumps(stats), flush=True)
+            elif command.startswith("spans "):
+                print(json.dumps(_FaultyFake.concurrency.spans(command[6:])), flush=True)
+            elif command.startswith("tool "):
+                _FaultyFake.concurrency.name(command.split(maxsplit=1)[1])
+                print("{}", flush=True)
             elif command:
                 print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
     finally:

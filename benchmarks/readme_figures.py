@@ -166,20 +166,27 @@ _TOOLS = {
 
 def peers(results: dict[str, Any]) -> str:
     """The peers table: each tool's whole-process seconds, its ratio to ragjury's, its own
-    in-run seconds, samples scored and lost and requests made, without and with faults."""
+    in-run seconds, samples scored and lost and requests made, its requests in flight at the
+    endpoint (peak and mean) and its CPU seconds, without and with faults."""
     settings = results["settings"]
     lines = [
         "| tool | bad answers | whole process | x ragjury | inside the run | scored | lost "
-        "| requests |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| requests | in flight: peak, mean | CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in results["rows"]:
         in_run = row.get("in_run_seconds")
+        peak, mean, cpu = (
+            row.get("in_flight_max"),
+            row.get("in_flight_mean"),
+            row.get("cpu_seconds"),
+        )
         lines.append(
             f"| {_TOOLS.get(row['tool'], row['tool'])} | {'20%' if row['faults'] else 'none'} "
             f"| {row['wall_seconds']:.1f} s | {row['ratio_to_ragjury']:.2f} "
             f"| {'-' if in_run is None else f'{in_run:.1f} s'} | {row['scored']} | {row['lost']} "
-            f"| {row['requests']} |"
+            f"| {row['requests']} | {'-' if peak is None else f'{peak}, {mean:.1f}'} "
+            f"| {'-' if cpu is None else f'{cpu:.1f} s'} |"
         )
     versions = ", ".join(f"{tool} {v}" for tool, v in results["versions"].items() if v)
     return (

@@ -218,10 +218,44 @@ def test_peers_times_ragjury_as_a_whole_process_and_loses_no_sample_to_faults(
         assert (row["scored"], row["lost"]) == (6, 0)
         assert row["ratio_to_ragjury"] == 1.0
         assert row["wall_seconds"] > row["in_run_seconds"] > 0
+    for row in rows.values():  # what the endpoint saw of ragjury's requests, and its CPU
+        assert 1 <= row["in_flight_max"] <= 6  # one sample's step at a time: 6 at most
+        assert 0 < row["in_flight_mean"] <= row["in_flight_max"]
+        assert row["cpu_seconds"] > 0
     faulty = rows[True]
     # the 20% of bad answers reached ragjury and were asked again
     assert faulty["malformed"] + faulty["invalid"] + faulty["status_429"] + faulty["status_500"] > 0
     assert faulty["requests"] > rows[False]["requests"]
+
+
+def test_the_peers_fake_counts_requests_in_flight_for_the_tool_named_before_them() -> None:
+    # The figure that tells a tool held below its concurrency (one request at a time) from
+    # one that uses it: four requests in a row, then four at once, against the real server.
+    sys.path.insert(0, str(BENCHMARKS))
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from peers import PeerEndpoint
+
+    def ask(client: httpx.Client, url: str) -> None:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        client.post(f"{url}/chat/completions", json=body).raise_for_status()
+
+    faults = {"rate_429": 0.0, "rate_500": 0.0, "rate_malformed": 0.0, "rate_invalid": 0.0}
+    with PeerEndpoint(latency_ms=100, **faults) as fake, httpx.Client(timeout=10) as client:
+        fake.name_tool("serial")
+        for _ in range(4):
+            ask(client, fake.base_url)
+        fake.name_tool("parallel")
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: ask(client, fake.base_url), range(4)))
+        by_tool = fake.stats()["by_tool"]
+    assert by_tool["serial"]["in_flight_max"] == 1
+    assert by_tool["serial"]["in_flight_mean"] <= 1
+    assert by_tool["parallel"]["in_flight_max"] == 4
+    assert by_tool["parallel"]["in_flight_mean"] > 2
+    assert sum(by_tool["parallel"]["clients"].values()) == 4
 
 
 def test_the_peers_fake_answers_each_peer_schema_from_the_sample_it_is_given() -> None:

@@ -22,7 +22,10 @@ from fakeopenai import FakeOpenAI, chat, chat_json, error, tool_call
 pytestmark = pytest.mark.anyio
 # the two paths compared: there is one only with the instructor the prepared one was checked on
 both_paths = pytest.mark.skipif(not FAST, reason=f"instructor {instructor.__version__}: one path")
-ASK: JSONData = [{"role": "system", "content": "You rate."}, {"role": "user", "content": "Rate."}]
+ASK: list[JSONData] = [
+    {"role": "system", "content": "You rate."},
+    {"role": "user", "content": "Rate."},
+]
 
 
 def test_the_prepared_path_is_taken_exactly_with_the_instructor_it_was_checked_against() -> None:
@@ -39,8 +42,9 @@ def test_the_prepared_path_is_taken_exactly_with_the_instructor_it_was_checked_a
 
 @both_paths
 @pytest.mark.parametrize("mode", [instructor.Mode.JSON, instructor.Mode.TOOLS])
+@pytest.mark.parametrize("ask", [ASK, ASK[1:]], ids=["system first", "no system message"])
 async def test_prepared_and_patched_paths_send_the_same_requests_and_reasks(
-    fake: FakeOpenAI, mode: instructor.Mode
+    fake: FakeOpenAI, mode: instructor.Mode, ask: list[JSONData]
 ) -> None:
     bodies: dict[bool, list[JSONData]] = {}
     for fast in (True, False):
@@ -75,7 +79,7 @@ async def test_prepared_and_patched_paths_send_the_same_requests_and_reasks(
             create = StructuredCreate(send, mode, fast=fast)
             assert create.fast is fast
             critique = await create(
-                instructor.openai_schema(Critique), model="m", messages=ASK, max_retries=3
+                instructor.openai_schema(Critique), model="m", messages=ask, max_retries=3
             )
         assert isinstance(critique, Critique)
         assert critique.rating == 4

@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletion
 
 from ragjury._json import JSONData
 from ragjury.config import Settings
+from ragjury.llm._http import http_client
 from ragjury.llm.ratelimit import keep_headers
 
 
@@ -71,7 +72,7 @@ class OpenAIBackend:
             api_key=settings.api_key or "not-needed",
             max_retries=0,  # transport retries are LLM's, so that every request is counted
             timeout=settings.timeout,
-            http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [keep_headers]}),
+            http_client=http_client(keep_headers),
         )
 
     async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:

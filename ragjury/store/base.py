@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from ragjury._json import JSONData, JSONObject
 from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
-from ragjury.store.decisions import QuestionDecision
+from ragjury.store.decisions import QuestionDecision as QuestionDecision
 from ragjury.store.status_report import StatusReport
 
 JobKind = Literal["generate", "evaluate"]

@@ -1,7 +1,8 @@
 """What `ragjury --version` and `--help` import: not the LLM client, the settings, logging, the
 stores' drivers, the report code or PDF reading, which a command that runs nothing does not
-need; `--version` not even pydantic or the metric declarations. (A guard on the import graph,
-not a timing: the figures are `benchmarks/startup.py`'s business.)"""
+need; `--version` not even pydantic or the metric declarations; and `--help` builds no
+validator of the pydantic models it imports. (A guard on the import graph and on import-time
+work, not a timing: the figures are `benchmarks/startup.py`'s business.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ NEVER = (
     "ragjury.config",
     "ragjury.logs",
     # the store's interfaces: the agents walked for the metric declarations need them for
-    # types only (the --help of a few sessions back loaded them, and 1.2x its time with them)
+    # types only; and TOML, which only a judge file or the bundled sets need
     "ragjury.store.base",
     "ragjury.store.status_report",
     "ragjury.llm.batch_types",

@@ -8,7 +8,11 @@ median of ``python -c pass`` (the interpreter alone) measured in the same run. T
 request's time is read at the fake endpoint (``benchmarks/fakeserver.py``): the arrival of the
 first request on the machine's monotonic clock, less the clock just before the process was
 started. ``python -c "import openai"`` is timed too: no `evaluate` that uses the openai client
-can send a request earlier than that.
+can send a request earlier than that, so each figure is also shown as a ratio to it, and the
+first request's time less it (round by round: what ragjury itself adds before its first
+request) is a row of its own. Each whole process's CPU seconds (user + system, the operating
+system's accounting of the reaped child) are shown beside its wall time: on a machine that
+other work shares they move far less than wall time does.
 
 The commands run in a temporary folder (so the ragjury imported is the installed one, or the
 one ``PYTHONPATH`` names, never a checkout in the current folder), with bytecode caches written
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,8 +45,10 @@ COMMANDS: dict[str, list[str]] = {
     'python -c "import openai"': ["-c", "import openai"],
 }
 BASELINE = "python -c pass"
+OPENAI = 'python -c "import openai"'
 FIRST_REQUEST = "evaluate: first request"
 EVALUATE = "evaluate: whole run"
+ADDED = 'first request less "import openai"'
 
 
 def parse_args(argv: list[str] | None = None) -> Any:
@@ -62,11 +69,18 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
-    """Wall seconds of one whole process, from before it is started until it is reaped."""
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole process, from before it is started until it is
+    reaped."""
+    cpu = _children_cpu()
     started = time.perf_counter()
     subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, check=True)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu
 
 
 def write_samples(path: Path, count: int) -> None:
@@ -79,8 +93,9 @@ def write_samples(path: Path, count: int) -> None:
 
 def evaluate_once(
     fake: FakeEndpoint, work: Path, samples: Path, env: dict[str, str]
-) -> tuple[float, float]:
-    """(seconds to the first request, seconds of the whole run) of a fresh ``evaluate``."""
+) -> tuple[float, float, float]:
+    """(seconds to the first request, wall and CPU seconds of the whole run) of a fresh
+    ``evaluate``."""
     for stale in work.glob("run.db*"):
         stale.unlink()
     fake.reset()
@@ -89,51 +104,71 @@ def evaluate_once(
         "--db", str(work / "run.db"), "--out", str(work / "results.jsonl"),
         "--base-url", fake.base_url, "--api-key", "startup", "--model", "fake-model",
     ]  # fmt: skip
+    cpu = _children_cpu()
     started = time.monotonic()
     subprocess.run([sys.executable, *argv], env=env, cwd=work, capture_output=True, check=True)
     ended = time.monotonic()
     first = float(fake.stats()["first_request_at"])
     if first < started:
         raise RuntimeError("the evaluate sent no request to the fake endpoint")
-    return first - started, ended - started
+    return first - started, ended - started, _children_cpu() - cpu
 
 
-def measure(args: Any) -> dict[str, list[float]]:
+def measure(args: Any) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds of every run, by name (with the first request less ``import openai`` of
+    the same round), and CPU seconds of the whole processes."""
     env = child_environment()
-    seconds: dict[str, list[float]] = {name: [] for name in [*COMMANDS, FIRST_REQUEST, EVALUATE]}
+    names = [*COMMANDS, FIRST_REQUEST, EVALUATE]
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names if name != FIRST_REQUEST}
     with tempfile.TemporaryDirectory() as folder, FakeEndpoint(latency_ms=args.latency_ms) as fake:
         work = Path(folder)
         samples = work / "samples.jsonl"
         write_samples(samples, args.samples)
 
         def command(name: str, argv: list[str]) -> Callable[[], None]:
-            return lambda: seconds[name].append(timed(argv, env, work))
+            def run() -> None:
+                wall, used = timed(argv, env, work)
+                seconds[name].append(wall)
+                cpu[name].append(used)
+
+            return run
 
         rounds = [command(name, argv) for name, argv in COMMANDS.items()]
 
         def evaluate() -> None:
-            first, whole = evaluate_once(fake, work, samples, env)
+            first, whole, used = evaluate_once(fake, work, samples, env)
             seconds[FIRST_REQUEST].append(first)
             seconds[EVALUATE].append(whole)
+            cpu[EVALUATE].append(used)
 
         rounds.append(evaluate)
         for step in rounds:  # the warm-up: writes the bytecode caches, warms the disk cache
             step()
-        for values in seconds.values():
+        for values in [*seconds.values(), *cpu.values()]:
             values.clear()
         for _ in range(args.runs):
             for step in rounds:
                 step()
-    return seconds
+    seconds[ADDED] = [a - b for a, b in zip(seconds[FIRST_REQUEST], seconds[OPENAI], strict=True)]
+    return seconds, cpu
+
+
+def _ratio(value: float | None, to: float | None) -> float | None:
+    return None if value is None or not to else round(value / to, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    seconds = measure(args)
+    seconds, cpu = measure(args)
     baseline = statistics.median(seconds[BASELINE])
+    openai = statistics.median(seconds[OPENAI])
+    cpu_baseline = statistics.median(cpu[BASELINE])
+    cpu_openai = statistics.median(cpu[OPENAI])
     runs = []
     for name, values in seconds.items():
         median = statistics.median(values)
+        used = statistics.median(cpu[name]) if name in cpu else None
         runs.append(
             {
                 "run": name,
@@ -141,18 +176,29 @@ def main(argv: list[str] | None = None) -> int:
                 "min_seconds": round(min(values), 4),
                 "max_seconds": round(max(values), 4),
                 "ratio_to_python": round(median / baseline, 2),
+                "ratio_to_openai": round(median / openai, 2),
+                "median_cpu_seconds": None if used is None else round(used, 4),
+                "cpu_ratio_to_python": _ratio(used, cpu_baseline),
+                "cpu_ratio_to_openai": _ratio(used, cpu_openai),
                 "seconds": [round(v, 4) for v in values],
+                "cpu_seconds": [round(v, 4) for v in cpu.get(name, [])],
             }
         )
     settings = {"runs": args.runs, "samples": args.samples, "latency_ms": args.latency_ms}
     path = write_result("startup", {"settings": settings, "runs": runs}, args.out)
-    columns = ("run", "median s", "min s", "max s", "x python -c pass")
-    rows = [
-        (r["run"], r["median_seconds"], r["min_seconds"], r["max_seconds"], r["ratio_to_python"])
-        for r in runs
-    ]
+    columns = (
+        "run", "median s", "min s", "max s", "x python -c pass", "x import openai",
+        "cpu s", "cpu x python", "cpu x openai",
+    )  # fmt: skip
+    rows = [[r[key] if r[key] is not None else "-" for key in _COLUMNS] for r in runs]
     show(f"Start-up, medians of {args.runs} runs", columns, rows, path)
     return 0
+
+
+_COLUMNS = (
+    "run", "median_seconds", "min_seconds", "max_seconds", "ratio_to_python", "ratio_to_openai",
+    "median_cpu_seconds", "cpu_ratio_to_python", "cpu_ratio_to_openai",
+)  # fmt: skip
 
 
 if __name__ == "__main__":

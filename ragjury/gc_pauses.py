@@ -18,17 +18,40 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import sys
 
 # Imported on the first request, not at start-up; loaded here so that they are frozen too.
 _LAZY_MODULES = ("instructor.v2.providers.openai.handlers",)
 
 
 def settle() -> None:
-    """Load the modules a run needs and freeze everything allocated so far.
+    """Load the modules a run needs, build the models' validators, and freeze everything
+    allocated so far.
 
     No collection first: it would cost as long as the pauses this avoids, and the garbage
     left over from start-up is a few import-time cycles."""
     for name in _LAZY_MODULES:
         with contextlib.suppress(ImportError):  # a renamed module is only not preloaded
             importlib.import_module(name)
+    build_models()
     gc.freeze()
+
+
+def build_models() -> None:
+    """Build the validators of ragjury's loaded models that defer them (``defer_build``, so
+    that ``ragjury --help`` does not): here, in one thread before any work, so that they are
+    frozen with the rest and no two threads build one at once (a concurrent first build is
+    racy in some pydantic releases)."""
+    from pydantic import BaseModel
+
+    for name, module in list(sys.modules.items()):
+        if name != "ragjury" and not name.startswith("ragjury."):
+            continue
+        for value in list(vars(module).values()):
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseModel)
+                and value.__module__ == name
+                and not value.__pydantic_complete__
+            ):
+                value.model_rebuild()

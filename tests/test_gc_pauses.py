@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,41 @@ def test_settle_freezes_what_is_allocated_and_preloads_the_lazy_modules(unfrozen
     gc_pauses.settle()
     assert gc.get_freeze_count() > 10_000  # modules, classes and schemas: not walked again
     assert "instructor.v2.providers.openai.handlers" in sys.modules
+
+
+BUILD = """
+import pydantic
+import sys
+from ragjury import gc_pauses
+from ragjury.metrics import registry
+
+registry()  # every agent module, so every schema module: their models defer their build
+
+def pending():
+    return sorted(
+        f"{name}.{key}"
+        for name, module in list(sys.modules.items())
+        if name.startswith("ragjury")
+        for key, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+        and value.__module__ == name and not value.__pydantic_complete__
+    )
+
+before = pending()
+gc_pauses.build_models()
+print(len(before), ",".join(pending()))
+"""
+
+
+def test_settle_builds_every_deferred_model_before_the_run_starts() -> None:
+    """Built in one thread before any work (and frozen with the rest), not at first use."""
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD], capture_output=True, text=True, timeout=60, check=True
+    )
+    before, after = done.stdout.split(" ", 1)
+
+    assert int(before) > 50
+    assert after.strip() == ""
 
 
 @pytest.mark.anyio

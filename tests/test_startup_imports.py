@@ -1,7 +1,8 @@
 """What `ragjury --version` and `--help` import: not the LLM client, the settings, logging, the
 stores' drivers, the report code or PDF reading, which a command that runs nothing does not
-need; `--version` not even pydantic or the metric declarations. (A guard on the import graph,
-not a timing: the figures are `benchmarks/startup.py`'s business.)"""
+need; `--version` not even pydantic or the metric declarations; and `--help` builds no
+validator of the pydantic models it imports. (A guard on the import graph and on import-time
+work, not a timing: the figures are `benchmarks/startup.py`'s business.)"""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ NEVER = (
     "pyarrow",
     "ragjury.config",
     "ragjury.logs",
+    # the store's interfaces: the agents walked for the metric declarations need them for
+    # types only; and TOML, which only a judge file or the bundled sets need
+    "ragjury.store.base",
+    "ragjury.store.status_report",
+    "ragjury.llm.batch_types",
+    "ragjury.llm.usage",
+    "tomllib",
     "ragjury.llm.client",
     "ragjury.store.sqlite",
     "ragjury.evaluation.targets",
@@ -57,20 +65,51 @@ except SystemExit:
     pass
 print("loaded:" + ",".join(sorted(m for m in {watched!r} if m in sys.modules)))
 """
+# The pydantic models of ragjury's modules whose validators were built in the process.
+BUILT = """
+import sys
+import pydantic
+from ragjury.cli import main
+try:
+    main({args!r})
+except SystemExit:
+    pass
+built = sorted(
+    f"{{name}}.{{key}}"
+    for name, module in list(sys.modules.items())
+    if name.startswith("ragjury")
+    for key, value in vars(module).items()
+    if isinstance(value, type)
+    and issubclass(value, pydantic.BaseModel)
+    and value.__module__ == name
+    and value.__pydantic_complete__
+)
+print("built:" + ",".join(built))
+"""
 
 
-def _loaded(args: list[str], watched: tuple[str, ...]) -> list[str]:
-    """The ``watched`` modules in ``sys.modules`` after ``ragjury ARGS``, in a fresh process."""
+def _probe(script: str, label: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(args=args, watched=watched)],
+        [sys.executable, "-c", script],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    shown = done.stdout.strip().splitlines()[-1].removeprefix("loaded:")
+    shown = done.stdout.strip().splitlines()[-1].removeprefix(label)
     return shown.split(",") if shown else []
+
+
+def _loaded(args: list[str], watched: tuple[str, ...]) -> list[str]:
+    """The ``watched`` modules in ``sys.modules`` after ``ragjury ARGS``, in a fresh process."""
+    return _probe(PROBE.format(args=args, watched=watched), "loaded:")
+
+
+def _built(args: list[str]) -> list[str]:
+    """ragjury's pydantic models whose validators exist after ``ragjury ARGS``, in a fresh
+    process (a model builds its validator at import unless it defers the build)."""
+    return _probe(BUILT.format(args=args), "built:")
 
 
 def _commands() -> list[str]:
@@ -88,6 +127,18 @@ def test_version_imports_neither_pydantic_nor_anything_a_command_runs() -> None:
 )
 def test_help_imports_nothing_a_command_needs_only_when_it_runs(args: list[str]) -> None:
     assert _loaded(args, NEVER) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["evaluate", "--help"]], ids=" ".join)
+def test_help_builds_no_validator_of_the_models_it_imports(args: list[str]) -> None:
+    """The metric declarations bring every schema module in; building their validators (the
+    event union, the records, the LLM responses) was about a fifth of --help's time."""
+    assert _built(args) == []
+
+
+def test_the_model_probe_sees_a_built_validator() -> None:
+    """The guard can fail: a command that validates its settings builds their models."""
+    assert "ragjury.config.EvaluationOptions" in _built(["metrics", "--json"])
 
 
 def test_the_probe_sees_what_a_running_command_loads() -> None:

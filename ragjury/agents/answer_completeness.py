@@ -28,7 +28,9 @@ _COMPLETION_TOKENS = 120
 class QuestionPart(BaseModel):
     """One thing the question asks for, and whether the answer covers it."""
 
-    model_config = ConfigDict(extra="ignore")
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     part: str = Field(min_length=1, description="What the question asks for, briefly.")
     covered: bool = Field(description="True when the answer responds to this part.")
@@ -38,7 +40,9 @@ class QuestionPart(BaseModel):
 class QuestionCoverage(BaseModel):
     """The parts of a question, each covered by the answer or not."""
 
-    model_config = ConfigDict(extra="ignore")
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     parts: list[QuestionPart] = Field(min_length=1, max_length=12)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -69,7 +68,9 @@ Judge only what you are asked to judge; do not reward length or confidence for t
 class JudgeFile(BaseModel):
     """What a judge file holds (validated; the error names the field and what is allowed)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = Field(description="A new metric name: lower case letters, digits, underscores.")
     description: str = Field(min_length=1)
@@ -201,6 +202,8 @@ def judge_from_dict(data: JSONData, origin: str) -> Metric:
 
 def load_judge(path: str | Path) -> Metric:
     """Read a judge file (TOML)."""
+    import tomllib  # here: the module is imported by every `ragjury --help`
+
     shown = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -259,7 +262,9 @@ def prompt_of(metric: Metric) -> Prompt:
 class _Judgment(BaseModel):
     """The custom judge's answer: why, then the verdict."""
 
-    model_config = ConfigDict(extra="ignore")
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     reasoning: str = Field(min_length=1, description="Why, in a few sentences, before the score.")
 
 

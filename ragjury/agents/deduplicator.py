@@ -15,11 +15,13 @@ however many questions a job keeps.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ragjury.agents.question_index import QuestionIndex
 from ragjury.schemas import DuplicateDropped, PairDrafted, QuestionsDrafted
-from ragjury.store.base import Joins
+
+if TYPE_CHECKING:
+    from ragjury.store.base import Joins
 
 
 class Deduplicator:

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
-from ragjury.store.base import Joins
+if TYPE_CHECKING:
+    from ragjury.store.base import Joins
+
 
 current_item: ContextVar[str] = ContextVar("ragjury_current_item")
 """The item (document or sample key) of the message being handled."""

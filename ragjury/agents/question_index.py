@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragjury.store.base import QuestionDecision
+from ragjury.store.decisions import QuestionDecision
 
 ORDER_VERSION = 2
 """2: the key of a question with no words is printable (1 used NUL, which PostgreSQL's text

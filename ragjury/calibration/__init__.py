@@ -4,3 +4,8 @@
 :mod:`ragjury.calibration.labels` reads labelled samples, and
 :mod:`ragjury.calibration.sets` knows the labelled sets shipped in ``data/``.
 """
+
+LABEL_FIELD = "human"
+"""The record field that holds the person's verdict: in the bundled sets, and by default in a
+labels file (here, not in :mod:`~ragjury.calibration.sets`, so that evaluate's flags, which name
+it, load neither pydantic models nor TOML)."""

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragjury.calibration.sets import LABEL_FIELD
+from ragjury.calibration import LABEL_FIELD
 
 
 @dataclass(frozen=True)

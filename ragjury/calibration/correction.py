@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
+from ragjury.calibration import LABEL_FIELD
 from ragjury.calibration.correct_with import CorrectWith
 from ragjury.calibration.labels import LabelledSamples, load_labelled
-from ragjury.calibration.sets import LABEL_FIELD
 from ragjury.errors import ConfigurationError
 from ragjury.intervals import Corrected, corrected_mean, mean_interval
 from ragjury.metrics import Scale

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragjury.calibration import LABEL_FIELD
 from ragjury.calibration.labels import LabelledSamples, labelled_samples, parse_label
-from ragjury.calibration.sets import LABEL_FIELD
 from ragjury.errors import InputError
 from ragjury.evaluation.inputs import InvalidRecord
 from ragjury.schemas import Sample

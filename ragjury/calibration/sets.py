@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ragjury.calibration import LABEL_FIELD
+
 DATA = Path(__file__).parent / "data"
-LABEL_FIELD = "human"
-"""The field of a bundled set's records that holds the person's verdict."""
 
 
 class BundledSet(BaseModel):

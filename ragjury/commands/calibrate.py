@@ -17,10 +17,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ragjury.calibration import LABEL_FIELD
 from ragjury.calibration.labels import LabelledSamples, load_labelled
 from ragjury.calibration.results import SUMMARY_KEY, Calibration, calibrate, judge_results
 from ragjury.calibration.review import is_reviewed, reviewed_labels
-from ragjury.calibration.sets import LABEL_FIELD, bundled_set, bundled_sets
+from ragjury.calibration.sets import bundled_set, bundled_sets
 from ragjury.commands._calibration_display import (
     calibration_tables,
     sets_notes,

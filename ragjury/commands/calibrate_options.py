@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ragjury.calibration import LABEL_FIELD
 from ragjury.calibration.agreement import RESAMPLES
-from ragjury.calibration.sets import LABEL_FIELD
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
+from ragjury.calibration import LABEL_FIELD
 from ragjury.calibration.review import (
     CRITIC_METRICS,
     LABEL_CONFIG,
@@ -20,7 +21,6 @@ from ragjury.calibration.review import (
     read_review,
     review_items,
 )
-from ragjury.calibration.sets import LABEL_FIELD
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, InputError
 from ragjury.output import write_text_atomically

@@ -19,7 +19,7 @@ DESCRIPTION = (
 
 
 def add_review_arguments(review: argparse.ArgumentParser) -> None:
-    from ragjury.calibration.sets import LABEL_FIELD  # not for `--version`
+    from ragjury.calibration import LABEL_FIELD  # not for `--version`
 
     actions = review.add_subparsers(dest="review_command", required=True, metavar="ACTION")
     export = actions.add_parser(

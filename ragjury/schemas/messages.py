@@ -43,7 +43,9 @@ from ragjury.schemas.records import (
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class DocumentSubmitted(_Event):
@@ -251,7 +253,9 @@ def _now() -> datetime:
 class Envelope(BaseModel):
     """What travels on the bus: an event plus the ids that tie it to its run and its cause."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: validators are built at first use, not at import (every
+    # `ragjury --help` imports this model; tests/test_startup_imports.py)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(default_factory=_new_id)
     correlation_id: str = Field(description="The document or sample this message belongs to.")

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from ragjury._json import JSONData, JSONObject
 from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
+from ragjury.store.decisions import QuestionDecision as QuestionDecision
 from ragjury.store.status_report import StatusReport
 
 JobKind = Literal["generate", "evaluate"]
@@ -185,15 +186,6 @@ class CallTotals(TypedDict):
 class FailedItem(TypedDict):
     item: str
     error: str
-
-
-@dataclass(frozen=True)
-class QuestionDecision:
-    """The deduplicator's stored decision on one drafted pair."""
-
-    pair_id: str
-    duplicate_of: str | None
-    similarity: float | None
 
 
 ItemsFactory = Callable[[], Iterable[tuple[str, BaseModel | Mapping[str, JSONData]]]]

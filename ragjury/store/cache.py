@@ -9,6 +9,7 @@ never after: a published output's step is always cached.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -19,12 +20,17 @@ from pydantic import BaseModel, TypeAdapter
 
 from ragjury._json import JSONData
 from ragjury.schemas import BusEvent, ChunkFailed, Event, MetricScored, ReferenceWritten
-from ragjury.store.base import CallLog
 
 if TYPE_CHECKING:
     from ragjury.config import Settings
+    from ragjury.store.base import CallLog
 
-_EVENTS: TypeAdapter[list[BusEvent]] = TypeAdapter(list[Event])
+
+@functools.cache
+def _events() -> TypeAdapter[list[BusEvent]]:
+    """The adapter of a cached step's output, built when a step is first replayed: building it
+    at import would cost every ``ragjury --help`` (the agents import this module)."""
+    return TypeAdapter(list[Event])
 
 
 def carries_failure(event: BaseModel) -> bool:
@@ -101,7 +107,7 @@ class StepCache:
         """A step's events from its cached output (found with the message, see
         :attr:`~ragjury.bus.base.Delivery.cached`)."""
         self.hits += 1
-        return list(_EVENTS.validate_json(output))
+        return list(_events().validate_json(output))
 
     def row(self, key: str, role: str, events: Sequence[BaseModel]) -> tuple[str, str, str] | None:
         """The step's row for the store (key, agent, output), or None when it is not cached

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,16 @@ def test_settle_freezes_what_is_allocated_and_preloads_the_lazy_modules(unfrozen
     gc_pauses.settle()
     assert gc.get_freeze_count() > 10_000  # modules, classes and schemas: not walked again
     assert "instructor.v2.providers.openai.handlers" in sys.modules
+
+
+def test_a_run_that_calls_no_model_freezes_without_loading_the_client() -> None:
+    probe = (
+        "import gc, sys; from ragjury import gc_pauses; gc_pauses.settle(llm=False); "
+        "print(gc.get_freeze_count() > 0, sorted(m for m in ('openai', 'instructor') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "[]"]
 
 
 @pytest.mark.anyio

@@ -9,7 +9,9 @@ one-sentence samples of earlier figures) and faithfulness against the fake endpo
 latency (the LLM path's bookkeeping), and
 `generate` on a folder of small generated documents (one chunk, one pair, three critics each)
 against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry-run` on the
-same samples, and `status --json` and `export --results` on the database it left. It reports
+same samples, a plain Python loop over the same file with the same keyword checks
+(plain_keywords.py, no ragjury: the yardstick any machine gives), and `status --json` and
+`export --results` on the database it left. It reports
 seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per item, each
 with its ratio to the smallest size of its kind and command: flat ratios mean linear time and
 flat memory. Start-up weighs on the small sizes, so it also reports the marginal time per item

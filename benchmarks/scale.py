@@ -9,7 +9,9 @@ one-sentence samples of earlier figures) and faithfulness against the fake endpo
 latency (the LLM path's bookkeeping), and
 `generate` on a folder of small generated documents (one chunk, one pair, three critics each)
 against the same endpoint. Beside each keywords evaluate it runs `evaluate --dry-run` on the
-same samples, and `status --json` and `export --results` on the database it left. It reports
+same samples, a plain Python loop over the same file with the same keyword checks
+(plain_keywords.py, no ragjury: the yardstick any machine gives), and `status --json` and
+`export --results` on the database it left. It reports
 seconds per item, items per second, peak RSS (``os.wait4``) and database bytes per item, each
 with its ratio to the smallest size of its kind and command: flat ratios mean linear time and
 flat memory. Start-up weighs on the small sizes, so it also reports the marginal time per item
@@ -130,6 +132,17 @@ def run_dry_run(work: Path, samples: Path) -> dict[str, Any]:
     return {**measured, "failed": 0, "scored": estimate["samples"]}
 
 
+def run_plain(work: Path, samples: Path) -> dict[str, Any]:
+    """The yardstick: a plain Python loop over the same file with the same keyword checks
+    (plain_keywords.py), no ragjury."""
+    plain = Path(__file__).with_name("plain_keywords.py")
+    command = [sys.executable, str(plain), str(samples), str(work / "plain.jsonl")]
+    measured = run_command(work, command)
+    with (work / "plain.jsonl").open("rb") as lines:
+        written = sum(1 for _ in lines)
+    return {**measured, "db_bytes": 0, "failed": 0, "scored": written}
+
+
 def run_status(work: Path) -> dict[str, Any]:
     """``status --json`` on the database a finished evaluate left."""
     command = [sys.executable, "-c", _RUN_CLI, "status", "--db", str(work / "run.db"), "--json"]
@@ -177,7 +190,7 @@ def run_command(work: Path, command: list[str], stdout: Path | None = None) -> d
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         errors = (work / "stderr.txt").read_text(encoding="utf-8")
-        raise RuntimeError(f"ragjury {command[3]} exited {status}:\n{errors[-2000:]}")
+        raise RuntimeError(f"{command[1:4]} exited {status}:\n{errors[-2000:]}")
     return {
         "seconds": round(seconds, 2),
         # user + system CPU of the command: far less moved by a busy machine than the wall time
@@ -210,6 +223,7 @@ def measure(
             if metric == "keywords":
                 runs = {
                     "evaluate --dry-run": partial(run_dry_run, work, samples),
+                    "plain python loop": partial(run_plain, work, samples),
                     **runs,
                     "status": partial(run_status, work),
                     "export": partial(run_export, work),
@@ -257,12 +271,30 @@ def no_llm_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     runs = [r for r in rows if r["metric"] == "keywords" and r["command"] == "evaluate"]
     if len(runs) < 2:
         return {}
+    plain = {
+        r["samples"]: r
+        for r in rows
+        if r["metric"] == "keywords" and r["command"] == "plain python loop"
+    }
     first, upto = runs[0], [r for r in runs if r["samples"] <= 20_000][-1]
     figures: dict[str, Any] = {
         "sizes": [r["samples"] for r in runs],
         "samples_per_second": {str(r["samples"]): r["items_per_second"] for r in runs},
         "samples_per_cpu_second": {
             str(r["samples"]): round(r["samples"] / r["cpu_seconds"], 1) for r in runs
+        },
+        # the same samples through a plain Python loop with the same checks, in the same run:
+        # ragjury's whole-process time and CPU as multiples of it (a figure any machine gives)
+        "plain_loop_samples_per_second": {str(n): r["items_per_second"] for n, r in plain.items()},
+        "time_vs_plain_loop": {
+            str(r["samples"]): round(r["seconds"] / plain[r["samples"]]["seconds"], 2)
+            for r in runs
+            if r["samples"] in plain
+        },
+        "cpu_vs_plain_loop": {
+            str(r["samples"]): round(r["cpu_seconds"] / plain[r["samples"]]["cpu_seconds"], 2)
+            for r in runs
+            if r["samples"] in plain
         },
         "time_per_sample_ratio": upto["time_per_item_ratio"],
         "peak_rss_ratio": upto["rss_ratio"],
@@ -282,6 +314,7 @@ def no_llm_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder, FakeEndpoint(latency_ms=0.0) as fake:
         tmp = Path(folder)
         real = args.corpus if args.contexts == "real" else None
@@ -290,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += measure(tmp, "generate", args.generate, fake.base_url)
     result = {
         "settings": {"quick": args.quick, "contexts": args.contexts},
+        # other work on the machine: wall seconds are only comparable within one run
+        "load_average": {"start": load_before, "end": os.getloadavg()[0]},
         "sizes": rows,
         "no_llm": no_llm_targets(rows),
     }
@@ -310,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     show("ragjury at growing sizes (ratios to the smallest)", columns, table, path)
     if result["no_llm"]:
         print(f"keywords-only evaluate: {json.dumps(result['no_llm'])}")
-    readers = ("evaluate --dry-run", "status", "export")  # each saw every sample, or not
+    readers = (
+        "evaluate --dry-run",
+        "plain python loop",
+        "status",
+        "export",
+    )  # each saw every sample, or not
     complete = all(
         r["failed"] == 0 and (r["command"] not in readers or r["scored"] == r["samples"])
         for r in rows

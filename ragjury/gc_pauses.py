@@ -21,16 +21,17 @@ import importlib
 import sys
 
 # Imported on the first request, not at start-up; loaded here so that they are frozen too.
-_LAZY_MODULES = ("instructor.v2.providers.openai.handlers",)
+_LAZY_MODULES = ("openai", "ragjury.llm._structured", "instructor.v2.providers.openai.handlers")
 
 
-def settle() -> None:
+def settle(*, llm: bool = True) -> None:
     """Load the modules a run needs, build the models' validators, and freeze everything
-    allocated so far.
+    allocated so far. ``llm``: the run may call a model (a run that calls none, keyword
+    tests only, never loads the LLM client's modules: about a second).
 
     No collection first: it would cost as long as the pauses this avoids, and the garbage
     left over from start-up is a few import-time cycles."""
-    for name in _LAZY_MODULES:
+    for name in _LAZY_MODULES if llm else ():
         with contextlib.suppress(ImportError):  # a renamed module is only not preloaded
             importlib.import_module(name)
     build_models()

@@ -38,7 +38,30 @@ def clean_text(text: str) -> tuple[str, list[str]]:
 
 def clean_value(value: V) -> tuple[V, list[str]]:
     """Every string in ``value`` (nested lists and dicts, keys too) repaired, and what was;
-    ``value``'s shape is kept (a string for a string, a list for a list...)."""
+    ``value``'s shape is kept (a string for a string, a list for a list...). Clean text (all
+    but a rare record) is returned as it is, after one walk that copies nothing."""
+    if _clean(value):
+        return value, []
+    return _repaired(value)
+
+
+def _clean(value: object) -> bool:
+    """Whether no string in ``value`` (nested lists and dicts, keys too) needs a repair."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _BAD.search(item) is not None:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
+
+
+def _repaired(value: V) -> tuple[V, list[str]]:
     if isinstance(value, str):
         text, repairs = clean_text(value)
         return cast(V, text), repairs
@@ -46,15 +69,15 @@ def clean_value(value: V) -> tuple[V, list[str]]:
     if isinstance(value, list | tuple):
         items = []
         for item in value:
-            cleaned, found = clean_value(item)
+            cleaned, found = _repaired(item)
             items.append(cleaned)
             repairs += found
         return cast(V, type(value)(items)), repairs
     if isinstance(value, dict):
         mapping = {}
         for key, item in value.items():
-            clean_key, found_key = clean_value(key)
-            cleaned, found = clean_value(item)
+            clean_key, found_key = _repaired(key)
+            cleaned, found = _repaired(item)
             mapping[clean_key] = cleaned
             repairs += found_key + found
         return cast(V, mapping), repairs

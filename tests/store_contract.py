@@ -45,6 +45,29 @@ async def test_submitting_the_same_batch_twice_finds_the_same_job(store: Store) 
         await store.submit("generate", {}, lambda: [("d1", {}), ("d1", {})])
 
 
+async def test_a_new_job_reads_its_items_once_and_a_known_one_is_keyed_first(
+    store: Store,
+) -> None:
+    reads = []
+
+    def items() -> list[tuple[str, dict[str, str]]]:
+        reads.append(1)
+        return [("d1", {"t": "x"}), ("d2", {"t": "y"})]
+
+    first = await store.submit("generate", {"a": 1}, items)
+    assert (first.created, first.size, len(reads)) == (True, 2, 1)  # stored as it was keyed
+    again = await store.submit("generate", {"a": 1}, items)
+    assert (again.id, again.created, len(reads)) == (first.id, False, 2)  # keyed, not stored
+    other = await store.submit("generate", {"a": 1}, lambda: [("d3", {"t": "z"})])
+    assert (other.created, other.size) == (True, 1)
+    assert other.id != first.id
+    assert (await store.counts())["queued"] == 3
+    # a new job that turns out to have no items leaves nothing behind
+    empty = await store.submit("generate", {"a": 9}, lambda: [])
+    assert (empty.id, empty.size) == ("", 0)
+    assert len(await store.jobs()) == 2
+
+
 async def test_submitting_large_documents_holds_a_few_mib_not_the_whole_batch(
     store: Store,
 ) -> None:

@@ -66,6 +66,16 @@ def test_settle_builds_every_deferred_model_before_the_run_starts() -> None:
     assert after.strip() == ""
 
 
+def test_a_run_that_calls_no_model_freezes_without_loading_the_client() -> None:
+    probe = (
+        "import gc, sys; from ragjury import gc_pauses; gc_pauses.settle(llm=False); "
+        "print(gc.get_freeze_count() > 0, sorted(m for m in ('openai', 'instructor') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "[]"]
+
+
 @pytest.mark.anyio
 async def test_a_command_run_settles_the_heap_before_its_first_call(
     unfrozen: None, fake: FakeOpenAI, tmp_path: Path

@@ -7,6 +7,7 @@ work, not a timing: the figures are `benchmarks/startup.py`'s business.)"""
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,19 @@ def test_an_evaluate_loads_junit_and_calibration_only_when_asked(tmp_path: Path)
     # the guard can fail: --junit loads the XML writer
     junit = ["--junit", str(tmp_path / "j.xml")]
     assert "ragjury.report.junit" in _loaded([*run, *out, *junit], EVALUATE_ONLY_WHEN_ASKED)
+
+
+# Loaded only by a run that may call a model: a keywords-only evaluate needs no LLM client.
+LLM_CLIENT = ("openai", "instructor", "llama_cpp", "wordllama", "ragjury.llm._structured")
+
+
+def test_a_keywords_only_evaluate_loads_no_llm_client(tmp_path: Path) -> None:
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(
+        '{"id": "a", "question": "q?", "answer": "Paris.", "must_contain": ["Paris"]}\n'
+    )
+    run = ["evaluate", str(samples), "--metrics", "keywords", "--db", str(tmp_path / "r.db")]
+
+    assert _loaded([*run, "--out", str(tmp_path / "r.jsonl")], LLM_CLIENT) == []
+    assert json.loads((tmp_path / "r.jsonl").read_text())["passing"] is True  # it ran
+    # (that the probe sees these modules when a run loads them: test_gc_pauses.py)

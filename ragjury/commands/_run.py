@@ -320,7 +320,7 @@ async def recorded_run(
 ) -> AsyncIterator[RecordedRun]:
     """The store, the run row and the LLM for one command; the heap is settled first
     (:mod:`ragjury.gc_pauses`), since this process is ragjury's own."""
-    gc_pauses.settle()
+    gc_pauses.settle(llm=require_endpoint)
     async with open_store(
         settings.db, concurrency=settings.concurrency, reconnect=settings.db_reconnect
     ) as store:

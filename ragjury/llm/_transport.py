@@ -6,13 +6,13 @@ import random
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-import openai
-
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 def status_of(exc: BaseException) -> int | str:
     """The HTTP status of a failed request, or a short name for a failure without one."""
+    import openai  # loaded with the client; imported here, not before
+
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code
     if isinstance(exc, openai.APITimeoutError):
@@ -23,6 +23,8 @@ def status_of(exc: BaseException) -> int | str:
 
 
 def is_retryable(exc: BaseException) -> bool:
+    import openai  # loaded with the client; imported here, not before
+
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRYABLE_STATUS
     return isinstance(exc, openai.APITimeoutError | openai.APIConnectionError)
@@ -30,6 +32,8 @@ def is_retryable(exc: BaseException) -> bool:
 
 def retry_after(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms`` or ``Retry-After``), if any."""
+    import openai  # loaded with the client; imported here, not before
+
     if not isinstance(exc, openai.APIStatusError):
         return None
     headers = exc.response.headers

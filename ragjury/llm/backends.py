@@ -9,16 +9,16 @@ HTTP endpoint and :class:`ragjury.llm.local.LlamaCppBackend` for a GGUF file run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
-
-import openai
-from openai.types import CreateEmbeddingResponse
-from openai.types.chat import ChatCompletion
+from typing import TYPE_CHECKING, Protocol
 
 from ragjury._json import JSONData
 from ragjury.config import Settings
-from ragjury.llm._http import http_client
 from ragjury.llm.ratelimit import keep_headers
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.chat import ChatCompletion
 
 
 class ChatBackend(Protocol):
@@ -67,18 +67,33 @@ class OpenAIBackend:
     def __init__(self, settings: Settings) -> None:
         self.model_name = settings.model
         self.embedding_model = settings.embedding_model
-        self._client = openai.AsyncOpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key or "not-needed",
-            max_retries=0,  # transport retries are LLM's, so that every request is counted
-            timeout=settings.timeout,
-            http_client=http_client(keep_headers),
-        )
+        self._settings = settings
+        self._opened: openai.AsyncOpenAI | None = None
+
+    @property
+    def _client(self) -> openai.AsyncOpenAI:
+        """The client, made (and openai imported, about a second) at the first request: a
+        run that sends none (keyword tests only) never loads it."""
+        if self._opened is None:
+            import openai
+
+            from ragjury.llm._http import http_client
+
+            self._opened = openai.AsyncOpenAI(
+                base_url=self._settings.base_url,
+                api_key=self._settings.api_key or "not-needed",
+                max_retries=0,  # transport retries are LLM's, so that every request is counted
+                timeout=self._settings.timeout,
+                http_client=http_client(keep_headers),
+            )
+        return self._opened
 
     async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:
         # The client's documented raw `post`, not `chat.completions.create`: create() walks
         # the whole request through its type-driven transform first, about 1 ms of CPU per
         # request for a body that instructor has already built as plain JSON.
+        from openai.types.chat import ChatCompletion
+
         response: ChatCompletion = await self._client.post(
             "/chat/completions",
             body=request,
@@ -95,4 +110,5 @@ class OpenAIBackend:
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._opened is not None:
+            await self._opened.close()

@@ -22,13 +22,14 @@ import hashlib
 import json
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Literal
-
-from openai.types.chat import ChatCompletion
+from typing import TYPE_CHECKING, Literal
 
 from ragjury.errors import LLMTransportError, Parked
 from ragjury.llm.batch_types import BatchLedger
 from ragjury.llm.usage import CallStats
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
 
 __all__ = ["BatchChannel", "Parked", "current_job"]
 
@@ -81,6 +82,8 @@ class BatchChannel:
             )
         if found.state != "done" or found.response is None:
             raise Parked(key, stats.stage)
+        from openai.types.chat import ChatCompletion
+
         completion = ChatCompletion.model_validate_json(found.response)
         first = not found.booked and await self.ledger.book_batch_request(key)
         return completion, first

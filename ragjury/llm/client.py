@@ -27,15 +27,10 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
-import instructor
-import openai
 import structlog
-from instructor.core import IncompleteOutputException, InstructorRetryException
-from openai.types import CreateEmbeddingResponse
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
 from ragjury import logs
@@ -48,7 +43,6 @@ from ragjury.errors import (
     LLMUnavailableError,
 )
 from ragjury.llm import tracing
-from ragjury.llm._structured import StructuredCreate
 from ragjury.llm._transport import backoff, is_retryable, retry_after, status_of
 from ragjury.llm.backends import ChatBackend
 from ragjury.llm.batches import BatchChannel, Parked
@@ -70,6 +64,14 @@ from ragjury.pricing import PriceTable
 from ragjury.schemas.responses import CheckContext, checking
 from ragjury.urls import redacted
 
+if TYPE_CHECKING:  # openai and instructor are imported on the first call, not before: a run
+    # that calls no model (keyword tests only) never loads them (about a second)
+    import openai
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.chat import ChatCompletion
+
+    from ragjury.llm._structured import StructuredCreate
+
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 Message = dict[str, str]
@@ -79,12 +81,8 @@ StartObserver = Callable[[CallStats], Awaitable[int | None]]
 """Told of a call before its first request; returns the call's record (kept on the stats), so
 a call in flight when the process is killed is still on the books."""
 
-_MODES = {
-    "json": instructor.Mode.JSON,
-    "tools": instructor.Mode.TOOLS,
-    "json_schema": instructor.Mode.JSON_SCHEMA,
-    "md_json": instructor.Mode.MD_JSON,
-}
+_MODES = {"json": "JSON", "tools": "TOOLS", "json_schema": "JSON_SCHEMA", "md_json": "MD_JSON"}
+"""``--mode`` to the name of instructor's ``Mode``."""
 
 _current_call: ContextVar[CallStats | None] = ContextVar("ragjury_llm_call", default=None)
 current_step: ContextVar[list[CallStats] | None] = ContextVar("ragjury_step_calls", default=None)
@@ -180,7 +178,8 @@ class LLM:
         self._completions: dict[str, float] = {}
         """Completion tokens per stage, a running average: what a tpm reservation assumes."""
         mode = self._backend.forced_mode or settings.mode
-        self._create = StructuredCreate(self._send, _MODES[mode])
+        self._mode = _MODES[mode]
+        self._structured: StructuredCreate | None = None  # made on the first call
         known = context_of(settings.model)
         self.max_prompt_tokens = settings.max_prompt_tokens or known or DEFAULT_MAX_PROMPT_TOKENS
         self._context_note = (
@@ -283,6 +282,17 @@ class LLM:
         )
         return result
 
+    async def _create(self, response_model: type[T], *, max_retries: int, **request: JSONData) -> T:
+        """instructor's structured call (prepared on the first one)."""
+        if self._structured is None:
+            import instructor
+
+            from ragjury.llm._structured import StructuredCreate
+
+            self._structured = StructuredCreate(self._send, instructor.Mode[self._mode])
+        result: T = await self._structured(response_model, max_retries=max_retries, **request)
+        return result
+
     async def structured_call(
         self,
         response_model: type[T],
@@ -303,6 +313,8 @@ class LLM:
         error: str | None = None
         parked = False
         extra: dict[str, bool] = {"logprobs": True} if self.settings.logprobs else {}
+        from instructor.core import IncompleteOutputException, InstructorRetryException
+
         try:
             with checking(context):
                 result: T = await self._create(
@@ -463,6 +475,8 @@ class LLM:
 
         ``estimate`` is the request's token estimate, reserved against ``--tpm``.
         """
+        import openai
+
         usage = self.usage.stage(stats.stage)
         usage.model = stats.model
         retries = self.settings.max_transport_retries
@@ -581,6 +595,8 @@ class LLM:
 
     def _failed_text(self, failure: openai.APIError, requests: int) -> str:
         """Why a call gave up, and what to check."""
+        import openai
+
         where = redacted(self.settings.base_url or "the endpoint")
         if isinstance(failure, openai.APITimeoutError):
             return (
@@ -655,11 +671,15 @@ def _response_schema(response_model: type[T]) -> type[T]:
     """instructor's wrapper of a response model, built once: instructor builds a new model
     class on every call for a plain pydantic model (about 2 ms of CPU), but reuses one that
     is already its schema type. The result is still an instance of ``response_model``."""
+    import instructor
+
     schema: type[T] = instructor.openai_schema(response_model)
     return schema
 
 
 def _code(exc: openai.APIError) -> int | None:
+    import openai
+
     return exc.status_code if isinstance(exc, openai.APIStatusError) else None
 
 
@@ -670,6 +690,8 @@ def _short(exc: BaseException | str, limit: int = 300) -> str:
 
 def _down(exc: openai.APIError) -> bool:
     """A failure that says the endpoint is down: no connection, no answer in time, a 5xx."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code >= 500
     return isinstance(exc, openai.APIConnectionError)
@@ -678,6 +700,8 @@ def _down(exc: openai.APIError) -> bool:
 def _unreachable(exc: openai.APIError) -> bool:
     """A connection that could not be made at all (refused, no route, bad host), as opposed
     to one that was made and timed out."""
+    import openai
+
     return isinstance(exc, openai.APIConnectionError) and not isinstance(
         exc, openai.APITimeoutError
     )
@@ -686,6 +710,8 @@ def _unreachable(exc: openai.APIError) -> bool:
 def _cause(exc: openai.APIError) -> BaseException:
     """What to quote for a failure: the HTTP layer's own words for a connection error
     ("All connection attempts failed"), which say more than openai's "Connection error."."""
+    import openai
+
     if isinstance(exc, openai.APIConnectionError) and exc.__cause__ is not None:
         return exc.__cause__
     return exc

@@ -63,16 +63,18 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
-import httpx2
 import structlog
 
 from ragjury._json import JSONData
 from ragjury.errors import ConfigurationError
 from ragjury.llm._answer_pacing import AnswerPacer, AnswerRate
 from ragjury.llm.ratelimit import Clock, LocalLedger, RateHeaders, RateLedger, Window
+
+if TYPE_CHECKING:
+    import httpx2
 
 Sleep = Callable[[float], Awaitable[None]]
 Outcome = Literal["ok", "throttled", "failed"]

@@ -114,7 +114,11 @@ def choose_llm(settings: Settings) -> LLMChoice:
 
 def open_backend(settings: Settings, *, required: bool = True) -> ChatBackend:
     """The backend :func:`choose_llm` picks; with ``required=False`` an unconfigured run gets
-    an OpenAI backend that is never called (for runs that may need no LLM at all)."""
+    an OpenAI backend that is never called (for runs that may need no LLM at all), without
+    looking for the bundled local model (importing llama-cpp-python to check it costs about
+    half a second)."""
+    if not required and settings.llm is None and not (settings.base_url or settings.api_key):
+        return OpenAIBackend(settings)
     try:
         choice = choose_llm(settings)
     except ConfigurationError:

@@ -9,6 +9,8 @@ then. Each poller submits and polls only its endpoint's requests and batches.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio
 import anyio.abc
 from anyio.abc import TaskStatus
@@ -16,14 +18,18 @@ from anyio.abc import TaskStatus
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, LLMTransportError
 from ragjury.llm import LLM
-from ragjury.llm.batch_poller import DEFAULT_ENDPOINT, BatchPoller
 from ragjury.llm.batches import BatchChannel
 from ragjury.store.base import Store
 from ragjury.urls import redacted
 
+if TYPE_CHECKING:  # a poller is made (and openai imported) only for a run that batches
+    from ragjury.llm.batch_poller import BatchPoller
+
 
 def endpoint_of(settings: Settings) -> str:
     """The endpoint as the store names it (no secret in it)."""
+    from ragjury.llm.batch_poller import DEFAULT_ENDPOINT
+
     return redacted(settings.base_url or DEFAULT_ENDPOINT)
 
 
@@ -75,6 +81,8 @@ class BatchPollers:
             return found[0]
         # the worker's name first: a worker registering after a crash frees its dead polls
         owner = f"{self._owner}:batches:{len(self._pollers)}"
+        from ragjury.llm.batch_poller import BatchPoller
+
         poller = BatchPoller(self._store, settings, owner=owner)
         self._pollers[endpoint] = (poller, checked)
         if self._group is not None:

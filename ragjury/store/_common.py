@@ -92,27 +92,46 @@ def _process_start(pid: int) -> float | None:
 
 def job_key(kind: JobKind, options: Mapping[str, JSONData], items: ItemsFactory) -> tuple[str, int]:
     """The key of a job (a hash of what it does and its items) and how many items it has;
-    refuses items that share an id. Only the ids' hashes are kept (:class:`Repeats`), so a
-    million items cost a few megabytes; ``items`` is called again only to name repeats."""
-    digest = hashlib.sha256(json.dumps([kind, options], sort_keys=True, default=str).encode())
-    ids = Repeats()
-    size = 0
-    for key, payload in items():
-        ids.add(key)
-        size += 1
+    refuses items that share an id (see :class:`JobKey`)."""
+    key = JobKey(kind, options)
+    for item_key, payload in items():
+        key.add(item_key, encode(payload))
+    return key.finish(items), key.size
+
+
+class JobKey:
+    """A job's key, a hash of what it does and its items, taken an item at a time (each
+    added with its payload as stored). Only the ids' hashes are kept (:class:`Repeats`), so
+    a million items cost a few megabytes."""
+
+    def __init__(self, kind: JobKind, options: Mapping[str, JSONData]) -> None:
+        self.kind = kind
+        self._digest = hashlib.sha256(
+            json.dumps([kind, options], sort_keys=True, default=str).encode()
+        )
+        self._ids = Repeats()
+        self.size = 0
+
+    def add(self, key: str, encoded: str) -> None:
+        self._ids.add(key)
+        self.size += 1
         # surrogatepass: a key with a lone surrogate (stored as U+FFFD) still has a hash
-        digest.update(b"\0" + key.encode(errors="surrogatepass") + b"\0")
-        digest.update(encode(payload).encode())
-    suspects = ids.suspects()
-    if suspects:
-        seen = Counter(key for key, _ in items() if id_hash(key) in suspects)
-        repeated = sorted(k for k, n in seen.items() if n > 1)
-        if repeated:
-            raise InputError(
-                f"every {'document' if kind == 'generate' else 'sample'} needs its own id; "
-                f"repeated: {', '.join(repeated[:5])}; give each record a unique id"
-            )
-    return digest.hexdigest(), size
+        self._digest.update(b"\0" + key.encode(errors="surrogatepass") + b"\0")
+        self._digest.update(encoded.encode())
+
+    def finish(self, items: ItemsFactory) -> str:
+        """The key; raises InputError when ids repeat (``items`` is called again only to
+        name them)."""
+        suspects = self._ids.suspects()
+        if suspects:
+            seen = Counter(key for key, _ in items() if id_hash(key) in suspects)
+            repeated = sorted(k for k, n in seen.items() if n > 1)
+            if repeated:
+                raise InputError(
+                    f"every {'document' if self.kind == 'generate' else 'sample'} needs its "
+                    f"own id; repeated: {', '.join(repeated[:5])}; give each record a unique id"
+                )
+        return self._digest.hexdigest()
 
 
 def abandoned(attempts: int) -> str:

@@ -7,10 +7,12 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from functools import partial
 
 from ragjury._json import JSONData, JSONObject
 from ragjury.store._common import (
     PAGE,
+    JobKey,
     abandoned,
     encode,
     iso,
@@ -48,38 +50,61 @@ class QueueSQL(Driven):
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
     ) -> Job:
-        key_of_job, size = job_key(kind, options, items)
         text = json.dumps(options, default=str)
         stored: JSONObject = json.loads(text)  # the options as the job keeps them
+        known = await self.read(
+            "SELECT 1 FROM jobs WHERE kind = ? AND options = ? LIMIT 1", (kind, text)
+        )
+        if not known:  # no job does this: the items are read once, hashed as they are stored
+            key = JobKey(kind, options)
+            try:
+                return await self._write(
+                    partial(self._submit_new, key, text, items, batch, batch_bytes)
+                )
+            except Exception:  # read again the careful way, which says why
+                # no items, repeated ids (the store refused the second), or the same job
+                # stored meanwhile by another process (PostgreSQL refuses the key at the end)
+                pass
+        key_of_job, size = job_key(kind, options, items)
         if not size:
             return Job(id="", kind=kind, options=stored, created=False, size=0)
 
         def submit() -> Steps[Job]:
-            now = time.time()
             job_id = uuid.uuid4().hex[:12]
             inserted = yield from fetch(
                 "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (key) DO NOTHING RETURNING id",
-                *(job_id, kind, key_of_job, text, iso(now)[:19]),
+                *(job_id, kind, key_of_job, text, iso(time.time())[:19]),
             )
             if not inserted:  # the same job exists (maybe submitted a moment ago)
                 [(found,)] = yield from fetch("SELECT id FROM jobs WHERE key = ?", key_of_job)
                 retried = yield from requeue_transient(str(found))
                 return Job(str(found), kind, stored, size=size, retried=retried)
-            rows: list[Row] = []
-            held = 0
-            for position, (key, payload) in enumerate(items()):
-                encoded = encode(payload)
-                rows.append((job_id, key, position, encoded, now))
-                held += len(encoded)
-                if len(rows) >= batch or held >= batch_bytes:
-                    yield from insert_items(rows)
-                    rows = []
-                    held = 0
-            yield from insert_items(rows)
+            yield from _insert_all(job_id, items, batch, batch_bytes)
             return Job(id=job_id, kind=kind, options=stored, created=True, size=size)
 
         return await self._write(submit)
+
+    @staticmethod
+    def _submit_new(
+        key: JobKey, text: str, items: ItemsFactory, batch: int, batch_bytes: int
+    ) -> Steps[Job]:
+        """A job no other has the options of: stored under a key of its own while its items
+        are stored and added to ``key``, then under its real key. Raises :class:`_NotNew`
+        (and the transaction is rolled back) when it has no items or a job with that key
+        exists."""
+        job_id = uuid.uuid4().hex[:12]
+        yield from execute(
+            "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
+            *(job_id, key.kind, f"storing {job_id}", text, iso(time.time())[:19]),
+        )
+        yield from _insert_all(job_id, items, batch, batch_bytes, key)
+        key_of_job = key.finish(items)
+        if not key.size or (yield from fetch("SELECT 1 FROM jobs WHERE key = ?", key_of_job)):
+            raise _NotNew
+        yield from execute("UPDATE jobs SET key = ? WHERE id = ?", key_of_job, job_id)
+        stored: JSONObject = json.loads(text)
+        return Job(id=job_id, kind=key.kind, options=stored, created=True, size=key.size)
 
     async def job(self, job_id: str) -> Job:
         rows = await self.read("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
@@ -220,3 +245,32 @@ def claim_items_plainly(step: ClaimItems) -> Steps[list[Row]]:
             *(step.owner, step.lease_seconds, step.owner, taken),
         )
     return found
+
+
+class _NotNew(Exception):
+    """A job thought new has no items, or its key is another job's: rolled back."""
+
+
+def _insert_all(
+    job_id: str,
+    items: ItemsFactory,
+    batch: int,
+    batch_bytes: int,
+    key: JobKey | None = None,
+) -> Steps[None]:
+    """Store every item of ``items`` in the job ``job_id`` (in batches of ``batch`` items or
+    ``batch_bytes``), each added to ``key`` too when given."""
+    now = time.time()
+    rows: list[Row] = []
+    held = 0
+    for position, (item_key, payload) in enumerate(items()):
+        encoded = encode(payload)
+        if key is not None:
+            key.add(item_key, encoded)
+        rows.append((job_id, item_key, position, encoded, now))
+        held += len(encoded)
+        if len(rows) >= batch or held >= batch_bytes:
+            yield from insert_items(rows)
+            rows = []
+            held = 0
+    yield from insert_items(rows)

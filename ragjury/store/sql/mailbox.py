@@ -113,7 +113,7 @@ class MailboxSQL(Driven):
         *,
         lease: Lease | None = None,
     ) -> Acked:
-        writes = writes or StepWrites()
+        writes = writes or _NO_WRITES
         if (
             not replies
             and writes.step is None
@@ -220,6 +220,7 @@ class MailboxSQL(Driven):
 
 
 _REMOVE = "DELETE FROM messages WHERE id = ?"
+_NO_WRITES = StepWrites()
 
 
 def _opens(lease: Lease | None) -> tuple[str, str] | None:

@@ -111,6 +111,7 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
         'python -c "import openai"',
         "evaluate: first request",
         "evaluate: whole run",
+        'first request less "import openai"',
     ]
     assert runs["python -c pass"]["ratio_to_python"] == 1.0
     for run in runs.values():
@@ -119,6 +120,13 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
     first, whole = runs["evaluate: first request"], runs["evaluate: whole run"]
     # each run's first request came after its start and before its end
     assert all(0 < f < w for f, w in zip(first["seconds"], whole["seconds"], strict=True))
+    # what ragjury adds to openai's import before its first request, round by round
+    openai, added = runs['python -c "import openai"'], runs['first request less "import openai"']
+    assert added["seconds"] == pytest.approx(
+        [f - o for f, o in zip(first["seconds"], openai["seconds"], strict=True)], abs=2e-4
+    )
+    assert added["cpu_seconds"] == []  # a difference of wall times: no process of its own
+    assert runs["ragjury --help"]["median_cpu_seconds"] > 0
 
 
 def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> None:
@@ -142,6 +150,8 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
     assert [(r["metric"], r["command"], r["samples"]) for r in rows] == [
         ("keywords", "evaluate --dry-run", 40),
         ("keywords", "evaluate --dry-run", 80),
+        ("keywords", "plain python loop", 40),
+        ("keywords", "plain python loop", 80),
         ("keywords", "evaluate", 40),
         ("keywords", "evaluate", 80),
         ("keywords", "status", 40),
@@ -155,12 +165,13 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
         assert row["failed"] == 0
         assert row["scored"] == row["samples"]  # every sample really judged, counted, written
         assert row["peak_rss_mib"] > 0
-        # a dry run stores nothing; the others have the run's database beside them
-        assert (row["db_bytes_per_item"] > 0) == (row["command"] != "evaluate --dry-run")
-    assert [r["time_per_item_ratio"] for r in rows if r["samples"] == 40] == [1.0] * 4
+        # a dry run and the plain loop store nothing; the others have the run's database
+        stores = row["command"] not in ("evaluate --dry-run", "plain python loop")
+        assert (row["db_bytes_per_item"] > 0) == stores
+    assert [r["time_per_item_ratio"] for r in rows if r["samples"] == 40] == [1.0] * 5
     # the marginal time needs a smaller size of the same command before it
     marginal = [r["marginal_ms_per_item"] is not None for r in rows]
-    assert marginal == [False, True, False, True, False, True, False, True, False, False]
+    assert marginal == [False, True] * 5 + [False, False]
     # keyword samples carry real-size contexts (two of 1-2 KB): about 4 KB a record
     evaluated = [r for r in rows if r["metric"] == "keywords" and r["command"] == "evaluate"]
     assert all(3000 < r["input_bytes_per_item"] < 6000 for r in evaluated)
@@ -170,6 +181,13 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
     assert no_llm["peak_rss_ratio"] == evaluated[1]["rss_ratio"]
     assert no_llm["samples_per_second"] == {"40": evaluated[0]["items_per_second"],
                                             "80": evaluated[1]["items_per_second"]}  # fmt: skip
+    # the yardstick: the same file through a plain loop, in the same run, as a multiple
+    plain = {r["samples"]: r for r in rows if r["command"] == "plain python loop"}
+    assert no_llm["time_vs_plain_loop"] == {
+        str(r["samples"]): round(r["seconds"] / plain[r["samples"]]["seconds"], 2)
+        for r in evaluated
+    }
+    assert all(ratio > 1 for ratio in no_llm["cpu_vs_plain_loop"].values())
 
 
 def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:
@@ -179,6 +197,7 @@ def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:
     result = run_benchmark("scale", tmp_path, *args)
     assert {r["command"] for r in result["sizes"]} == {
         "evaluate --dry-run",
+        "plain python loop",
         "evaluate",
         "status",
         "export",

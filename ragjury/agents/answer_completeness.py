@@ -28,8 +28,6 @@ _COMPLETION_TOKENS = 120
 class QuestionPart(BaseModel):
     """One thing the question asks for, and whether the answer covers it."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     part: str = Field(min_length=1, description="What the question asks for, briefly.")
@@ -40,8 +38,6 @@ class QuestionPart(BaseModel):
 class QuestionCoverage(BaseModel):
     """The parts of a question, each covered by the answer or not."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     parts: list[QuestionPart] = Field(min_length=1, max_length=12)

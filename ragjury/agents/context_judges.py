@@ -203,8 +203,6 @@ class ContextPrecisionJudge(_ContextJudge):
 class ContextVerdictRecord(BaseModel):
     """One retrieved context's verdict: its index, its id when known, relevant or not, why."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     index: int

@@ -68,8 +68,6 @@ Judge only what you are asked to judge; do not reward length or confidence for t
 class JudgeFile(BaseModel):
     """What a judge file holds (validated; the error names the field and what is allowed)."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = Field(description="A new metric name: lower case letters, digits, underscores.")
@@ -262,8 +260,6 @@ def prompt_of(metric: Metric) -> Prompt:
 class _Judgment(BaseModel):
     """The custom judge's answer: why, then the verdict."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(extra="ignore", defer_build=True)
     reasoning: str = Field(min_length=1, description="Why, in a few sentences, before the score.")
 

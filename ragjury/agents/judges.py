@@ -140,8 +140,6 @@ class CorrectnessResult(MetricResult):
 class RubricGrade(BaseModel):
     """One rubric criterion: 1-5 (5 is best), why, and the judge's probability of it."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     score: int

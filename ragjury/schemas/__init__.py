@@ -1,4 +1,9 @@
-"""Typed messages, records and LLM response models."""
+"""Typed messages, records and LLM response models.
+
+Every model of ragjury's own is declared with ``defer_build=True``: its validator is built at
+first use, not at import, since ``ragjury --help`` imports them all
+(``tests/test_startup_imports.py``); a command run builds them together before any work
+(:func:`ragjury.gc_pauses.build_models`)."""
 
 from ragjury.schemas.evaluation import (
     MetricChoice,

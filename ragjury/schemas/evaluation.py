@@ -18,8 +18,6 @@ MetricOutcome = Literal["scored", "not_applicable", "failed"]
 
 
 class _Frozen(BaseModel):
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 

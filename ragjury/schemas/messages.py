@@ -43,8 +43,6 @@ from ragjury.schemas.records import (
 
 
 class _Event(BaseModel):
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
@@ -253,8 +251,6 @@ def _now() -> datetime:
 class Envelope(BaseModel):
     """What travels on the bus: an event plus the ids that tie it to its run and its cause."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(default_factory=_new_id)

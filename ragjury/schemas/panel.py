@@ -48,8 +48,6 @@ class PanelJudge(BaseModel):
     """One judge of a panel: a name, a model, the endpoint when it is not the run's, and
     whether its calls go through that endpoint's batch API (``--batch-judges``)."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
@@ -69,8 +67,6 @@ class PanelJudge(BaseModel):
 class Panel(BaseModel):
     """A job's judges and repeats (stored with the job, so a resumed run asks the same)."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     judges: tuple[PanelJudge, ...] = Field(min_length=1)

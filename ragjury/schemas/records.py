@@ -30,8 +30,6 @@ PairOutcome = Literal["kept", "rejected", "failed"]
 class Record(BaseModel):
     """Base for every record: frozen, and strict about unknown fields."""
 
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 

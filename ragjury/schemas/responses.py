@@ -129,8 +129,6 @@ def _integer_enums(schema: JSONValue) -> JSONValue:
 
 
 class _Response(BaseModel):
-    # defer_build: validators are built at first use, not at import (every
-    # `ragjury --help` imports this model; tests/test_startup_imports.py)
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     item_counts: ClassVar[Mapping[str, int]] = {}

@@ -198,7 +198,8 @@ class DurableBus:
         self.owner = owner
         self.run_id = run_id
         self.lease_seconds = lease_seconds
-        self._made_lease: Lease | None = None
+        self._lease = Lease(owner, lease_seconds, run_id)
+        """What this bus puts leased to itself is leased by (a publish and an ack each need it)."""
         self.max_deliveries = max_deliveries
         self.poll_interval = poll_interval
         self.watched_poll = watched_poll
@@ -256,19 +257,6 @@ class DurableBus:
                 subscription.due, subscription.ask = True, False
                 subscription.wake.set()
 
-    def _lease(self) -> Lease:
-        """The lease of what this bus puts leased to itself (made once while its settings
-        stay as they are: a publish and an acknowledgement each need it)."""
-        lease = self._made_lease
-        if (
-            lease is None
-            or lease.owner != self.owner
-            or lease.seconds != self.lease_seconds
-            or lease.run_id != self.run_id
-        ):
-            lease = self._made_lease = Lease(self.owner, self.lease_seconds, self.run_id)
-        return lease
-
     def _leasing(self, messages: Sequence[Message]) -> list[OutgoingMessage]:
         """The messages as rows, those for which a worker of this process waits leased to it
         (it takes them from the put's answer: no claim, no wait for a notice)."""
@@ -310,7 +298,7 @@ class DurableBus:
         ``joins``: (job, item, parts) stored in the items' join state with them."""
         if self.closed:
             raise BusError("cannot publish: the bus is closed")
-        lease = self._lease()
+        lease = self._lease
         rows = self._leasing(messages)
         stored = await self.store.put_messages(rows, lease=lease, started=started, joins=joins)
         await self._taken(stored)
@@ -324,7 +312,7 @@ class DurableBus:
     ) -> bool | None:
         """Acknowledge ``delivery``, putting ``replies`` on the bus and storing ``writes`` in
         the same transaction; whether that ended the item (None: ``writes`` ends none)."""
-        lease = self._lease()
+        lease = self._lease
         rows = self._leasing(replies) if replies else []
         acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
         await self._taken(acked.leased)

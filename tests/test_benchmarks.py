@@ -49,6 +49,15 @@ def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -
     assert [len(run["ratios"]) for run in result["runs"]] == [2, 2, 2, 1, 1]
     assert runs["generate"]["complete"]
     assert runs["evaluate"]["complete"]
+    # client CPU per request, and as a multiple of the bare client's in the same run
+    bare = runs["openai client alone (the fake's ceiling)"]
+    assert bare["client_cpu_x_bare"] == 1.0
+    for run in result["runs"]:
+        cpu = run["client_cpu_ms_per_request"]
+        assert run["client_cpu_x_bare"] == pytest.approx(
+            cpu / bare["client_cpu_ms_per_request"], abs=0.01
+        )
+        assert 0 <= run["client_cpu_ms_per_request_off_loop"] <= cpu
 
 
 def test_ratelimit_reports_each_run_with_its_429s_and_outage_requests(tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
         'python -c "import openai"',
         "evaluate: first request",
         "evaluate: whole run",
+        "openai client alone: first request",
         'first request less "import openai"',
     ]
     assert runs["python -c pass"]["ratio_to_python"] == 1.0
@@ -136,6 +137,10 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
     )
     assert added["cpu_seconds"] == []  # a difference of wall times: no process of its own
     assert runs["ragjury --help"]["median_cpu_seconds"] > 0
+    # the yardstick: the bare client's own first request, timed the same way, and its CPU
+    bare = runs["openai client alone: first request"]
+    assert all(s > 0 for s in bare["seconds"])
+    assert len(bare["cpu_seconds"]) == 3
 
 
 def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> None:

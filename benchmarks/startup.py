@@ -10,9 +10,12 @@ first request on the machine's monotonic clock, less the clock just before the p
 started. ``python -c "import openai"`` is timed too: no `evaluate` that uses the openai client
 can send a request earlier than that, so each figure is also shown as a ratio to it, and the
 first request's time less it (round by round: what ragjury itself adds before its first
-request) is a row of its own. Each whole process's CPU seconds (user + system, the operating
-system's accounting of the reaped child) are shown beside its wall time: on a machine that
-other work shares they move far less than wall time does.
+request) is a row of its own. The yardstick for a first request is the bare openai client's
+own: a script that makes the client and sends one ``chat.completions.create`` to the same
+endpoint, timed the same way (its first use of ``client.chat`` imports openai's resource
+modules, which ragjury's raw ``post`` never loads). Each whole process's CPU seconds (user +
+system, the operating system's accounting of the reaped child) are shown beside its wall
+time: on a machine that other work shares they move far less than wall time does.
 
 The commands run in a temporary folder (so the ragjury imported is the installed one, or the
 one ``PYTHONPATH`` names, never a checkout in the current folder), with bytecode caches written
@@ -48,6 +51,18 @@ BASELINE = "python -c pass"
 OPENAI = 'python -c "import openai"'
 FIRST_REQUEST = "evaluate: first request"
 EVALUATE = "evaluate: whole run"
+BARE_FIRST = "openai client alone: first request"
+BARE_CLIENT = """
+import asyncio, sys, openai
+async def main():
+    async with openai.AsyncOpenAI(base_url=sys.argv[1], api_key="b", max_retries=0) as client:
+        await client.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "Say ok."}],
+            extra_headers={"x-ragjury-agent": "bare"},
+        )
+asyncio.run(main())
+"""
 ADDED = 'first request less "import openai"'
 
 
@@ -98,19 +113,27 @@ def evaluate_once(
     ``evaluate``."""
     for stale in work.glob("run.db*"):
         stale.unlink()
-    fake.reset()
     argv = [
         "-c", RUN_CLI, "evaluate", str(samples), "--metrics", "faithfulness",
         "--db", str(work / "run.db"), "--out", str(work / "results.jsonl"),
         "--base-url", fake.base_url, "--api-key", "startup", "--model", "fake-model",
     ]  # fmt: skip
+    return first_request(fake, argv, env, work)
+
+
+def first_request(
+    fake: FakeEndpoint, argv: list[str], env: dict[str, str], work: Path
+) -> tuple[float, float, float]:
+    """(seconds to the first request the fake endpoint saw, wall and CPU seconds of the
+    whole process) of a fresh ``python ARGV``."""
+    fake.reset()
     cpu = _children_cpu()
     started = time.monotonic()
     subprocess.run([sys.executable, *argv], env=env, cwd=work, capture_output=True, check=True)
     ended = time.monotonic()
     first = float(fake.stats()["first_request_at"])
     if first < started:
-        raise RuntimeError("the evaluate sent no request to the fake endpoint")
+        raise RuntimeError(f"{argv[:3]} sent no request to the fake endpoint")
     return first - started, ended - started, _children_cpu() - cpu
 
 
@@ -118,9 +141,10 @@ def measure(args: Any) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall seconds of every run, by name (with the first request less ``import openai`` of
     the same round), and CPU seconds of the whole processes."""
     env = child_environment()
-    names = [*COMMANDS, FIRST_REQUEST, EVALUATE]
+    names = [*COMMANDS, FIRST_REQUEST, EVALUATE, BARE_FIRST]
     seconds: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names if name != FIRST_REQUEST}
+    # the bare client's CPU is that of its whole (one-request) process
     with tempfile.TemporaryDirectory() as folder, FakeEndpoint(latency_ms=args.latency_ms) as fake:
         work = Path(folder)
         samples = work / "samples.jsonl"
@@ -143,6 +167,13 @@ def measure(args: Any) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
             cpu[EVALUATE].append(used)
 
         rounds.append(evaluate)
+
+        def bare_client() -> None:
+            first, _, used = first_request(fake, ["-c", BARE_CLIENT, fake.base_url], env, work)
+            seconds[BARE_FIRST].append(first)
+            cpu[BARE_FIRST].append(used)
+
+        rounds.append(bare_client)
         for step in rounds:  # the warm-up: writes the bytecode caches, warms the disk cache
             step()
         for values in [*seconds.values(), *cpu.values()]:

@@ -49,6 +49,15 @@ def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -
     assert [len(run["ratios"]) for run in result["runs"]] == [2, 2, 2, 1, 1]
     assert runs["generate"]["complete"]
     assert runs["evaluate"]["complete"]
+    # client CPU per request, and as a multiple of the bare client's in the same run
+    bare = runs["openai client alone (the fake's ceiling)"]
+    assert bare["client_cpu_x_bare"] == 1.0
+    for run in result["runs"]:
+        cpu = run["client_cpu_ms_per_request"]
+        assert run["client_cpu_x_bare"] == pytest.approx(
+            cpu / bare["client_cpu_ms_per_request"], abs=0.01
+        )
+        assert 0 <= run["client_cpu_ms_per_request_off_loop"] <= cpu
 
 
 def test_ratelimit_reports_each_run_with_its_429s_and_outage_requests(tmp_path: Path) -> None:
@@ -111,6 +120,7 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
         'python -c "import openai"',
         "evaluate: first request",
         "evaluate: whole run",
+        "openai client alone: first request",
         'first request less "import openai"',
     ]
     assert runs["python -c pass"]["ratio_to_python"] == 1.0
@@ -127,6 +137,10 @@ def test_startup_times_each_command_against_the_bare_interpreter(tmp_path: Path)
     )
     assert added["cpu_seconds"] == []  # a difference of wall times: no process of its own
     assert runs["ragjury --help"]["median_cpu_seconds"] > 0
+    # the yardstick: the bare client's own first request, timed the same way, and its CPU
+    bare = runs["openai client alone: first request"]
+    assert all(s > 0 for s in bare["seconds"])
+    assert len(bare["cpu_seconds"]) == 3
 
 
 def test_bus_reports_a_rate_for_each_bus_and_the_bare_stream(tmp_path: Path) -> None:

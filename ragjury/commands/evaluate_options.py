@@ -19,9 +19,34 @@ if TYPE_CHECKING:
     from ragjury.metrics import Registry
 
 
+# The built-in metrics in listing order, for ``ragjury --help``, which would otherwise import
+# every metric declaration and the pydantic models they bring in
+# (tests/test_readme_consistency.py checks this list against the registry).
+BUILTIN_METRIC_NAMES = (
+    "faithfulness",
+    "correctness",
+    "rubric",
+    "keywords",
+    "similarity",
+    "confidence",
+    "retrieval",
+    "context_relevance",
+    "context_precision",
+    "context_recall",
+    "answer_relevance",
+    "answer_completeness",
+    "question_groundedness",
+    "question_standalone",
+)
+
+
 def evaluate_help() -> str:
-    """The one-line help of ``evaluate`` in ``ragjury --help``: it names every metric."""
-    return "judge RAG answers: " + ", ".join(declared().names)
+    """The one-line help of ``evaluate`` in ``ragjury --help``: the built-in metrics, and where
+    to find those of plugins (reading them would load every declaration)."""
+    return (
+        f"judge RAG answers: {', '.join(BUILTIN_METRIC_NAMES)}; plugins' metrics too "
+        "(`ragjury metrics` lists all)"
+    )
 
 
 def add_evaluate_arguments(ev: argparse.ArgumentParser) -> None:

@@ -100,6 +100,12 @@ class _Stream(httpcore2.AsyncNetworkStream):
         # a socket, or asyncio's TransportSocket around one: either has its descriptor
         sock = inner.get_extra_info("socket")
         self._socket: _Descriptor | None = sock if isinstance(sock, _Descriptor) else None
+        # one poll object for the stream's life, its descriptor registered once: each idle
+        # check is then the poll alone (half the cost of a poll object made for each check)
+        self._poller: select.poll | None = None
+        if self._socket is not None and self._socket.fileno() >= 0:
+            self._poller = select.poll()
+            self._poller.register(self._socket.fileno(), select.POLLIN)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return await self._inner.read(max_bytes, timeout)
@@ -119,8 +125,8 @@ class _Stream(httpcore2.AsyncNetworkStream):
         return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> ExtraInfo:
-        if info == "is_readable" and self._socket is not None:
-            return _readable(self._socket)
+        if info == "is_readable" and self._socket is not None and self._poller is not None:
+            return _readable(self._socket, self._poller)
         extra: ExtraInfo = self._inner.get_extra_info(info)
         return extra
 
@@ -130,12 +136,10 @@ class _Descriptor(typing.Protocol):
     def fileno(self) -> int: ...
 
 
-def _readable(sock: _Descriptor) -> bool:
+def _readable(sock: _Descriptor, poller: select.poll) -> bool:
     """Would a read return at once (data, or the b"" of a closed connection)? As httpcore's
-    own check: a socket without a file descriptor counts as readable."""
-    fd = sock.fileno()
-    if fd < 0:
+    own check: a socket without a file descriptor (closed) counts as readable. ``poller``
+    has the socket's descriptor registered for reading."""
+    if sock.fileno() < 0:
         return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))

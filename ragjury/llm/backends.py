@@ -55,6 +55,26 @@ class ChatBackend(Protocol):
     async def aclose(self) -> None: ...
 
 
+def completion(body: bytes) -> ChatCompletion:
+    """An endpoint's chat answer as the openai client's ``ChatCompletion``.
+
+    Read by pydantic-core in one pass (about 25 us), where the client's own reading walks
+    every field of the answer through its type-driven construction (about 0.85 ms of CPU on
+    the throughput benchmark's machine, a fifth of the bare client's CPU per request). An
+    answer that does not fit the schema exactly (a field missing, a finish reason the schema
+    does not know) is built as the client builds it, without validation, so an endpoint that
+    the client accepts is accepted here too."""
+    import json
+
+    import pydantic
+    from openai.types.chat import ChatCompletion
+
+    try:
+        return ChatCompletion.model_validate_json(body)
+    except pydantic.ValidationError:
+        return ChatCompletion.construct(**json.loads(body))
+
+
 class OpenAIBackend:
     """An OpenAI-compatible HTTP endpoint, through the official client (its retries off).
 
@@ -91,16 +111,16 @@ class OpenAIBackend:
     async def chat(self, *, stage: str, **request: JSONData) -> ChatCompletion:
         # The client's documented raw `post`, not `chat.completions.create`: create() walks
         # the whole request through its type-driven transform first, about 1 ms of CPU per
-        # request for a body that instructor has already built as plain JSON.
-        from openai.types.chat import ChatCompletion
-
-        response: ChatCompletion = await self._client.post(
+        # request for a body that instructor has already built as plain JSON. The answer is
+        # taken as bytes (the client still raises on an error status) and read by
+        # :func:`completion`.
+        body: bytes = await self._client.post(
             "/chat/completions",
             body=request,
-            cast_to=ChatCompletion,
+            cast_to=bytes,
             options={"headers": {"x-ragjury-agent": stage}},
         )
-        return response
+        return completion(body)
 
     async def embed(self, texts: Sequence[str], *, stage: str) -> CreateEmbeddingResponse:
         return await self._client.embeddings.create(

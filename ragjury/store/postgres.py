@@ -127,6 +127,15 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
+_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
+_NOTHING_DROPPED = "dropped AS (SELECT $28::bigint[]), "
+"""What an acknowledgement with no call records to drop (nearly every one) has in place of
+:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$28`` typed. The
+delete's plan read the whole of ``llm_calls`` to find none of an empty list (the server keeps
+one plan per connection, made while the table was small), a cost that grew with every call
+recorded."""
+
+
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
@@ -144,7 +153,7 @@ _ACKNOWLEDGE = (
     "$21::float8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::float8[], "
     "$27::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
     "created, model, cost, id) WHERE llm_calls.id = c.id), "
-    "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
+    + _DROPPED
     + _PUT.format("$11", "$12", "$29", "$30")
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
@@ -153,13 +162,21 @@ records closed and those opened for calls never made dropped."""
 _ACK_PARAMS = 30
 
 
-def _ending_acknowledgement() -> str:
-    """:data:`_ACKNOWLEDGE` with the item's end (:data:`_END_ITEM`, its parameters after the
-    acknowledgement's) first: the message goes with the item's messages when it ends it,
-    else on its own."""
+@functools.lru_cache(maxsize=4)
+def _acknowledgement(ending: bool, drops: bool) -> str:
+    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, and with the item's end
+    (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if ``ending``: the
+    message goes with the item's messages when it ends it, else on its own."""
+    if _DROPPED not in _ACKNOWLEDGE:
+        raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
+    sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
+    return _ending_acknowledgement(sql) if ending else sql
+
+
+def _ending_acknowledgement(acknowledge: str) -> str:
     ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
     ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
-    sql = _ACKNOWLEDGE.replace(
+    sql = acknowledge.replace(
         "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
         f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
@@ -170,10 +187,6 @@ def _ending_acknowledgement() -> str:
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
     return sql
-
-
-_ACKNOWLEDGE_ENDING = _ending_acknowledgement()
-"""An acknowledgement that ends the message's item (:attr:`Acknowledge.end`), one statement."""
 
 
 @functools.lru_cache(maxsize=2)
@@ -245,7 +258,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
         calls = [[row[i] for row in step.calls] for i in range(11)]
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
-            _ACKNOWLEDGE if step.end is None else _ACKNOWLEDGE_ENDING,
+            _acknowledgement(step.end is not None, bool(step.unused_calls)),
             step.message_id,
             step.job_id,
             step.key,

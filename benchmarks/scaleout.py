@@ -5,10 +5,16 @@ the client's CPU (ragjury's own work per message) is what limits the rate. For e
 and number of processes: items per second from the first process's start to the last
 item done, and the ratio to one process. Also one process per agent (intake,
 statement_splitter, verdict_judge) against every agent in every process.
-On PostgreSQL it reads the server's CPU time (its processes' /proc counters) to give the
-database's cost per message handled, which says how many messages a second one server core
-could carry for a larger fleet, and (where the server loads ``pg_stat_statements``, as the
-throwaway one does) the SQL statements it ran per message. On both stores it gives the
+On PostgreSQL it reads the server's CPU time (its processes' /proc counters: CPU spent,
+not time waited for a lock or idle in a transaction) to give the database's cost per
+message handled, over the whole run and over the steady window between 10% and 90% of the
+items done. The whole run's figure also holds what each process pays once (its
+connections: authentication, the first look-ups of the catalog, the driver's questions about
+types, the first plans of each statement), which a short run spreads over few messages; the
+steady window's is the cost of one more message, which says how many messages a second one
+server core could carry for a larger fleet. Where the server loads
+``pg_stat_statements`` (as the throwaway one does) it also gives the SQL statements it ran
+per message. On both stores it gives the
 `serve` processes' own CPU per message, which a busy machine moves far less than the rates
 (server CPU + workers' CPU per message is what one message costs the machine).
 
@@ -35,7 +41,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -90,14 +96,26 @@ async def _failed(db: str) -> int:
     return sum(outcome != "scored" for outcome in outcomes)
 
 
+class _Waited(NamedTuple):
+    seconds: float
+    """From the first process's start until every item ended."""
+    steady: float
+    """Items per second between 10% and 90% of them ended (the rate once the processes
+    have started, before the last items trickle in)."""
+    polling_cpu: float
+    """Server CPU seconds of this polling's own connection (not ragjury's work: left out
+    of the server's CPU per message)."""
+    steady_cpu: float | None
+    """Server CPU seconds between the same 10% and 90% marks, this polling's own left out
+    (None on SQLite)."""
+
+
 async def _wait_for(
-    db: str, total: int, processes: list[subprocess.Popen[bytes]], logs: Path, started: float
-) -> tuple[float, float, float]:
-    """Seconds until every item ended, items per second between 10% and 90% of them (the
-    rate once the processes have started, before the last items trickle in), and the
-    server CPU seconds of this polling's own connection (not ragjury's work: left out of
-    the server's CPU per message)."""
+    db: str, total: int, processes: list[subprocess.Popen[bytes]], logs: Path, started: float,
+    server_pid: int | None,
+) -> _Waited:  # fmt: skip
     marks: dict[float, float] = {}
+    cpu: dict[float, float] = {}
     async with open_store(db) as store:
         while True:
             counts = await store.counts()
@@ -106,9 +124,13 @@ async def _wait_for(
             for fraction in (0.1, 0.9):
                 if ended >= fraction * total and fraction not in marks:
                     marks[fraction] = now
+                    if server_pid is not None:
+                        own = await _own_backend_cpu(store)
+                        cpu[fraction] = _cpu_seconds(server_pid) - own
             if ended >= total:
                 steady = 0.8 * total / max(marks[0.9] - marks[0.1], 1e-6)
-                return now - started, steady, await _own_backend_cpu(store)
+                window = cpu[0.9] - cpu[0.1] if cpu else None
+                return _Waited(now - started, steady, await _own_backend_cpu(store), window)
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"a serve process exited early; see {logs}")
             await anyio.sleep(0.1)
@@ -176,27 +198,30 @@ def run_once(
         with (logs / f"serve-{n}.log").open("w") as log:
             processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log))
     try:
-        seconds, steady, polling = anyio.run(
-            _wait_for, db, count_lines(samples), processes, logs, started
+        waited = anyio.run(
+            _wait_for, db, count_lines(samples), processes, logs, started, server_pid
         )
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
         for process in processes:
             process.wait(timeout=120)
-    db_cpu = (_cpu_seconds(server_pid) - cpu_before - polling) if server_pid else None
+    db_cpu = (_cpu_seconds(server_pid) - cpu_before - waited.polling_cpu) if server_pid else None
     workers_cpu = _children_cpu() - workers_before
     failed = anyio.run(_failed, db)
     row: dict[str, Any] = {
-        "seconds": round(seconds, 2),
-        "items_per_second": round(count_lines(samples) / seconds, 1),
-        "steady_items_per_second": round(steady, 1),
+        "seconds": round(waited.seconds, 2),
+        "items_per_second": round(count_lines(samples) / waited.seconds, 1),
+        "steady_items_per_second": round(waited.steady, 1),
         "failed": failed,
         "workers_cpu_ms_per_message": round(1000 * workers_cpu / max(messages, 1), 3),
     }
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)
         row["db_cpu_ms_per_message"] = round(1000 * db_cpu / messages, 3)
+    if waited.steady_cpu is not None:
+        # the messages of the items that ended between the marks: 80% of them
+        row["steady_db_cpu_ms_per_message"] = round(1000 * waited.steady_cpu / (0.8 * messages), 3)
     if counting:
         statements = anyio.run(_statements, db, False) or 0
         row["statements_per_message"] = round(statements / messages, 2)
@@ -322,14 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("scaleout", result, args.out)
     columns = [
         "store", "layout", "seconds", "items/s", "steady items/s", "ratio to 1 process",
-        "workers CPU ms/message", "db CPU ms/message", "statements/message",
+        "workers CPU ms/message", "db CPU ms/message", "steady db CPU ms/message",
+        "statements/message",
     ]  # fmt: skip
     table = [
         [
             r["store"], r["layout"], r["seconds"], r["items_per_second"],
             r["steady_items_per_second"], r["ratio_to_one_process"],
             r["workers_cpu_ms_per_message"], r.get("db_cpu_ms_per_message", "-"),
-            r.get("statements_per_message", "-"),
+            r.get("steady_db_cpu_ms_per_message", "-"), r.get("statements_per_message", "-"),
         ]
         for r in rows
     ]  # fmt: skip

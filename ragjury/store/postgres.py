@@ -127,6 +127,15 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
+_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
+_NOTHING_DROPPED = "dropped AS (SELECT $28::bigint[]), "
+"""What an acknowledgement with no call records to drop (nearly every one) has in place of
+:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$28`` typed. The
+delete's plan read the whole of ``llm_calls`` to find none of an empty list (the server keeps
+one plan per connection, made while the table was small), a cost that grew with every call
+recorded."""
+
+
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
@@ -144,7 +153,7 @@ _ACKNOWLEDGE = (
     "$21::float8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::float8[], "
     "$27::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
     "created, model, cost, id) WHERE llm_calls.id = c.id), "
-    "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
+    + _DROPPED
     + _PUT.format("$11", "$12", "$29", "$30")
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
@@ -153,13 +162,21 @@ records closed and those opened for calls never made dropped."""
 _ACK_PARAMS = 30
 
 
-def _ending_acknowledgement() -> str:
-    """:data:`_ACKNOWLEDGE` with the item's end (:data:`_END_ITEM`, its parameters after the
-    acknowledgement's) first: the message goes with the item's messages when it ends it,
-    else on its own."""
+@functools.lru_cache(maxsize=4)
+def _acknowledgement(ending: bool, drops: bool) -> str:
+    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, and with the item's end
+    (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if ``ending``: the
+    message goes with the item's messages when it ends it, else on its own."""
+    if _DROPPED not in _ACKNOWLEDGE:
+        raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
+    sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
+    return _ending_acknowledgement(sql) if ending else sql
+
+
+def _ending_acknowledgement(acknowledge: str) -> str:
     ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
     ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
-    sql = _ACKNOWLEDGE.replace(
+    sql = acknowledge.replace(
         "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
         f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
@@ -172,31 +189,39 @@ def _ending_acknowledgement() -> str:
     return sql
 
 
-_ACKNOWLEDGE_ENDING = _ending_acknowledgement()
-"""An acknowledgement that ends the message's item (:attr:`Acknowledge.end`), one statement."""
-
-
 @functools.lru_cache(maxsize=2)
 def _claim_items(of_jobs: bool) -> str:
     """:class:`ClaimItems` in one statement ($1 owner, $2 limit, $3 lease seconds, $4 the
     attempts limit, $5 the jobs if ``of_jobs``): the expired leases' items first, then
     queued ones up to the limit, each query on its index; those started too often come back
-    untaken (their attempts before this claim, as the taken ones')."""
+    untaken (their attempts before this claim, as the taken ones').
+
+    The queued items are asked for as ``state BETWEEN 'queued' AND 'queued'`` and ordered by
+    ``state, id`` (the same rows in the same order): with ``state = 'queued'`` the planner
+    drops the state from the order (it is one value), reads the primary key in ``id``
+    order and filters it, walking past every item of the table already done before the
+    first queued one, so a claim cost grew with the run (80 ms a claim with 100,000 items
+    done). As a range the state stays in the order, which ``items_state (state, id)`` gives
+    as it is: the claim reads only the rows it takes, whatever the plan. The rows found
+    are then named as an array (``id = ANY(ARRAY(...))``), which the primary key answers:
+    joined as ``id IN (SELECT ...)``, a plan that expected a tenth of the table (the limit is
+    a parameter) read all of it to hash it."""
     jobs = " AND job_id = ANY($5::text[])" if of_jobs else ""
     return (
         "WITH e AS (SELECT id FROM items WHERE state = 'processing' "
         f"AND lease_expires <= {_NOW} AND lease_owner <> $1{jobs} "
         "ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED), "
-        f"q AS (SELECT id FROM items WHERE state = 'queued'{jobs} ORDER BY id "
+        "q AS (SELECT id FROM items WHERE state BETWEEN 'queued' AND 'queued'"
+        f"{jobs} ORDER BY state, id "
         "LIMIT GREATEST($2 - (SELECT COUNT(*) FROM e), 0) FOR UPDATE SKIP LOCKED), "
         "found AS (SELECT id FROM e UNION ALL SELECT id FROM q), "
         "claimed AS (UPDATE items SET state = 'processing', lease_owner = $1, "
         f"lease_expires = {_NOW} + $3, attempts = attempts + 1, started_by = $1 "
-        "WHERE id IN (SELECT id FROM found) AND attempts < $4 "
+        "WHERE id = ANY(ARRAY(SELECT id FROM found)) AND attempts < $4 "
         "RETURNING id, job_id, key, position, payload, attempts - 1) "
         "SELECT *, true FROM claimed UNION ALL "
         "SELECT id, job_id, key, position, payload, attempts, false FROM items "
-        "WHERE id IN (SELECT id FROM found) AND attempts >= $4"
+        "WHERE id = ANY(ARRAY(SELECT id FROM found)) AND attempts >= $4"
     )
 
 
@@ -233,7 +258,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
         calls = [[row[i] for row in step.calls] for i in range(11)]
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
-            _ACKNOWLEDGE if step.end is None else _ACKNOWLEDGE_ENDING,
+            _acknowledgement(step.end is not None, bool(step.unused_calls)),
             step.message_id,
             step.job_id,
             step.key,

@@ -143,3 +143,22 @@ class SampleScored(_Frozen):
     def reason(self) -> str:
         """Why ``passing`` is what it is: the metrics that did not pass or were not judged."""
         return sample_verdict(self.metrics)[1]
+
+
+class _Identified(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    id: str
+
+
+class ScoredFigures(BaseModel):
+    """What a run's summary tallies of a stored :class:`SampleScored`: its metrics' results
+    and its sample's id. Read from the stored JSON without the sample's texts (its answer
+    and contexts are skipped by the parser, not built), at a summary's end over every
+    sample of the job."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    sample: _Identified
+    metrics: dict[str, MetricResult]
+    answered_by_target: bool = False

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field, model_validator
 
 from ragjury._json import JSONData
 from ragjury.schemas.records import Failure, Sample
@@ -132,17 +132,29 @@ class SampleScored(_Frozen):
             return {k: v for k, v in data.items() if k not in ("passing", "reason")}
         return data
 
+    _verdict: tuple[bool | None, str] = PrivateAttr()
+    """:func:`sample_verdict` of the metrics, worked out once: a sample's record and its
+    stored JSON each read ``passing`` and ``reason``."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._verdict = sample_verdict(self.metrics)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        copied._verdict = sample_verdict(copied.metrics)  # new metrics, a new verdict
+        return copied
+
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def passing(self) -> bool | None:
         """True only if every requested metric passed (see :func:`sample_verdict`)."""
-        return sample_verdict(self.metrics)[0]
+        return self._verdict[0]
 
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def reason(self) -> str:
         """Why ``passing`` is what it is: the metrics that did not pass or were not judged."""
-        return sample_verdict(self.metrics)[1]
+        return self._verdict[1]
 
 
 class _Identified(BaseModel):

@@ -286,6 +286,9 @@ def no_llm_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
         # the same samples through a plain Python loop with the same checks, in the same run:
         # ragjury's whole-process time and CPU as multiples of it (a figure any machine gives)
         "plain_loop_samples_per_second": {str(n): r["items_per_second"] for n, r in plain.items()},
+        "plain_loop_samples_per_cpu_second": {
+            str(n): round(n / r["cpu_seconds"], 1) for n, r in plain.items() if r["cpu_seconds"]
+        },
         "time_vs_plain_loop": {
             str(r["samples"]): round(r["seconds"] / plain[r["samples"]]["seconds"], 2)
             for r in runs
@@ -309,6 +312,32 @@ def no_llm_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
             k: million[0][k] for k in ("seconds", "peak_rss_mib", "items_per_second")
         }
     return figures
+
+
+def target_lines(figures: dict[str, Any]) -> list[str]:
+    """The no-LLM targets, a line each, with whether they hold (see :func:`no_llm_targets`)."""
+    small, large = figures["compared"]
+    rate = figures["samples_per_second"][str(large)]
+    lines = [
+        f"no-LLM target: per-sample time {large:,} vs {small:,}: "
+        f"{figures['time_per_sample_ratio']}x (at most 1.5x: "
+        f"{'yes' if figures['time_within_1_5x'] else 'NO'})",
+        f"no-LLM target: peak RSS {large:,} vs {small:,}: {figures['peak_rss_ratio']}x "
+        f"(at most 1.25x: {'yes' if figures['rss_within_1_25x'] else 'NO'})",
+        f"no-LLM target: {rate:,.0f} samples/s at {large:,} as a whole process on this machine "
+        f"(at least 2,000: {'yes' if figures['at_least_2000_per_second'] else 'NO'})",
+    ]
+    multiple = figures["cpu_vs_plain_loop"].get(str(large))
+    plain = figures["plain_loop_samples_per_cpu_second"].get(str(large))
+    if multiple is not None and plain is not None:
+        own = figures["samples_per_cpu_second"][str(large)]
+        lines.append(
+            f"no-LLM target: CPU {multiple}x the plain loop's at {large:,} (here {own:,.0f} "
+            f"samples per CPU second against the loop's {plain:,.0f}): 2,000 samples/s needs a "
+            f"machine where the loop does 2,000 x {multiple} = {2000 * multiple:,.0f} per CPU "
+            "second, and a process whose wall time is no longer than its CPU time"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     show("ragjury at growing sizes (ratios to the smallest)", columns, table, path)
     if result["no_llm"]:
         print(f"keywords-only evaluate: {json.dumps(result['no_llm'])}")
+        for line in target_lines(result["no_llm"]):
+            print(line)
     readers = (
         "evaluate --dry-run",
         "plain python loop",

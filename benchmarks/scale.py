@@ -350,12 +350,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(tmp, "keywords", args.keywords, None, real)
         rows += measure(tmp, "faithfulness", args.faithfulness, fake.base_url)
         rows += measure(tmp, "generate", args.generate, fake.base_url)
+    no_llm = no_llm_targets(rows)
     result = {
         "settings": {"quick": args.quick, "contexts": args.contexts},
         # other work on the machine: wall seconds are only comparable within one run
         "load_average": {"start": load_before, "end": os.getloadavg()[0]},
         "sizes": rows,
-        "no_llm": no_llm_targets(rows),
+        "no_llm": no_llm,
     }
     path = write_result("scale", result, args.out)
     columns = [
@@ -372,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
     ]  # fmt: skip
     show("ragjury at growing sizes (ratios to the smallest)", columns, table, path)
-    if result["no_llm"]:
-        print(f"keywords-only evaluate: {json.dumps(result['no_llm'])}")
-        for line in target_lines(result["no_llm"]):
+    if no_llm:
+        print(f"keywords-only evaluate: {json.dumps(no_llm)}")
+        for line in target_lines(no_llm):
             print(line)
     readers = (
         "evaluate --dry-run",

@@ -132,29 +132,37 @@ class SampleScored(_Frozen):
             return {k: v for k, v in data.items() if k not in ("passing", "reason")}
         return data
 
-    _verdict: tuple[bool | None, str] = PrivateAttr()
+    _verdict: tuple[bool | None, str] | None = PrivateAttr(default=None)
     """:func:`sample_verdict` of the metrics, worked out once: a sample's record and its
     stored JSON each read ``passing`` and ``reason``."""
 
-    def model_post_init(self, context: Any, /) -> None:
+    @model_validator(mode="after")
+    def _judged(self) -> Self:
         self._verdict = sample_verdict(self.metrics)
+        return self
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+    def model_copy(
+        self, *, update: Mapping[str, JSONData | BaseModel] | None = None, deep: bool = False
+    ) -> Self:
         copied = super().model_copy(update=update, deep=deep)
         copied._verdict = sample_verdict(copied.metrics)  # new metrics, a new verdict
         return copied
+
+    def _verdict_now(self) -> tuple[bool | None, str]:
+        """The verdict (worked out here for a model made without validation)."""
+        return sample_verdict(self.metrics) if self._verdict is None else self._verdict
 
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def passing(self) -> bool | None:
         """True only if every requested metric passed (see :func:`sample_verdict`)."""
-        return self._verdict[0]
+        return self._verdict_now()[0]
 
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def reason(self) -> str:
         """Why ``passing`` is what it is: the metrics that did not pass or were not judged."""
-        return self._verdict[1]
+        return self._verdict_now()[1]
 
 
 class _Identified(BaseModel):

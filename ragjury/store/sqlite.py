@@ -334,7 +334,7 @@ def _commit_batch(conn: Conn, batch: Sequence[_Pending[Any]]) -> None:
             entry.finished = True
 
 
-def _each_in_a_savepoint(conn: Conn, batch: Sequence[_Pending[Any]]) -> None:
+def _each_in_a_savepoint(conn: Conn, batch: Sequence[_Pending[T]]) -> None:
     """The writes of ``batch`` in the open transaction, each after the first in its own
     savepoint: one that raises is rolled back alone and keeps its error. The first needs
     none: if it raises, nothing else is in the transaction yet, so the transaction is

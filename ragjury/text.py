@@ -21,6 +21,19 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BAD = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 """Either kind: one scan finds the (rare) text that needs a repair."""
 
+_CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+
+
+def _sound(text: str) -> bool:
+    """Whether ``text`` has nothing :data:`_BAD` finds, checked as its UTF-8 bytes (a lone
+    surrogate cannot be encoded; a control character is its own byte in UTF-8): a few
+    times faster than the regular expression on the kilobytes of a context."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return len(data.translate(None, _CONTROL_BYTES)) == len(data)
+
 
 def clean_text(text: str) -> tuple[str, list[str]]:
     """``text`` repaired, and what was repaired (empty when nothing was)."""
@@ -51,7 +64,7 @@ def _clean(value: object) -> bool:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _BAD.search(item) is not None:
+            if not _sound(item):
                 return False
         elif isinstance(item, dict):
             stack.extend(item)

@@ -202,6 +202,34 @@ def test_scale_reports_time_memory_and_bytes_per_item_at_each_size(tmp_path: Pat
         for r in evaluated
     }
     assert all(ratio > 1 for ratio in no_llm["cpu_vs_plain_loop"].values())
+    assert no_llm["plain_loop_samples_per_cpu_second"] == {
+        str(n): round(n / r["cpu_seconds"], 1) for n, r in plain.items()
+    }
+
+
+def test_scale_prints_each_no_llm_target_and_whether_it_holds() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    from scale import target_lines
+
+    figures = {
+        "compared": [2000, 20000],
+        "samples_per_second": {"2000": 900.0, "20000": 1000.0},
+        "samples_per_cpu_second": {"2000": 700.0, "20000": 800.0},
+        "plain_loop_samples_per_cpu_second": {"2000": 8000.0, "20000": 9000.0},
+        "cpu_vs_plain_loop": {"2000": 11.4, "20000": 11.25},
+        "time_per_sample_ratio": 1.6,
+        "peak_rss_ratio": 1.01,
+        "at_least_2000_per_second": False,
+        "time_within_1_5x": False,
+        "rss_within_1_25x": True,
+    }
+    lines = target_lines(figures)
+    assert lines[0].endswith("1.6x (at most 1.5x: NO)")
+    assert lines[1].endswith("1.01x (at most 1.25x: yes)")
+    assert "1,000 samples/s at 20,000" in lines[2]
+    assert lines[2].endswith("2,000: NO)")
+    # the multiple of the plain loop's CPU is what carries to another machine
+    assert "2,000 x 11.25 = 22,500 per CPU second" in lines[3]
 
 
 def test_scale_leaves_out_a_kind_given_size_zero(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from ragjury.prompts import load_overrides
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
 from ragjury.runner import submit_samples
-from ragjury.schemas import SampleScored
+from ragjury.schemas.evaluation import ScoredFigures
 from ragjury.store import open_store
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
         panel_tally = PanelTally(panel, panel_metrics(plan.chosen)) if panel is not None else None
         answered_by_target = 0
         async for text in run.store.scored(job.id):
-            scored = SampleScored.model_validate_json(text)
+            scored = ScoredFigures.model_validate_json(text)
             tally.add(scored)
             if panel_tally is not None:
                 panel_tally.add(scored)

@@ -21,6 +21,7 @@ from ragjury.evaluation.panel_stats import (
 )
 from ragjury.metrics import Scale, scale_of
 from ragjury.schemas import MetricResult, SampleScored
+from ragjury.schemas.evaluation import ScoredFigures
 from ragjury.schemas.panel import Panel
 from ragjury.urls import redacted
 
@@ -176,7 +177,7 @@ class PanelTally:
     """Each metric's scale (a judge file's is not installed): where its intervals end."""
     tallies: dict[str, _MetricPanel] = field(default_factory=dict)
 
-    def add(self, scored: SampleScored) -> None:
+    def add(self, scored: SampleScored | ScoredFigures) -> None:
         for name in self.metrics:
             result = scored.metrics.get(name)
             if result is not None:

@@ -20,6 +20,7 @@ from ragjury.intervals import BOOTSTRAP_AT_MOST, CONFIDENCE, RESAMPLES, Interval
 from ragjury.llm.usage import UsageLedger
 from ragjury.metrics import Tally, registry
 from ragjury.schemas import MetricResult, SampleScored
+from ragjury.schemas.evaluation import ScoredFigures
 
 
 @dataclass
@@ -127,7 +128,7 @@ class SummaryTally:
             if metric is not None and metric.tally is not None:
                 self.extras[name] = metric.tally()
 
-    def add(self, scored: SampleScored) -> None:
+    def add(self, scored: SampleScored | ScoredFigures) -> None:
         self.samples += 1
         for name in self.metrics:
             result = scored.metrics.get(name)

@@ -115,8 +115,8 @@ def transient_failures(events: Sequence[Any]) -> int:
             continue
         if isinstance(value, Failure):
             count += value.transient
-        elif isinstance(value, BaseModel):
-            stack.extend(getattr(value, name) for name in type(value).model_fields)
+        elif isinstance(value, BaseModel):  # its fields' values, as they are stored
+            stack.extend(value.__dict__.values())
         elif isinstance(value, list | tuple):
             stack.extend(value)
         elif isinstance(value, dict):

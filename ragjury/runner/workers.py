@@ -377,7 +377,8 @@ class Workers:
     ) -> None:
         """Tell of an item's end (``ended``: this process stored it; else it had ended)."""
         if ended:
-            log.info("item_done", job=job_id, item=key)
+            if logs.enabled("info"):  # a line per item: asked first (see logs.enabled)
+                log.info("item_done", job=job_id, item=key)
             if tracing.enabled():
                 tracing.item_done(key, job_id, pipeline.kind, outcome_attributes(terminal))
             await self.progress.done(job_id, pipeline.public(terminal))

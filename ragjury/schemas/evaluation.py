@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field, model_validator
 
 from ragjury._json import JSONData
 from ragjury.schemas.records import Failure, Sample
@@ -132,14 +132,53 @@ class SampleScored(_Frozen):
             return {k: v for k, v in data.items() if k not in ("passing", "reason")}
         return data
 
+    _verdict: tuple[bool | None, str] | None = PrivateAttr(default=None)
+    """:func:`sample_verdict` of the metrics, worked out once: a sample's record and its
+    stored JSON each read ``passing`` and ``reason``."""
+
+    @model_validator(mode="after")
+    def _judged(self) -> Self:
+        self._verdict = sample_verdict(self.metrics)
+        return self
+
+    def model_copy(
+        self, *, update: Mapping[str, JSONData | BaseModel] | None = None, deep: bool = False
+    ) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        copied._verdict = sample_verdict(copied.metrics)  # new metrics, a new verdict
+        return copied
+
+    def _verdict_now(self) -> tuple[bool | None, str]:
+        """The verdict (worked out here for a model made without validation)."""
+        return sample_verdict(self.metrics) if self._verdict is None else self._verdict
+
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def passing(self) -> bool | None:
         """True only if every requested metric passed (see :func:`sample_verdict`)."""
-        return sample_verdict(self.metrics)[0]
+        return self._verdict_now()[0]
 
     @computed_field  # type: ignore[prop-decorator]  # mypy does not know stacked properties
     @property
     def reason(self) -> str:
         """Why ``passing`` is what it is: the metrics that did not pass or were not judged."""
-        return sample_verdict(self.metrics)[1]
+        return self._verdict_now()[1]
+
+
+class _Identified(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    id: str
+
+
+class ScoredFigures(BaseModel):
+    """What a run's summary tallies of a stored :class:`SampleScored`: its metrics' results
+    and its sample's id. Read from the stored JSON without the sample's texts (its answer
+    and contexts are skipped by the parser, not built), at a summary's end over every
+    sample of the job."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
+
+    sample: _Identified
+    metrics: dict[str, MetricResult]
+    answered_by_target: bool = False

@@ -98,7 +98,7 @@ def jsonl_rows(file: Path) -> Iterator[Numbered]:
             yield from _lines_parsed(enumerate(text, start=1))
         return
     try:
-        with file.open("rb") as raw:
+        with file.open("rb", buffering=_CHUNK) as raw:  # lines of kilobytes: big reads
             yield from _lines_parsed(_decoded(raw))
     except OSError as exc:
         raise InputError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc

@@ -187,3 +187,23 @@ async def test_a_write_that_fails_in_a_group_commit_is_undone_alone(tmp_path: Pa
         "k3": "1",
     }
     assert [row[0] for row in rows] == ["k1", "k3"]
+
+
+def test_a_claimed_payload_reads_as_json_reads_it() -> None:
+    """Payloads are parsed by pydantic-core's parser, by json where it refuses one (the
+    escape of a lone surrogate, which json.dumps writes): the same values either way."""
+    import json
+
+    from ragjury.schemas import Sample
+    from ragjury.store._common import decode_payload
+
+    sample = Sample(id="s1", question="Q?", answer="It\u2019s 42.", contexts=("a\nb", "\u00e9"))
+    texts = [
+        sample.model_dump_json(),
+        json.dumps({"a": "lone \ud800 surrogate", "b": [1, 2.5, None, True], "c": {"d": -0.0}}),
+        json.dumps({"big": 123456789012345678901234567890, "tiny": 1.5e-300}),
+    ]
+    for text in texts:
+        assert decode_payload(text) == json.loads(text)
+    with pytest.raises(TypeError, match="not a JSON object"):
+        decode_payload("[1, 2]")

@@ -11,16 +11,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from ragjury.store.base import Joins
+
+M = TypeVar("M", bound=BaseModel)
 
 
 current_item: ContextVar[str] = ContextVar("ragjury_current_item")
 """The item (document or sample key) of the message being handled."""
 
-HeldJoins = dict[tuple[str, str], dict[str, str]]
+Part = str | BaseModel
+"""A join part: its JSON text, or (held in memory, see :meth:`JoinState.add_models`) the
+model itself, made JSON only if it has to be stored."""
+
+HeldJoins = dict[tuple[str, str], dict[str, Part]]
 """Join parts kept in memory, by (job, item)."""
 
 _held: ContextVar[HeldJoins | None] = ContextVar("ragjury_held_joins", default=None)
@@ -51,7 +59,46 @@ class JoinState:
         held = _held.get()
         if held is None:
             return await self._store.join(self._job_id, current_item.get(), parts, prefix)
-        state = held.setdefault((self._job_id, current_item.get()), {})
-        for name, value in parts.items():  # as in the store: a part keeps its first value
-            state.setdefault(name, value)
-        return {name: value for name, value in state.items() if name.startswith(prefix)}
+        return {name: _text(value) for name, value in _hold(held, self._job_id, parts, prefix)}
+
+    async def add_models(self, parts: Mapping[str, BaseModel], prefix: str) -> dict[str, Part]:
+        """:meth:`add` for parts that are models: held in memory they stay models (never
+        made JSON when the item ends where it starts); in the store they are stored as JSON.
+        A part returned as the model given is the one kept; any other is its JSON text
+        (read it with :func:`part_model`)."""
+        held = _held.get()
+        if held is not None:
+            return dict(_hold(held, self._job_id, parts, prefix))
+        texts = {name: model.model_dump_json() for name, model in parts.items()}
+        state: dict[str, Part] = {}
+        stored = await self._store.join(self._job_id, current_item.get(), texts, prefix)
+        for name, text in stored.items():  # a part stored as given is not parsed again
+            state[name] = parts[name] if texts.get(name) == text else text
+        return state
+
+
+def part_model(value: Part, model: type[M]) -> M:
+    """A join part as ``model``: itself if it is one, else parsed from its JSON."""
+    if isinstance(value, model):
+        return value
+    if isinstance(value, str):
+        return model.model_validate_json(value)
+    raise TypeError(f"a join part of type {type(value).__name__} where {model.__name__} is due")
+
+
+def stored_parts(parts: Mapping[str, Part]) -> dict[str, str]:
+    """Held parts as the store keeps them (JSON text)."""
+    return {name: _text(value) for name, value in parts.items()}
+
+
+def _text(value: Part) -> str:
+    return value if isinstance(value, str) else value.model_dump_json()
+
+
+def _hold(
+    held: HeldJoins, job_id: str, parts: Mapping[str, Part], prefix: str
+) -> Iterator[tuple[str, Part]]:
+    state = held.setdefault((job_id, current_item.get()), {})
+    for name, value in parts.items():  # as in the store: a part keeps its first value
+        state.setdefault(name, value)
+    return ((name, value) for name, value in state.items() if name.startswith(prefix))

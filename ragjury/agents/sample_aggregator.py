@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ragjury.agents.joins import JoinState
+from pydantic import BaseModel
+
+from ragjury.agents.joins import JoinState, part_model
 from ragjury.schemas import MetricResult, MetricScored, SampleScored, SampleSubmitted
 
 
@@ -20,27 +22,21 @@ class SampleAggregator:
         self._joins = joins
 
     async def handle(self, event: SampleSubmitted | MetricScored) -> list[SampleScored]:
+        part: dict[str, BaseModel]
         if isinstance(event, SampleSubmitted):
-            part = {"s:sample": event.model_dump_json()}
+            part = {"s:sample": event}
         else:
-            part = {f"s:m:{event.metric}": event.result.model_dump_json()}
-        state = await self._joins.add(part, "s:")
+            part = {f"s:m:{event.metric}": event.result}
+        state = await self._joins.add_models(part, "s:")
         if "s:sample" not in state:
             return []
-        submitted = (  # the event itself when it is what the join kept (not parsed again)
-            event
-            if isinstance(event, SampleSubmitted) and state["s:sample"] == part["s:sample"]
-            else SampleSubmitted.model_validate_json(state["s:sample"])
-        )
+        submitted = part_model(state["s:sample"], SampleSubmitted)
         if any(f"s:m:{m}" not in state for m in submitted.metrics):
             return []
         return [
             SampleScored(
                 sample=submitted.sample,
-                metrics={
-                    m: MetricResult.model_validate_json(state[f"s:m:{m}"])
-                    for m in submitted.metrics
-                },
+                metrics={m: part_model(state[f"s:m:{m}"], MetricResult) for m in submitted.metrics},
                 answered_by_target=submitted.answered_by_target,
             )
         ]

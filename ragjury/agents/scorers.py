@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ragjury._json import JSONData
 from ragjury.agents.base import Step, failure_from
 from ragjury.errors import LLMError, LLMUnavailableError
-from ragjury.evaluation.keywords import KeywordTally, check_keywords
+from ragjury.evaluation.keywords import KeywordTally, keyword_outcomes
 from ragjury.llm.logprobs import perplexity
 from ragjury.llm.tokens import estimate_tokens
 from ragjury.metrics.declaration import (
@@ -47,20 +47,26 @@ class KeywordChecker:
         elif sample.answer is None:
             result = MetricResult.not_applicable("the sample has no answer to check")
         else:
-            checks = check_keywords(
+            checks = keyword_outcomes(
                 sample.answer,
                 must_contain=sample.must_contain,
                 must_not_contain=sample.must_not_contain,
                 must_not_start_with=sample.must_not_start_with,
                 case_sensitive=self._case_sensitive,
             )
-            failed = [f"{c.type} {c.keyword!r}" for c in checks if not c.passed]
+            failed = [f"{rule} {keyword!r}" for rule, keyword, passed in checks if not passed]
             result = MetricResult(
                 outcome="scored",
-                score=sum(c.passed for c in checks) / len(checks),
+                score=sum(passed for _, _, passed in checks) / len(checks),
                 passing=not failed,
                 reason=("failed: " + ", ".join(failed)) if failed else "every keyword check passed",
-                details={"checks": [c.model_dump() for c in checks]},
+                # as KeywordCheck.model_dump() gives them
+                details={
+                    "checks": [
+                        {"type": rule, "keyword": keyword, "passed": passed}
+                        for rule, keyword, passed in checks
+                    ]
+                },
             )
         return [MetricScored(sample_id=sample.id, metric=KEYWORDS.name, result=result)]
 

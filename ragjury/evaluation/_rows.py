@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from pydantic_core import from_json
+
 from ragjury._json import JSONData, JSONValue
 from ragjury.errors import InputError
 
@@ -96,7 +98,7 @@ def jsonl_rows(file: Path) -> Iterator[Numbered]:
             yield from _lines_parsed(enumerate(text, start=1))
         return
     try:
-        with file.open("rb") as raw:
+        with file.open("rb", buffering=_CHUNK) as raw:  # lines of kilobytes: big reads
             yield from _lines_parsed(_decoded(raw))
     except OSError as exc:
         raise InputError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from exc
@@ -125,7 +127,17 @@ def _lines_parsed(
                 ),
             )
             continue
-        if not line.strip():
+        if not line or line.isspace():  # (strip would copy every line)
+            continue
+        try:
+            # pydantic-core's parser: about half the time of json's on kilobytes of text; what
+            # it refuses (a lone surrogate's escape, which the sample's cleaning repairs; a
+            # line that is not JSON) is parsed by json, which also says what is wrong
+            record = from_json(line)
+        except ValueError:
+            pass
+        else:
+            yield number, record
             continue
         try:
             yield number, json.loads(line)

@@ -26,6 +26,28 @@ def check_keywords(
 ) -> list[KeywordCheck]:
     """One check per keyword, in the order given: must_contain, must_not_contain, then
     must_not_start_with. Raises ValueError for an empty keyword, which would always match."""
+    found = keyword_outcomes(
+        answer,
+        must_contain=must_contain,
+        must_not_contain=must_not_contain,
+        must_not_start_with=must_not_start_with,
+        case_sensitive=case_sensitive,
+    )
+    return [
+        KeywordCheck(type=rule, keyword=keyword, passed=passed) for rule, keyword, passed in found
+    ]
+
+
+def keyword_outcomes(
+    answer: str,
+    *,
+    must_contain: Sequence[str] = (),
+    must_not_contain: Sequence[str] = (),
+    must_not_start_with: Sequence[str] = (),
+    case_sensitive: bool = False,
+) -> list[tuple[KeywordRule, str, bool]]:
+    """:func:`check_keywords` as (rule, keyword, passed), no model made for each check (the
+    keyword agent stores them as plain values)."""
     fold: Callable[[str], str] = str if case_sensitive else str.casefold
     text = fold(answer)
     opening = text.lstrip()
@@ -34,7 +56,7 @@ def check_keywords(
         "must_not_contain": must_not_contain,
         "must_not_start_with": must_not_start_with,
     }
-    checks: list[KeywordCheck] = []
+    found: list[tuple[KeywordRule, str, bool]] = []
     for rule, keywords in rules.items():
         for keyword in keywords:
             if not keyword:
@@ -48,8 +70,8 @@ def check_keywords(
                 passed = needle not in text
             else:
                 passed = not opening.startswith(needle)
-            checks.append(KeywordCheck(type=rule, keyword=keyword, passed=passed))
-    return checks
+            found.append((rule, keyword, passed))
+    return found
 
 
 def keyword_score(checks: Sequence[KeywordCheck]) -> float:

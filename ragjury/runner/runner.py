@@ -29,7 +29,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from ragjury.agents.joins import joins_held
+from ragjury.agents.joins import joins_held, stored_parts
 from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, EndpointUnreachableError
@@ -281,8 +281,13 @@ class Runner:
             with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
                 events = await pipeline.first_events(item)
                 messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
-            # (no messages: the item has ended already, its agents ran here)
-            joins = [(job_id, key, parts) for (job_id, key), parts in (held or {}).items()]
+            # (no messages: the item has ended already, its agents ran here, and what they
+            # held is dropped unstored)
+            joins = [
+                (job, key, stored_parts(parts))
+                for (job, key), parts in (held or {}).items()
+                if messages
+            ]
             if messages and isinstance(self.bus, DurableBus):  # marked running as put
                 await self.bus.publish(messages, started=[item.id], joins=joins)
             elif messages:

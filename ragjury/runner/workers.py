@@ -280,18 +280,26 @@ class Workers:
         """The agent's outputs for this message, from the cache or handled; and, for a step
         handled on the durable bus, its row for the cache (stored with the acknowledgement;
         on another bus it is stored here, before its outputs go anywhere)."""
-        outputs, cached, row = await self._run_step(pipeline, role, delivery.envelope, delivery)
+        envelope = delivery.envelope
+        outputs, cached, row = await self._run_step(
+            pipeline, role, envelope.payload, envelope.job_id, delivery
+        )
         if row is not None and not self._durable and self.cache is not None:
             await self.cache.store.put_step(*row)
             row = None
         return outputs, cached, row
 
     async def _run_step(
-        self, pipeline: Pipeline, role: str, envelope: Envelope, delivery: Delivery | None = None
+        self,
+        pipeline: Pipeline,
+        role: str,
+        event: BusEvent,
+        job_id: str | None,
+        delivery: Delivery | None = None,
     ) -> tuple[Sequence[BusEvent], bool, tuple[str, str, str] | None]:
         step = pipeline.steps.get(role)
         if step is None:
-            raise ConfigurationError(f"job {envelope.job_id} has no {role} agent")
+            raise ConfigurationError(f"job {job_id} has no {role} agent")
         cache, key = self.cache, None
         if cache is not None and step.fingerprint is not None:
             if delivery is not None and delivery.step_key:  # the bus looked it up
@@ -299,11 +307,11 @@ class Workers:
                 if delivery.cached is not None and cache.enabled:
                     return cache.replay(delivery.cached), True, None
             else:
-                key = cache.key(role, step.fingerprint, envelope.payload)
+                key = cache.key(role, step.fingerprint, event)
                 stored = await cache.get(key)
                 if stored is not None:
                     return stored, True, None
-        events = await step.handle(envelope.payload)
+        events = await step.handle(event)
         row = None if key is None or cache is None else cache.row(key, role, events)
         return events, False, row
 
@@ -337,6 +345,7 @@ class Workers:
         redelivery runs it again: these agents keep their state in the store and give the
         same outputs again."""
         messages: list[Message] = []
+        llm = llm_roles()
         for event in events:
             await self.progress.output(job_id, event)
             if isinstance(event, pipeline.terminal):
@@ -345,26 +354,30 @@ class Workers:
                 else:
                     await self.finish(pipeline, job_id, item_key, event)
                 continue
-            envelope = (
-                cause.reply(event)
-                if cause is not None
-                else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
-            )
+            envelope: Envelope | None = None  # made for a message only: what goes on the bus
             for role in pipeline.routes.get(event.kind, ()):
-                if role in llm_roles():
+                if role in llm:
+                    if envelope is None:
+                        envelope = (
+                            cause.reply(event)
+                            if cause is not None
+                            else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
+                        )
                     messages.append(
                         Message(role, envelope, self._step_key(pipeline, role, envelope))
                     )
                     continue
                 token = current_item.set(item_key)
                 try:
-                    outputs, _, row = await self._run_step(pipeline, role, envelope)
+                    outputs, _, row = await self._run_step(pipeline, role, event, job_id)
                     if row is not None and self.cache is not None:  # (no LLM agent has none)
                         await self.cache.store.put_step(*row)
                 finally:
                     current_item.reset(token)
+                # what this step's outputs send on answers the message that caused it: its
+                # own event never travels, so it gets no envelope of its own
                 messages += await self.dispatch(
-                    pipeline, job_id, item_key, outputs, envelope, ends=ends
+                    pipeline, job_id, item_key, outputs, cause, ends=ends
                 )
         return messages
 

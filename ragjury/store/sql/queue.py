@@ -14,6 +14,7 @@ from ragjury.store._common import (
     PAGE,
     JobKey,
     abandoned,
+    decode_payload,
     encode,
     iso,
     job_key,
@@ -142,8 +143,8 @@ class QueueSQL(Driven):
                     yield from fail(str(job_id), str(key), abandoned(int(attempts)))
                     continue
                 claimed.append(
-                    Item(int(item_id), str(job_id), str(key), int(position), json.loads(payload),
-                         int(attempts) + 1)
+                    Item(int(item_id), str(job_id), str(key), int(position),
+                         decode_payload(payload), int(attempts) + 1)
                 )  # fmt: skip
             return claimed
 

@@ -300,7 +300,9 @@ def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
         output = found.get(m.step_key)
         call = None
         if step.opens is not None and m.step_key and output is None:
-            opened: list[Row] = yield Fetch(_OPEN_CALL, (step.opens[0], m.group, IN_FLIGHT, step.opens[1]))
+            opened: list[Row] = yield Fetch(
+                _OPEN_CALL, (step.opens[0], m.group, IN_FLIGHT, step.opens[1])
+            )
             call = int(opened[0][0])
         taken.append(
             StoredMessage(int(message_id), m.group, m.body, 1, m.job_id, m.item_key,

@@ -351,3 +351,17 @@ def test_evidence_is_matched_as_models_cite_it_and_invented_text_still_fails() -
         assert quote_occurs(cited, contexts), cited
     for invented in ("Building evals is easy", "[1]", "...", "evals ... set", "Start big."):
         assert not quote_occurs(invented, contexts), invented
+
+
+def test_a_models_nul_characters_are_taken_out_of_every_string_it_answers() -> None:
+    from ragjury.schemas.responses import RubricGrades, Statements
+
+    split = Statements.model_validate_json('{"statements": ["Tokyo\\u0000 is big.", "ok"]}')
+    assert split.statements == ["Tokyo is big.", "ok"]
+    clean = '{"statements": ["Tokyo is big."]}'
+    assert Statements.model_validate_json(clean).statements == ["Tokyo is big."]
+    grade = {"score": 5, "reasoning": "fine"}
+    nested = {"toxicity": {"score": 5, "reasoning": "no\u0000ne"}, "faithfulness": grade,
+              "helpfulness": grade, "relevance": grade}  # fmt: skip
+    graded = RubricGrades.model_validate_json(json.dumps(nested))
+    assert graded.toxicity.reasoning == "none"  # a nested model's strings too

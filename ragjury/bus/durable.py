@@ -29,7 +29,8 @@ import structlog
 
 from ragjury.bus.base import Delivery, Message
 from ragjury.errors import BusError
-from ragjury.schemas import ENVELOPE_ADAPTER
+from ragjury.schemas import ENVELOPE_ADAPTER, Envelope
+from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import (
     Lease,
     Mailbox,
@@ -52,7 +53,7 @@ def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
         kind=envelope.kind,
         job_id=envelope.job_id or "",
         item_key=envelope.correlation_id,
-        body=envelope.model_dump_json(),
+        body=message.body or envelope_json(envelope),
         leased=leased,
         step_key=message.step_key if leased else "",
     )
@@ -125,7 +126,11 @@ class _DurableSubscription:
                 continue
             stored = self._buffer.popleft()
             try:
-                envelope = ENVELOPE_ADAPTER.validate_json(stored.body)
+                # a message this process put leased to itself: the envelope it put, not
+                # its JSON read back (the same envelope: every one round-trips unchanged)
+                envelope = bus.envelopes.pop(stored.id, None)
+                if envelope is None:
+                    envelope = ENVELOPE_ADAPTER.validate_json(stored.body)
             except ValueError as exc:  # e.g. written by a newer ragjury: never handleable here
                 reason = f"unreadable {self.group} message: {exc}"
                 await bus.store.nack_message(stored.id, reason, max_attempts=1, retry_after=0)
@@ -235,6 +240,9 @@ class DurableBus:
         self._watch: Watch | None = getattr(store, "watch", None)
         self.job_ids = list(job_ids) if job_ids is not None else None
         self.held: set[int] = set()
+        self.envelopes: dict[int, Envelope] = {}
+        """The envelopes of the messages this process put leased to itself and has not
+        delivered yet, by message id."""
         self.closed = False
         self._subscriptions: dict[str, _DurableSubscription] = {}
         self._asking: set[str] = set()
@@ -302,7 +310,15 @@ class DurableBus:
             rows.append(_outgoing(message, leased))
         return rows
 
-    async def _taken(self, stored: Sequence[StoredMessage]) -> None:
+    async def _taken(
+        self,
+        stored: Sequence[StoredMessage],
+        rows: Sequence[OutgoingMessage] = (),
+        messages: Sequence[Message] = (),
+    ) -> None:
+        """Messages put leased to this process (``stored``), to its subscribed groups;
+        ``rows``: what was put, made from ``messages``, whose envelopes the deliveries take
+        (a row whose text the store had to clean is read back from its JSON)."""
         if not stored:
             return
         if self.closed:  # closed meanwhile: give them back at once, as aclose does
@@ -310,6 +326,11 @@ class DurableBus:
                 calls = [m.call for m in stored if m.call is not None]
                 await self.store.release_messages(self.owner, [m.id for m in stored], calls=calls)
             return
+        put = {row.body: m.envelope for row, m in zip(rows, messages, strict=True) if row.leased}
+        for m in stored:
+            envelope = put.get(m.body)
+            if envelope is not None:
+                self.envelopes[m.id] = envelope
         for group in {m.group for m in stored}:
             subscription = self._subscriptions.get(group)
             if subscription is not None:  # leased here only for a subscribed group
@@ -330,7 +351,7 @@ class DurableBus:
         lease = self._lease
         rows = self._leasing(messages)
         stored = await self.store.put_messages(rows, lease=lease, started=started, joins=joins)
-        await self._taken(stored)
+        await self._taken(stored, rows, messages)
         self._wake(rows)
 
     async def ack(self, delivery: Delivery, replies: Sequence[Message] = ()) -> None:
@@ -344,7 +365,7 @@ class DurableBus:
         lease = self._lease
         rows = self._leasing(replies) if replies else []
         acked = await self.store.ack_message(delivery.receipt, rows, writes, lease=lease)
-        await self._taken(acked.leased)
+        await self._taken(acked.leased, rows, replies)
         self.held.discard(delivery.receipt)
         if rows:
             self._wake(rows)
@@ -383,6 +404,7 @@ class DurableBus:
             await self.store.release_messages(self.owner, sorted(self.held), started=True)
             await self.store.release_messages(self.owner, unstarted, calls=calls)
         self.held.clear()
+        self.envelopes.clear()
         unwatch = getattr(self.store, "unwatch", None)
         if unwatch is not None:
             unwatch(self._woken)

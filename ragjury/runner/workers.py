@@ -47,6 +47,7 @@ from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
 from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
+from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import StepWrites, Store
 from ragjury.store.cache import StepCache
 
@@ -315,15 +316,16 @@ class Workers:
         row = None if key is None or cache is None else cache.row(key, role, events)
         return events, False, row
 
-    def _step_key(self, pipeline: Pipeline, role: str, envelope: Envelope) -> str:
-        """The step key of a message to an LLM agent, for the durable bus to look it up as it
-        puts the message ('': no cache)."""
+    def _step_key(self, pipeline: Pipeline, role: str, payload: str | None) -> str:
+        """The step key of a message to an LLM agent (``payload``: its event as JSON; None
+        off the durable bus), for the durable bus to look it up as it puts the message ('':
+        no cache)."""
         step, cache = pipeline.steps.get(role), self.cache
-        if not self._durable or cache is None or not cache.enabled or step is None:
+        if payload is None or cache is None or not cache.enabled or step is None:
             return ""
         if step.fingerprint is None:
             return ""
-        return cache.key(role, step.fingerprint, envelope.payload)
+        return cache.key_of(role, step.fingerprint, payload)
 
     async def dispatch(
         self,
@@ -355,6 +357,10 @@ class Workers:
                     await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope: Envelope | None = None  # made for a message only: what goes on the bus
+            # the event written once for every step key and the message's body (it may go
+            # to several agents), not once per key and per body
+            payload: str | None = None
+            body = ""
             for role in pipeline.routes.get(event.kind, ()):
                 if role in llm:
                     if envelope is None:
@@ -363,8 +369,11 @@ class Workers:
                             if cause is not None
                             else Envelope(correlation_id=item_key, job_id=job_id, payload=event)
                         )
+                    if self._durable and payload is None:
+                        payload = event.model_dump_json()
+                        body = envelope_json(envelope, payload)
                     messages.append(
-                        Message(role, envelope, self._step_key(pipeline, role, envelope))
+                        Message(role, envelope, self._step_key(pipeline, role, payload), body)
                     )
                     continue
                 token = current_item.set(item_key)

@@ -91,13 +91,31 @@ def grammar_schema(schema: JSONValue) -> JSONValue:
     return _required(_integer_enums(copy.deepcopy(schema)))
 
 
+def _has_nul(value: JSONValue) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(map(_has_nul, value.values()))
+    if isinstance(value, list):
+        return any(map(_has_nul, value))
+    return False
+
+
 def _strip_nul(value: JSONValue) -> JSONValue:
+    """``value`` without NUL characters: itself when it has none (nearly always: looked for
+    without copying anything), else a copy without them."""
+    if not _has_nul(value):
+        return value
+    return _nul_free(value)
+
+
+def _nul_free(value: JSONValue) -> JSONValue:
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, dict):
-        return {key: _strip_nul(item) for key, item in value.items()}
+        return {key: _nul_free(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_strip_nul(item) for item in value]
+        return [_nul_free(item) for item in value]
     return value
 
 

@@ -91,7 +91,11 @@ class StepCache:
 
     @staticmethod
     def key(role: str, agent_fingerprint: str, event: BaseModel) -> str:
-        payload = event.model_dump_json()
+        return StepCache.key_of(role, agent_fingerprint, event.model_dump_json())
+
+    @staticmethod
+    def key_of(role: str, agent_fingerprint: str, payload: str) -> str:
+        """:meth:`key` of the event whose JSON (``model_dump_json()``) is ``payload``."""
         text = f"{role}\n{agent_fingerprint}\n{payload}"
         return hashlib.sha256(text.encode()).hexdigest()
 

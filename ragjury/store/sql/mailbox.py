@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from ragjury.llm.usage import IN_FLIGHT
 from ragjury.store._common import iso, poison
 from ragjury.store._values import Param, Row
 from ragjury.store.base import (
@@ -246,7 +247,7 @@ def acknowledge_plainly(step: Acknowledge) -> Steps[Acked]:
             "SELECT state FROM items WHERE job_id = ? AND key = ?", step.job_id, step.key
         )
         if state is None or state[0] not in FINISHED:
-            publish = Publish(step.replies, step.owner, step.lease_seconds)
+            publish = Publish(step.replies, step.owner, step.lease_seconds, opens=step.opens)
             return Acked((yield from publish_plainly(publish)), ended)
     return Acked([], ended)
 
@@ -262,14 +263,23 @@ _INSERT_LEASED = (
 )
 
 _CACHED = "SELECT key, output FROM steps WHERE key = ANY(?)"
+_OPEN_CALL = (
+    "INSERT INTO llm_calls (run_id, stage, requests, prompt_tokens, completion_tokens, "
+    "latency_ms, statuses, error, created_at) VALUES (?, ?, 0, 0, 0, 0, '[]', ?, ?) "
+    "RETURNING id"
+)
+"""A leased message's first call's in-flight record, as :meth:`CallLogSQL.open_call` opens
+one (the call's own figures and model are written when it closes)."""
 
 
 def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
     """:class:`~ragjury.store.sql.steps.Publish` as plain statements, in the driver's
-    transaction (a driver that wakes other processes does so itself). It opens no call's
-    record ahead of it (:attr:`Publish.opens`): each call opens its own. The messages' text
-    is clean already (:func:`~ragjury.store.sql.steps.publish`), so their statements bind it
-    as it is."""
+    transaction (a driver that wakes other processes does so itself). Under a run
+    (:attr:`Publish.opens`), each leased message whose step is not cached comes with its
+    first call's in-flight record, opened here: the call takes it rather than opening one in
+    a write of its own (on SQLite a group-commit entry a call). The messages' text is clean
+    already (:func:`~ragjury.store.sql.steps.publish`), so their statements bind it as it
+    is."""
     yield from execute_many(JOIN_PARTS, step.joins)
     plain = [(m.group, m.kind, m.job_id, m.item_key, m.body) for m in step.messages if not m.leased]
     if plain:
@@ -288,9 +298,15 @@ def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:
         )
         [(message_id,)] = inserted
         output = found.get(m.step_key)
+        call = None
+        if step.opens is not None and m.step_key and output is None:
+            opened: list[Row] = yield Fetch(
+                _OPEN_CALL, (step.opens[0], m.group, IN_FLIGHT, step.opens[1])
+            )
+            call = int(opened[0][0])
         taken.append(
             StoredMessage(int(message_id), m.group, m.body, 1, m.job_id, m.item_key,
-                          None if output is None else str(output), m.step_key)
+                          None if output is None else str(output), m.step_key, call)
         )  # fmt: skip
     if step.started:
         yield from execute(STARTED, list(step.started))

@@ -232,11 +232,31 @@ _RETRY_FIRST, _RETRY_MAX = 0.2, 5.0
 
 
 @functools.lru_cache(maxsize=512)
-def render(sql: str) -> str:
-    """The core's SQL as PostgreSQL runs it: ``$1, $2...`` placeholders and its clock."""
+def render(sql: str, numbers: tuple[int, ...] = ()) -> str:
+    """The core's SQL as PostgreSQL runs it: ``$1, $2...`` placeholders and its clock; the
+    parameters at ``numbers`` (0-based) are lists of integers bound as :func:`_array` text."""
     count = iter(range(1, 10_000))
     sql = _MERGE.sub(r"(\1 || \2)", sql.replace("now_epoch()", _NOW))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+    def placeholder(_: re.Match[str]) -> str:
+        n = next(count)
+        return f"${n}::text::bigint[]" if n - 1 in numbers else f"${n}"
+
+    return re.sub(r"\?", placeholder, sql)
+
+
+def _bound(sql: str, params: Sequence[object]) -> tuple[str, list[object]]:
+    """A core statement and its parameters as asyncpg binds them: a list of integers (an
+    ``x = ANY(?)`` of ids) as :func:`_array` text, so no new connection looks up ``bigint[]``."""
+    numbers = tuple(
+        i
+        for i, p in enumerate(params)
+        if isinstance(p, list) and p and all(type(x) is int for x in p)
+    )
+    if not numbers:
+        return render(sql), list(params)
+    bound = [_array(p) if isinstance(p, list) and i in numbers else p for i, p in enumerate(params)]
+    return render(sql, numbers), bound
 
 
 _MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
@@ -246,9 +266,11 @@ _MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
 async def _apply(conn: Conn, step: Step) -> StepResult:
     """Run one step of an operation; its result."""
     if isinstance(step, Fetch):
-        return [tuple(row) for row in await conn.fetch(render(step.sql), *step.params)]
+        sql, params = _bound(step.sql, step.params)
+        return [tuple(row) for row in await conn.fetch(sql, *params)]
     if isinstance(step, Execute):
-        return _affected(await conn.execute(render(step.sql), *step.params))
+        sql, params = _bound(step.sql, step.params)
+        return _affected(await conn.execute(sql, *params))
     if isinstance(step, ExecuteMany):
         await conn.executemany(render(step.sql), step.rows)
     if isinstance(step, EndItem):
@@ -293,8 +315,8 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, ClaimItems):
         jobs = [] if step.job_ids is None else [list(step.job_ids)]
         sql = _claim_items(step.job_ids is not None)
-        params = (step.owner, step.limit, step.lease_seconds, step.max_attempts, *jobs)
-        return [tuple(row) for row in await conn.fetch(sql, *params)]
+        claim = (step.owner, step.limit, step.lease_seconds, step.max_attempts, *jobs)
+        return [tuple(row) for row in await conn.fetch(sql, *claim)]
     if isinstance(step, InsertItems):
         await conn.copy_records_to_table(
             "items", records=step.rows, columns=_ITEM_COLUMNS, schema_name=_pg_schema.SCHEMA

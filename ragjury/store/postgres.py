@@ -511,12 +511,6 @@ class PostgresStore(SQLStore):
                 # saves, and with it off asyncpg's type lookup on a new connection does not
                 # switch it off and on again around its query (two statements each)
                 "jit": "off",
-                # each statement planned once per connection, not five times more with its
-                # parameters first (about 1 ms a plan for the put and the acknowledgements,
-                # a tenth of a short run's server CPU); ragjury's statements are written to
-                # read only the rows they touch whatever their plan (the claims in index
-                # order, the put and acknowledgements by key: tests/test_postgres_statements)
-                "plan_cache_mode": "force_generic_plan",
             },
         }
 

@@ -136,6 +136,37 @@ one plan per connection, made while the table was small), a cost that grew with 
 recorded."""
 
 
+_CLOSED = (
+    "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
+    "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
+    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
+    "cost_usd = c.cost FROM unnest($17::text[], $18::text::int[], $19::text::int[], "
+    "$20::text::int[], $21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text[], "
+    "$26::text::float8[], $27::text::bigint[]) AS c(stage, requests, prompt, completion, "
+    "latency, statuses, error, created, model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
+)
+"""The records of an acknowledgement's calls closed, $17-$27 each a column of their figures
+(:data:`~ragjury.store.sql.calls.CLOSE_CALL`'s order). Each is found by its id on the
+primary key whatever the plan: ``= ANY(ARRAY[c.id])`` cannot be hashed (as ``= c.id``
+could: the plan each connection keeps, made while the table was small, hashed every call
+recorded to close one)."""
+_ONE_CLOSED = (
+    "closed AS (UPDATE llm_calls SET stage = $17, requests = $18::int, prompt_tokens = $19::int, "
+    "completion_tokens = $20::int, latency_ms = $21::float8, statuses = $22, error = $23, "
+    "created_at = $24, model = $25, cost_usd = $26::float8 WHERE id = $27::bigint), "
+)
+"""What an acknowledgement of a message that made one call (nearly every LLM step) has in
+place of :data:`_CLOSED`: its figures as values. Over arrays the kept plan, which cannot know
+their length, is costed for ten calls: more than a plan made for one call's values by enough
+that the server made a new plan at every other acknowledgement (about 1 ms each)."""
+_NONE_CLOSED = (
+    "closed AS (SELECT $17::text, $18::int, $19::int, $20::int, $21::float8, $22::text, "
+    "$23::text, $24::text, $25::text, $26::float8, $27::bigint), "
+)
+"""What an acknowledgement with no call to close has in place of :data:`_CLOSED`: a query
+nothing reads, so never run, that keeps $17-$27 typed."""
+
+
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
@@ -146,13 +177,7 @@ _ACKNOWLEDGE = (
     "SELECT $13::text, $14::text, $15::text, $16::float8 WHERE $13::text IS NOT NULL "
     "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
     "created_at = excluded.created_at), "
-    "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
-    "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
-    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
-    "cost_usd = c.cost FROM unnest($17::text[], $18::text::int[], $19::text::int[], "
-    "$20::text::int[], $21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text[], "
-    "$26::text::float8[], $27::text::bigint[]) AS c(stage, requests, prompt, completion, "
-    "latency, statuses, error, created, model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
+    + _CLOSED
     + _DROPPED
     + _PUT.format("$11", "$12", "$29", "$30")
 )
@@ -162,14 +187,17 @@ records closed and those opened for calls never made dropped."""
 _ACK_PARAMS = 30
 
 
-@functools.lru_cache(maxsize=4)
-def _acknowledgement(ending: bool, drops: bool) -> str:
-    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, and with the item's end
-    (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if ``ending``: the
-    message goes with the item's messages when it ends it, else on its own."""
-    if _DROPPED not in _ACKNOWLEDGE:
+@functools.lru_cache(maxsize=12)
+def _acknowledgement(ending: bool, drops: bool, calls: int) -> str:
+    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
+    ``calls`` (0, 1 or more: 2) asks, and with the item's end (:data:`_END_ITEM`, its
+    parameters after the acknowledgement's) first if ``ending``: the message goes with the
+    item's messages when it ends it, else on its own."""
+    if _DROPPED not in _ACKNOWLEDGE or _CLOSED not in _ACKNOWLEDGE:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
     sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
+    if calls < 2:
+        sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
     return _ending_acknowledgement(sql) if ending else sql
 
 
@@ -277,15 +305,12 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
         return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
     if isinstance(step, Acknowledge):
         cached = step.step or (None, None, None, None)
-        calls = [
-            _array(row[i] for row in step.calls)
-            if i in _NUMBER_COLUMNS
-            else [row[i] for row in step.calls]
-            for i in range(11)
-        ]
+        calls = _closing(step.calls)
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
-            _acknowledgement(step.end is not None, bool(step.unused_calls)),
+            _acknowledgement(
+                step.end is not None, bool(step.unused_calls), min(len(step.calls), 2)
+            ),
             step.message_id,
             step.job_id,
             step.key,
@@ -335,6 +360,19 @@ def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str] | str]:
     ]
     columns.insert(5, _array([m.leased for m in messages]))
     return columns
+
+
+def _closing(rows: Sequence[Sequence[object]]) -> list[object]:
+    """$17-$27 of an acknowledgement closing the calls of ``rows`` (see
+    :func:`_acknowledgement`): none, one call's figures, or their columns."""
+    if not rows:
+        return [None] * 11
+    if len(rows) == 1:
+        return list(rows[0])
+    return [
+        _array(row[i] for row in rows) if i in _NUMBER_COLUMNS else [row[i] for row in rows]
+        for i in range(11)
+    ]
 
 
 _NUMBER_COLUMNS = (1, 2, 3, 4, 9, 10)

@@ -369,6 +369,34 @@ async def test_a_leased_messages_opened_call_record_is_taken_dropped_or_given_ba
     assert (await store.call_totals(run_id=run_id))["llm_calls"] == 1
 
 
+async def test_an_acknowledgement_closes_each_of_its_calls_with_its_own_figures(
+    store: Store,
+) -> None:
+    job_id = await _job(store, 1)
+    run_id = await store.start_run("evaluate", {})
+    await store.put_messages([_message(job_id, "s0", "b", str(n)) for n in range(2)])
+    taken = (await store.claim_messages("w", ["b"], 2, lease_seconds=HELD, max_attempts=5)).messages
+    priced = CallStats("b", "m1", 2, 11, 5, 1.25, 0.5)
+    unpriced = CallStats("b", "m2", 1, 7, 3, 0.125, None)
+    alone = CallStats("b", "m3", 3, 2, 1, 2.5, 1e-06)
+    for stats in (priced, unpriced, alone):
+        stats.record = await store.open_call(run_id, stats)
+    # two calls closed by one acknowledgement, then one by another
+    await store.ack_message(taken[0].id, [], StepWrites(calls=[(priced, None), (unpriced, "bad")]))
+    await store.ack_message(taken[1].id, [], StepWrites(calls=[(alone, None)]))
+    assert isinstance(store, SQLStore)
+    rows = await store.read(
+        "SELECT model, requests, prompt_tokens, completion_tokens, latency_ms, error, cost_usd "
+        "FROM llm_calls WHERE run_id = ? ORDER BY id",
+        (run_id,),
+    )
+    assert [tuple(row) for row in rows] == [
+        ("m1", 2, 11, 5, 1250.0, None, 0.5),
+        ("m2", 1, 7, 3, 125.0, "bad", None),
+        ("m3", 3, 2, 1, 2500.0, None, 1e-06),
+    ]
+
+
 async def test_the_groups_a_claim_would_find_messages_for_are_told_in_one_query(
     store: Store,
 ) -> None:

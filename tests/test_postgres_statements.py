@@ -15,7 +15,10 @@ import asyncpg
 import pytest
 
 from ragjury.cli import main
+from ragjury.llm.usage import CallStats
 from ragjury.store import open_store
+from ragjury.store.base import Lease, OutgoingMessage, StepWrites
+from ragjury.store.postgres import PostgresStore
 
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
@@ -177,3 +180,64 @@ def test_an_item_claim_reads_the_queued_items_not_those_done_before_them(
     keys, buffers = anyio.run(_claim_after_done, counted_url, 5000)
     assert keys == [f"s{n}" for n in range(5005, 5010)]
     assert buffers < 300, f"the claim read {buffers} buffers"
+
+
+async def _handled(store: PostgresStore, job_id: str, n: int, lease: Lease) -> None:
+    """Put a leased message of ``job_id``'s item (its step not cached: its call's in-flight
+    record opened with it), acknowledge it with its step cached, its call closed and a leased
+    reply, and acknowledge the reply likewise: a judged message's statements."""
+    [message] = await store.put_messages(
+        [OutgoingMessage("g", "k", job_id, "s0", f'{{"n": {n}}}', True, f"a{n}")], lease=lease
+    )
+    for step in (f"a{n}", f"b{n}"):
+        assert message.call is not None
+        replies = [OutgoingMessage("g", "k", job_id, "s0", f'{{"r": {n}}}', True, f"b{n}")]
+        writes = StepWrites(
+            step=(step, "agent", "{}"),
+            calls=[(CallStats("g", "m", 1, 1, 1, 0.25, None, record=message.call), None)],
+        )
+        replies = replies if step[0] == "a" else []
+        acked = await store.ack_message(message.id, replies, writes, lease=lease)
+        message = acked.leased[0] if acked.leased else message
+
+
+async def _buffers_after_growth(url: str, grown: int) -> int:
+    """Handle messages on one connection until its plans are kept (made while the step cache
+    and the call records are nearly empty), then add ``grown`` rows to both, as a run does
+    before autovacuum analyses them: the buffers one more message's put and acknowledgements
+    read."""
+    async with PostgresStore(url, pool_size=1) as store:
+        job = await store.submit("evaluate", {}, lambda: [("s0", {})])
+        lease = Lease("w", 60.0, run_id="r")
+        for n in range(8):
+            await _handled(store, job.id, n, lease)
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                "INSERT INTO ragjury.steps (key, agent, output, created_at) "
+                f"SELECT 'x' || n, 'agent', '{{}}', 0 FROM generate_series(1, {grown}) AS n"
+            )
+            await conn.execute(
+                "INSERT INTO ragjury.llm_calls (run_id, stage, requests, prompt_tokens, "
+                "completion_tokens, latency_ms, statuses, error, created_at) "
+                f"SELECT 'r', 'g', 1, 0, 0, 0, '[]', NULL, '' FROM generate_series(1, {grown})"
+            )
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            await _handled(store, job.id, 99, lease)
+            hits = await conn.fetchval(
+                "SELECT SUM(shared_blks_hit + shared_blks_read) FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+                "AND s.query LIKE 'WITH%'"
+            )
+        finally:
+            await conn.close()
+    return int(hits)
+
+
+def test_a_message_reads_its_step_and_call_rows_not_the_tables(counted_url: str) -> None:
+    # About 100 buffers for a put and two acknowledgements, however many steps and calls are
+    # stored. Before: about 700 here, growing with both tables (each connection keeps the
+    # plan it made while they were small: a hash of every step cached to find the one looked
+    # up, and of every call recorded to close one)
+    buffers = anyio.run(_buffers_after_growth, counted_url, 20_000)
+    assert buffers < 300, f"one message's put and acknowledgements read {buffers} buffers"

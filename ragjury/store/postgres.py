@@ -22,7 +22,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, TypedDict, TypeVar
 
@@ -67,7 +67,7 @@ _END_ITEM = (
     "new_pairs AS (INSERT INTO pairs "
     "(job_id, id, item_id, position, outcome, question, source, record) "
     "SELECT $1, p.id, ended.id, p.n, p.outcome, p.question, p.source, p.record FROM ended, "
-    "unnest($8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) "
+    "unnest($8::text::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) "
     "AS p(n, id, outcome, question, source, record) "
     "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
     "position = excluded.position, outcome = excluded.outcome, "
@@ -86,7 +86,7 @@ _END_ITEM = (
 """An item's end in one statement (:class:`EndItem`): the update's check of the item's
 state, under its row lock, decides whether the rest happens."""
 _REPLIES = (
-    "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::bool[], "
+    "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::text::bool[], "
     "{6}::text[]) AS t(g, k, j, i, b, l, sk)"
 )
 """The messages to put, as columns: group, kind, job, item, body, leased, step key."""
@@ -106,10 +106,10 @@ _PUT = (
     "opened AS (INSERT INTO llm_calls (id, run_id, stage, requests, prompt_tokens, "
     "completion_tokens, latency_ms, statuses, error, created_at) OVERRIDING SYSTEM VALUE "
     f"SELECT cid, {{2}}::text, grp, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', {{3}}::text FROM due) "
-    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, s.output, d.cid "
+    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, "
+    "(SELECT s.output FROM steps s WHERE t.sk <> '' AND s.key = t.sk), d.cid "
     "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN new n ON n.leased "
-    "LEFT JOIN t ON t.g = n.grp AND t.b = n.body "
-    "LEFT JOIN steps s ON t.sk <> '' AND s.key = t.sk LEFT JOIN due d ON d.mid = n.id"
+    "LEFT JOIN t ON t.g = n.grp AND t.b = n.body LEFT JOIN due d ON d.mid = n.id"
 )
 """Put the rows of ``t``, the leased ones leased, waking the processes that wait for the
 others' groups; the leased ones come back, each with its step's cached output. Under a run
@@ -119,7 +119,7 @@ worker's call takes it, so a call costs no statement of its own."""
 _PUBLISH = (
     f"WITH t AS (SELECT * FROM {_REPLIES.format('$1', '$2', '$3', '$4', '$5', '$6', '$7')}), "
     "started AS (UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
-    "WHERE state = 'processing' AND id = ANY($10::bigint[])), "
+    "WHERE state = 'processing' AND id = ANY($10::text::bigint[])), "
     "joined AS (INSERT INTO item_joins AS ij (job_id, item_key, parts) "
     "SELECT x.j, x.k, x.p::jsonb FROM unnest($13::text[], $14::text[], $15::text[]) "
     "AS x(j, k, p) ON CONFLICT (job_id, item_key) DO UPDATE SET parts = "
@@ -127,13 +127,44 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
-_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::bigint[])), "
-_NOTHING_DROPPED = "dropped AS (SELECT $28::bigint[]), "
+_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::text::bigint[])), "
+_NOTHING_DROPPED = "dropped AS (SELECT $28::text), "
 """What an acknowledgement with no call records to drop (nearly every one) has in place of
 :data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$28`` typed. The
 delete's plan read the whole of ``llm_calls`` to find none of an empty list (the server keeps
 one plan per connection, made while the table was small), a cost that grew with every call
 recorded."""
+
+
+_CLOSED = (
+    "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
+    "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
+    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
+    "cost_usd = c.cost FROM unnest($17::text[], $18::text::int[], $19::text::int[], "
+    "$20::text::int[], $21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text[], "
+    "$26::text::float8[], $27::text::bigint[]) AS c(stage, requests, prompt, completion, "
+    "latency, statuses, error, created, model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
+)
+"""The records of an acknowledgement's calls closed, $17-$27 each a column of their figures
+(:data:`~ragjury.store.sql.calls.CLOSE_CALL`'s order). Each is found by its id on the
+primary key whatever the plan: ``= ANY(ARRAY[c.id])`` cannot be hashed (as ``= c.id``
+could: the plan each connection keeps, made while the table was small, hashed every call
+recorded to close one)."""
+_ONE_CLOSED = (
+    "closed AS (UPDATE llm_calls SET stage = $17, requests = $18::int, prompt_tokens = $19::int, "
+    "completion_tokens = $20::int, latency_ms = $21::float8, statuses = $22, error = $23, "
+    "created_at = $24, model = $25, cost_usd = $26::float8 WHERE id = $27::bigint), "
+)
+"""What an acknowledgement of a message that made one call (nearly every LLM step) has in
+place of :data:`_CLOSED`: its figures as values. Over arrays the kept plan, which cannot know
+their length, is costed for ten calls: more than a plan made for one call's values by enough
+that the server made a new plan at every other acknowledgement (about 1 ms each)."""
+_NONE_CLOSED = (
+    "closed AS (SELECT $17::text, $18::int, $19::int, $20::int, $21::float8, $22::text, "
+    "$23::text, $24::text, $25::text, $26::float8, $27::bigint), "
+)
+"""What an acknowledgement with no call to close has in place of :data:`_CLOSED`: a query
+nothing reads, so never run, that keeps $17-$27 typed."""
 
 
 _ACKNOWLEDGE = (
@@ -146,13 +177,7 @@ _ACKNOWLEDGE = (
     "SELECT $13::text, $14::text, $15::text, $16::float8 WHERE $13::text IS NOT NULL "
     "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
     "created_at = excluded.created_at), "
-    "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
-    "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
-    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
-    "cost_usd = c.cost FROM unnest($17::text[], $18::int[], $19::int[], $20::int[], "
-    "$21::float8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::float8[], "
-    "$27::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
-    "created, model, cost, id) WHERE llm_calls.id = c.id), "
+    + _CLOSED
     + _DROPPED
     + _PUT.format("$11", "$12", "$29", "$30")
 )
@@ -162,14 +187,17 @@ records closed and those opened for calls never made dropped."""
 _ACK_PARAMS = 30
 
 
-@functools.lru_cache(maxsize=4)
-def _acknowledgement(ending: bool, drops: bool) -> str:
-    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, and with the item's end
-    (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if ``ending``: the
-    message goes with the item's messages when it ends it, else on its own."""
-    if _DROPPED not in _ACKNOWLEDGE:
+@functools.lru_cache(maxsize=12)
+def _acknowledgement(ending: bool, drops: bool, calls: int) -> str:
+    """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
+    ``calls`` (0, 1 or more: 2) asks, and with the item's end (:data:`_END_ITEM`, its
+    parameters after the acknowledgement's) first if ``ending``: the message goes with the
+    item's messages when it ends it, else on its own."""
+    if _DROPPED not in _ACKNOWLEDGE or _CLOSED not in _ACKNOWLEDGE:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
     sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
+    if calls < 2:
+        sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
     return _ending_acknowledgement(sql) if ending else sql
 
 
@@ -232,11 +260,31 @@ _RETRY_FIRST, _RETRY_MAX = 0.2, 5.0
 
 
 @functools.lru_cache(maxsize=512)
-def render(sql: str) -> str:
-    """The core's SQL as PostgreSQL runs it: ``$1, $2...`` placeholders and its clock."""
+def render(sql: str, numbers: tuple[int, ...] = ()) -> str:
+    """The core's SQL as PostgreSQL runs it: ``$1, $2...`` placeholders and its clock; the
+    parameters at ``numbers`` (0-based) are lists of integers bound as :func:`_array` text."""
     count = iter(range(1, 10_000))
     sql = _MERGE.sub(r"(\1 || \2)", sql.replace("now_epoch()", _NOW))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+    def placeholder(_: re.Match[str]) -> str:
+        n = next(count)
+        return f"${n}::text::bigint[]" if n - 1 in numbers else f"${n}"
+
+    return re.sub(r"\?", placeholder, sql)
+
+
+def _bound(sql: str, params: Sequence[object]) -> tuple[str, list[object]]:
+    """A core statement and its parameters as asyncpg binds them: a list of integers (an
+    ``x = ANY(?)`` of ids) as :func:`_array` text, so no new connection looks up ``bigint[]``."""
+    numbers = tuple(
+        i
+        for i, p in enumerate(params)
+        if isinstance(p, list) and p and all(type(x) is int for x in p)
+    )
+    if not numbers:
+        return render(sql), list(params)
+    bound = [_array(p) if isinstance(p, list) and i in numbers else p for i, p in enumerate(params)]
+    return render(sql, numbers), bound
 
 
 _MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
@@ -246,19 +294,23 @@ _MERGE = re.compile(r"json_merge\(([\w.]+), ([\w.]+)\)")
 async def _apply(conn: Conn, step: Step) -> StepResult:
     """Run one step of an operation; its result."""
     if isinstance(step, Fetch):
-        return [tuple(row) for row in await conn.fetch(render(step.sql), *step.params)]
+        sql, params = _bound(step.sql, step.params)
+        return [tuple(row) for row in await conn.fetch(sql, *params)]
     if isinstance(step, Execute):
-        return _affected(await conn.execute(render(step.sql), *step.params))
+        sql, params = _bound(step.sql, step.params)
+        return _affected(await conn.execute(sql, *params))
     if isinstance(step, ExecuteMany):
         await conn.executemany(render(step.sql), step.rows)
     if isinstance(step, EndItem):
         return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
     if isinstance(step, Acknowledge):
         cached = step.step or (None, None, None, None)
-        calls = [[row[i] for row in step.calls] for i in range(11)]
+        calls = _closing(step.calls)
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
-            _acknowledgement(step.end is not None, bool(step.unused_calls)),
+            _acknowledgement(
+                step.end is not None, bool(step.unused_calls), min(len(step.calls), 2)
+            ),
             step.message_id,
             step.job_id,
             step.key,
@@ -267,7 +319,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
             step.owner,
             *cached,
             *calls,
-            list(step.unused_calls),
+            _array(step.unused_calls),
             *(step.opens or (None, None)),
             *ending,
         )
@@ -280,7 +332,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
                 *_columns(step.messages),
                 step.lease_seconds,
                 step.owner,
-                list(step.started),
+                _array(step.started),
                 *(step.opens or (None, None)),
                 *_join_columns(step.joins),
             )
@@ -288,8 +340,8 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, ClaimItems):
         jobs = [] if step.job_ids is None else [list(step.job_ids)]
         sql = _claim_items(step.job_ids is not None)
-        params = (step.owner, step.limit, step.lease_seconds, step.max_attempts, *jobs)
-        return [tuple(row) for row in await conn.fetch(sql, *params)]
+        claim = (step.owner, step.limit, step.lease_seconds, step.max_attempts, *jobs)
+        return [tuple(row) for row in await conn.fetch(sql, *claim)]
     if isinstance(step, InsertItems):
         await conn.copy_records_to_table(
             "items", records=step.rows, columns=_ITEM_COLUMNS, schema_name=_pg_schema.SCHEMA
@@ -302,8 +354,49 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
 _MESSAGE_FIELDS = ("group", "kind", "job_id", "item_key", "body", "leased", "step_key")
 
 
-def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str | bool]]:
-    return [[getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS]
+def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str] | str]:
+    columns: list[list[str] | str] = [
+        [getattr(m, name) for m in messages] for name in _MESSAGE_FIELDS if name != "leased"
+    ]
+    columns.insert(5, _array([m.leased for m in messages]))
+    return columns
+
+
+def _closing(rows: Sequence[Sequence[object]]) -> list[object]:
+    """$17-$27 of an acknowledgement closing the calls of ``rows`` (see
+    :func:`_acknowledgement`): none, one call's figures, or their columns."""
+    if not rows:
+        return [None] * 11
+    if len(rows) == 1:
+        return list(rows[0])
+    return [
+        _array(row[i] for row in rows) if i in _NUMBER_COLUMNS else [row[i] for row in rows]
+        for i in range(11)
+    ]
+
+
+_NUMBER_COLUMNS = (1, 2, 3, 4, 9, 10)
+"""The columns of a closing row (:data:`~ragjury.store.sql.calls.CLOSE_CALL`) that are
+numbers: passed as :func:`_array` text."""
+
+
+def _array(values: Iterable[object]) -> str:
+    """Numbers or flags (None: NULL) as the text of a PostgreSQL array, which the SQL casts
+    (``$1::text::bigint[]``). Passed as arrays, such parameters make asyncpg look their
+    types up on each new connection (``bigint[]``, ``bool[]``... are not among the types it
+    knows): a query of the catalog that costs the server 10-15 ms a connection, more than a
+    thousand messages' worth of the rest of what a connection's first statements cost."""
+    return "{" + ",".join(_element(v) for v in values) + "}"
+
+
+def _element(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, int | float):
+        return repr(value)  # 'inf' and 'nan' read back as such
+    raise TypeError(f"not a number or a flag: {value!r}")
 
 
 def _join_columns(joins: Sequence[Sequence[object]]) -> list[list[str]]:
@@ -347,7 +440,8 @@ def _end_item_params(step: EndItem) -> list[object]:
         step.error,
         step.finished_at,
         step.transient_failures,
-        *([row[i] for row in pairs] for i in range(6)),
+        _array(row[0] for row in pairs),
+        *([row[i] for row in pairs] for i in range(1, 6)),
         *([row[i] for row in samples] for i in range(3)),
     ]
 

@@ -284,18 +284,38 @@ async def test_a_steady_share_of_429s_that_halving_does_not_lower_is_noise() -> 
     assert lim.limit == 32  # ...so the limit went back, and the 429s since cut nothing
 
 
+def at_random(share: float, seed: int) -> Callable[[int], bool]:
+    """429s at random, ``share`` of the answers (seeded: the same answers every run)."""
+    rng = random.Random(seed)
+    return lambda _n: rng.random() < share
+
+
 async def test_a_steady_share_of_429s_read_low_by_its_trial_is_seldom_cut_again() -> None:
     # 5% of answers are 429s at random, whatever the concurrency. A trial over 100 answers
     # reads that anywhere from about 1% to 9%; read low, a bar at twice the share measured
     # cut again (and trialled again, at half the limit) in about a third of these runs
-    runs = [random.Random(seed) for seed in range(100)]
     cut_again = 0
-    for rng in runs:
+    for seed in range(100):
         lim = limiter(32, ManualClock())
-        await serve_answers(lim, 1500, lambda _n, rng=rng: rng.random() < 0.05)
+        await serve_answers(lim, 1500, at_random(0.05, seed))
         assert lim.noise is not None
         cut_again += lim.cuts > 1
     assert cut_again <= 12
+
+
+async def test_a_burst_of_noise_early_in_a_trial_does_not_end_it_as_load() -> None:
+    # the first 429 cuts, as a trial; five of the trial's first 20 answers are 429s (a
+    # burst, as a steady 5% gives now and then), then one in 20 as before: noise, not load
+    lim = limiter(32, ManualClock())
+
+    def throttled(n: int) -> bool:
+        return n == 0 or (1 <= n <= 20 and n % 4 == 0) or (n > 20 and n % 20 == 0)
+
+    await serve_answers(lim, 400, throttled)
+
+    assert lim.cuts == 1
+    assert lim.noise is not None
+    assert lim.limit == 32
 
 
 async def test_429s_found_to_be_noise_that_then_rise_are_load_again() -> None:

@@ -51,7 +51,7 @@ trip. Which 429s are load:
   began and that share is the noise; after that a 429 cuts only when the share of 429s in
   the last 100 answers rises above what chance allows for that noise (:func:`noise_bar`).
   Otherwise the 429s were load: the cut stays and AIMD goes on. A trial whose share passes
-  :data:`CLEARLY_LOAD` (after 20 answers) ends at once as load. Until a run has 100
+  :func:`clearly_load` (after 20 answers) ends at once as load. Until a run has 100
   answers its share is counted over 100, so that its first few cannot decide.
 
 The clock and sleep are injectable, so tests drive time by hand.
@@ -90,7 +90,8 @@ _RECENT = 100
 _TRIAL_MIN = 100
 _CLEARLY_LOAD_AFTER = 20  # answers in a trial before its share alone can end it as load
 CLEARLY_LOAD = 0.2
-"""A trial whose share of 429s passes this (after 20 answers) ends at once as load."""
+"""A trial whose share of 429s passes this (after 20 answers, and more than noise could give
+by chance: :func:`clearly_load`) ends at once as load."""
 DISTRUST_AFTER = 5
 """429s among the last 100 answers with headers that make the limiter stop trusting them."""
 TRUST_AGAIN_AFTER = 3
@@ -98,6 +99,16 @@ TRUST_AGAIN_AFTER = 3
 as many each further time, so that it does not flap)."""
 
 log = structlog.get_logger("ragjury.llm")
+
+
+def clearly_load(answers: int) -> float:
+    """The share of 429s over a trial's first ``answers`` answers above which it ends at
+    once as load: :data:`CLEARLY_LOAD`, or more if noise at :data:`NOISE_CEILING` could
+    reach it by chance over so few (two standard errors). Over 20 answers that is 31%: a
+    steady 5% gives 5 in 20 often enough that a bar at 20% ended trials of noise as load
+    and cut again, down to a fifth of the limit, in the first seconds of a run."""
+    spread = 2 * math.sqrt(NOISE_CEILING * (1 - NOISE_CEILING) / max(answers, 1))
+    return max(CLEARLY_LOAD, NOISE_CEILING + spread)
 
 
 def noise_bar(noise: float, measured_over: int) -> float:
@@ -471,7 +482,7 @@ class AdaptiveLimiter:
         trial = self._trial
         if trial is not None:
             share_now = trial.throttled / max(trial.answers, 1)
-            if trial.answers < _CLEARLY_LOAD_AFTER or share_now <= CLEARLY_LOAD:
+            if trial.answers < _CLEARLY_LOAD_AFTER or share_now <= clearly_load(trial.answers):
                 return False  # measuring: not yet known
             self._trial = None  # clearly load: cut again below
         elif self.noise is not None and share <= self._noise_bar:

@@ -107,6 +107,7 @@ _STARTUP = {
     "ragjury --help": "`ragjury --help`",
     "ragjury evaluate --help": "`ragjury evaluate --help`",
     'python -c "import openai"': '`python -c "import openai"` (no request can come sooner)',
+    "openai client alone: first request": "the openai client alone: its first request",
     "evaluate: first request": "`evaluate`: its first request reaches the endpoint",
     "evaluate: whole run": "`evaluate`: the whole run",
 }

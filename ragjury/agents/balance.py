@@ -7,19 +7,24 @@ way), so a resumed run, another ``serve`` process and ``--dry-run`` choose the s
 
 Chunks are taken one at a time. Each pick:
 
-1. takes the question type furthest behind its share (its weight times the picks so far,
-   among the types some unpicked chunk was drawn for);
+1. takes the question type furthest behind its share: its weight, over the weights of the
+   types some unpicked chunk was drawn for, times the picks not taken by types already used
+   up (so a type with too few chunks leaves its shortfall to the others in proportion to
+   their weights);
 2. among the documents with an unpicked chunk of that type, takes the one with the fewest
    picks so far (ties: an order drawn from the seed);
 3. takes that document's next chunk of the type, in an order drawn from the seed;
-4. gives it the persona used least for that type so far, then least overall.
 
-So every document gets a chunk before any gets a second, each type gets its share as long
-as chunks of it remain, and each persona gets an even share of every type.
+So every document gets a chunk before any gets a second, and each type gets its share as
+long as chunks of it remain.
 
-Without ``--max-pairs`` every chunk is drafted, and :func:`assign_personas` deals the personas
-out over each type's chunks in an order drawn from the seed, so each persona again gets an
-even share of every type (and, over many chunks, of every document).
+Then :func:`deal_personas` deals the personas out, type after type, over each type's chunks
+in the order they were picked, each type starting where the last one stopped: each persona
+gets an even share of every type (within one) and of the whole selection (within one).
+
+Without ``--max-pairs`` every chunk is drafted, and the personas are dealt the same way over
+each type's chunks in an order drawn from the seed (so, over many chunks, each persona also
+gets about an even share of every document).
 """
 
 from __future__ import annotations
@@ -85,50 +90,54 @@ def select_chunks(
         for chunk_ids in by_document.values():
             chunk_ids.sort(key=lambda chunk_id: _draw(seed, "chunk", chunk_id), reverse=True)
     document_order = {d: _draw(seed, "document", d) for d in documents}
-    persona_order = sorted(range(personas), key=lambda i: _draw(seed, "persona", str(i)))
-    total_weight = sum(weights.get(kind, 0.0) for kind in pools) or 1.0
-    picked: dict[str, int | None] = {}
+    picked: dict[QuestionType, list[str]] = {}
     per_document: Counter[str] = Counter()
     per_type: Counter[str] = Counter()
-    per_persona: Counter[int] = Counter()
-    per_type_persona: Counter[tuple[str, int]] = Counter()
-    while len(picked) < count and pools:
-        kind = _behind_most(pools, per_type, weights, total_weight, len(picked) + 1)
+    for picks in range(1, count + 1):
+        if not pools:
+            break
+        kind = _behind_most(pools, per_type, weights, picks)
         by_document = pools[kind]
         document_id = min(by_document, key=lambda d: (per_document[d], document_order[d], d))
         chunk_ids = by_document[document_id]
-        chunk_id = chunk_ids.pop()
+        picked.setdefault(kind, []).append(chunk_ids.pop())
         if not chunk_ids:
             del by_document[document_id]
             if not by_document:
                 del pools[kind]
-        persona = None
-        if personas:
-            persona = min(
-                persona_order,
-                key=lambda i: (per_type_persona[kind, i], per_persona[i], persona_order.index(i)),
-            )
-            per_persona[persona] += 1
-            per_type_persona[kind, persona] += 1
-        picked[chunk_id] = persona
         per_document[document_id] += 1
         per_type[kind] += 1
-    return picked
+    return deal_personas(picked, personas, seed)
 
 
 def assign_personas(
     candidates: Iterable[Candidate], personas: int, seed: int
 ) -> dict[str, int | None]:
     """Every chunk, with the index of its persona (None when there are no personas)."""
-    by_type: dict[str, list[str]] = {}
+    by_type: dict[QuestionType, list[str]] = {}
     for c in candidates:
         by_type.setdefault(c.question_type, []).append(c.chunk_id)
-    chosen: dict[str, int | None] = {}
-    for kind, chunk_ids in by_type.items():
+    for chunk_ids in by_type.values():
         chunk_ids.sort(key=lambda chunk_id: (_draw(seed, "chunk", chunk_id), chunk_id))
-        start = int.from_bytes(_draw(seed, "type", kind)[:4], "big")
-        for position, chunk_id in enumerate(chunk_ids):
-            chosen[chunk_id] = (start + position) % personas if personas else None
+    return deal_personas(by_type, personas, seed)
+
+
+def deal_personas(
+    by_type: Mapping[QuestionType, Sequence[str]], personas: int, seed: int
+) -> dict[str, int | None]:
+    """Each chunk with the index of its persona (None without personas): dealt in turn over
+    each type's chunks in their order, the types in a fixed order, each type starting at
+    the persona after the last one dealt. Every type's and the whole selection's counts per
+    persona then differ by at most one."""
+    if not personas:
+        return {chunk_id: None for chunk_ids in by_type.values() for chunk_id in chunk_ids}
+    order = sorted(range(personas), key=lambda i: _draw(seed, "persona", str(i)))
+    turn = int.from_bytes(_draw(seed, "personas")[:4], "big")
+    chosen: dict[str, int | None] = {}
+    for kind in [kind for kind in QUESTION_TYPES if kind in by_type]:
+        for chunk_id in by_type[kind]:
+            chosen[chunk_id] = order[turn % personas]
+            turn += 1
     return chosen
 
 
@@ -136,16 +145,18 @@ def _behind_most(
     pools: Mapping[QuestionType, object],
     taken: Counter[str],
     weights: Mapping[str, float],
-    total_weight: float,
     picks: int,
 ) -> QuestionType:
     """The type (with chunks left) whose share of ``picks`` is furthest ahead of what it
-    has; a type no weight asks for (none is drawn) comes last."""
+    has. The share is of the picks not taken by used-up types, in proportion to the
+    weights of the types left; a type no weight asks for (none is drawn) comes last."""
     order: Sequence[QuestionType] = [kind for kind in QUESTION_TYPES if kind in pools]
+    total_weight = sum(weights.get(kind, 0.0) for kind in order) or 1.0
+    open_picks = picks - sum(n for kind, n in taken.items() if kind not in pools)
     return max(
         order,
         key=lambda kind: (
-            picks * weights.get(kind, 0.0) / total_weight - taken[kind],
+            open_picks * weights.get(kind, 0.0) / total_weight - taken[kind],
             -order.index(kind),
         ),
     )

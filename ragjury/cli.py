@@ -25,6 +25,7 @@ from ragjury.commands import (
     review_options,
 )
 from ragjury.commands.common_options import add_llm_options, add_run_options, declared
+from ragjury.commands.early_signals import early_signals_kept
 from ragjury.errors import (
     ConfigurationError,
     EndpointUnreachableError,
@@ -411,6 +412,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(lazy=True)
     args = parser.parse_args(argv)
+    with early_signals_kept(args.command):  # a stop sent while it starts is not lost
+        try:
+            return _main(args)
+        except KeyboardInterrupt:
+            print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
+            return 130
+
+
+def _main(args: argparse.Namespace) -> int:
     from ragjury.llm import tracing
     from ragjury.logs import configure_logging
     from ragjury.urls import redact_text
@@ -437,9 +447,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RagjuryError as exc:
         print(f"ragjury: error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_NOTHING_PROCESSED
-    except KeyboardInterrupt:
-        print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
-        return 130
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:

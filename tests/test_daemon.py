@@ -124,12 +124,14 @@ def cached_steps(db: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
 
 
-def until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+def until(
+    condition: Callable[[], bool], what: str, timeout: float = DEADLINE, interval: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 def steps(fake: FakeOpenAI) -> Counter[tuple[str | None, str]]:
@@ -325,3 +327,50 @@ def test_ctrl_c_on_generate_keeps_what_finished_and_the_same_command_resumes(
     # the finished documents were not asked again: 4 steps (6 requests, the check making 2)
     # for each of the others at most
     assert len(fake.requests) - asked <= (4 + CHECK_CALLS) * (6 - done)
+
+
+def catches(process: subprocess.Popen[str], signum: int) -> bool:
+    """Whether ``process`` has a handler for ``signum`` (the kernel's SigCgt mask)."""
+    for line in Path(f"/proc/{process.pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_a_sigterm_sent_while_serve_starts_stops_it_cleanly_once_started(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    script_slowly(fake, 0.5)
+    db = submit(tmp_path, 3)
+    daemon = serve(daemons, fake, db, "early")
+    # the first moment it catches SIGTERM: it is still importing its LLM client then
+    until(lambda: catches(daemon.process, signal.SIGTERM), "SIGTERM caught", interval=0.001)
+    daemon.signal(signal.SIGTERM)
+
+    assert daemon.wait() == 0  # not -15: killed by the signal's default action
+    log = daemon.stderr()
+    assert "SIGTERM while starting" in log
+    assert "SIGTERM (sent while starting): taking no new work" in log
+    assert "ragjury serve: stopped; 0 item(s) done here" in log
+    assert states(db) == Counter({"queued": 3})  # nothing taken, nothing lost
+    assert fake.requests == []
+
+
+def test_a_second_sigterm_while_serve_starts_stops_it_at_once(
+    fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    db = submit(tmp_path, 2)
+    daemon = serve(daemons, fake, db, "twice")
+    until(lambda: catches(daemon.process, signal.SIGTERM), "SIGTERM caught", interval=0.001)
+    daemon.signal(signal.SIGTERM)
+    until(lambda: "SIGTERM while starting" in daemon.stderr(), "the first signal kept")
+    daemon.signal(signal.SIGTERM)
+
+    code = daemon.wait()
+    # at once: still starting (the usual case), or just past it, by the second-signal rule
+    log = daemon.stderr()
+    assert (code, "interrupted" in log) == (130, True) or (
+        code == 0 and "SIGTERM again: stopping now" in log
+    ), (code, log)
+    assert states(db) == Counter({"queued": 2})
+    assert fake.requests == []

@@ -325,6 +325,7 @@ class DurableBus:
             with anyio.CancelScope(shield=True):
                 calls = [m.call for m in stored if m.call is not None]
                 await self.store.release_messages(self.owner, [m.id for m in stored], calls=calls)
+            log.info("messages_given_back", started=[], unstarted=sorted(m.id for m in stored))
             return
         put = {row.body: m.envelope for row, m in zip(rows, messages, strict=True) if row.leased}
         for m in stored:
@@ -403,6 +404,15 @@ class DurableBus:
             # delivery limit even when every process that takes it is stopped cleanly
             await self.store.release_messages(self.owner, sorted(self.held), started=True)
             await self.store.release_messages(self.owner, unstarted, calls=calls)
+        if self.held or unstarted:
+            log.info(
+                "messages_given_back",
+                started=sorted(self.held),
+                unstarted=unstarted,
+                say=f"stopping: {len(self.held)} message(s) a worker had started given back "
+                f"with their attempts counted, {len(unstarted)} never started given back "
+                "uncounted",
+            )
         self.held.clear()
         self.envelopes.clear()
         unwatch = getattr(self.store, "unwatch", None)

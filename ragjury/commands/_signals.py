@@ -14,6 +14,7 @@ from rich.console import Console
 
 from ragjury.commands._display import EvaluationProgressBar
 from ragjury.commands._run import RecordedRun, retried_text
+from ragjury.commands.early_signals import early_signals
 from ragjury.config import Settings
 from ragjury.evaluation.targets import Target
 from ragjury.runner import EventListener, JobRun, RunCounts, run_job
@@ -57,6 +58,15 @@ async def stop_on_signals(
     ``task_group.start``, once the signals are caught)."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
+        for signum in early_signals():  # sent while the command was starting
+            name = signal.Signals(signum).name
+            console.print(
+                f"ragjury: {name} (sent while starting): taking no new work",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            stop.set()
         async for signum in signals:
             name = signal.Signals(signum).name
             if not stop.is_set():

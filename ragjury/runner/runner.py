@@ -149,6 +149,8 @@ class Runner:
     ) -> RunCounts:
         """Work until stopped (``stop`` set, or :meth:`stop`) or, with ``until_done``, until
         the jobs (``job_ids``, or all) have nothing unfinished."""
+        if stop is not None and stop.is_set():  # stopped before it started: take nothing
+            self.stop()
         released = await self.store.register_worker(self.owner, self.agents)
         if released:
             log.info("released_from_dead_processes", count=released)

@@ -1,13 +1,16 @@
 """`ragjury serve` on PostgreSQL, one process killed with SIGKILL and one stopped with SIGTERM
 (no grace: what it holds goes back at once) in the middle of a run, both restarted: every
-sample is judged exactly once, and no delivery's attempt is ever given back.
+sample is judged exactly once, and no started delivery's attempt is ever given back.
 
 The attempts are read from the database all through the run: a message's ``attempts`` may
 only grow while it waits on the bus (a claim counts one; a kill or a stop gives none back),
-so a message the stopped process had started keeps the attempt its claim counted."""
+so a message the stopped process had started keeps the attempt its claim counted. The only
+attempts that fall are those of messages the stopped process had claimed and never started,
+which its log names."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections import Counter
@@ -63,6 +66,20 @@ class AttemptWatch:
         self._thread.join(timeout=10)
 
 
+def given_back(logs: Path) -> tuple[set[int], set[int]]:
+    """The messages the stopped processes said they gave back: started ones (their attempts
+    kept) and never-started ones (uncounted), from every worker's log."""
+    started: set[int] = set()
+    unstarted: set[int] = set()
+    for log in logs.glob("w*.log"):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if '"messages_given_back"' in line:
+                event = json.loads(line)
+                started.update(event["started"])
+                unstarted.update(event["unstarted"])
+    return started, unstarted
+
+
 def test_serve_killed_and_stopped_mid_run_judges_each_sample_once_and_gives_no_attempt_back(
     fake: FakeOpenAI, tmp_path: Path, daemons: list[Daemon], pg_url: str
 ) -> None:
@@ -90,7 +107,12 @@ def test_serve_killed_and_stopped_mid_run_judges_each_sample_once_and_gives_no_a
         assert [process.wait() for process in workers] == [0, 0]
 
     assert watch.reads > 10
-    assert watch.falls == []  # no attempt was ever given back
+    started, unstarted = given_back(tmp_path)
+    # the only attempts given back are those of messages a stopping process had claimed
+    # but never started (buffered), one each; a started one keeps its attempt
+    assert {message for message, _, _ in watch.falls} <= unstarted, (watch.falls, unstarted)
+    assert all(before - after == 1 for _, before, after in set(watch.falls)), watch.falls
+    assert not started & {message for message, _, _ in watch.falls}
     assert max(watch.seen.values()) >= 2  # a delivery the kill or the stop interrupted, taken again
     assert states(pg_url) == Counter({"done": N})
     records = export(pg_url, tmp_path / "export.jsonl")

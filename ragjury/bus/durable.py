@@ -30,7 +30,6 @@ import structlog
 from ragjury.bus.base import Delivery, Message
 from ragjury.errors import BusError
 from ragjury.schemas import ENVELOPE_ADAPTER, Envelope
-from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import (
     Lease,
     Mailbox,
@@ -53,7 +52,7 @@ def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
         kind=envelope.kind,
         job_id=envelope.job_id or "",
         item_key=envelope.correlation_id,
-        body=message.body or envelope_json(envelope),
+        body=message.body or envelope.model_dump_json(),
         leased=leased,
         step_key=message.step_key if leased else "",
     )

@@ -47,7 +47,6 @@ from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
 from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
-from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import StepWrites, Store
 from ragjury.store.cache import StepCache
 
@@ -357,8 +356,8 @@ class Workers:
                     await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope: Envelope | None = None  # made for a message only: what goes on the bus
-            # the event written once for every step key and the message's body (it may go
-            # to several agents), not once per key and per body
+            # the event written once for every step key, the envelope once for every
+            # agent it goes to
             payload: str | None = None
             body = ""
             for role in pipeline.routes.get(event.kind, ()):
@@ -371,7 +370,7 @@ class Workers:
                         )
                     if self._durable and payload is None:
                         payload = event.model_dump_json()
-                        body = envelope_json(envelope, payload)
+                        body = envelope.model_dump_json()
                     messages.append(
                         Message(role, envelope, self._step_key(pipeline, role, payload), body)
                     )

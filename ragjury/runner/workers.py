@@ -105,6 +105,8 @@ class Workers:
             (role, bus.subscribe(role)) for role in self.roles
         ]
         self._durable = isinstance(bus, DurableBus)
+        if isinstance(bus, DurableBus) and cache is not None and cache.enabled:
+            bus.step_key = self._claimed_step_key
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start every worker and the lease renewal; report started; run until cancelled."""
@@ -325,6 +327,11 @@ class Workers:
         if step.fingerprint is None:
             return ""
         return cache.key_of(role, step.fingerprint, payload)
+
+    async def _claimed_step_key(self, role: str, envelope: Envelope) -> str:
+        """The step key of a claimed message (see :attr:`DurableBus.step_key`)."""
+        pipeline = await self.pipeline(envelope.job_id or "")
+        return self._step_key(pipeline, role, envelope.payload.model_dump_json())
 
     async def dispatch(
         self,

@@ -139,7 +139,6 @@ def test_every_message_kind_round_trips_through_json(event: Event) -> None:
     assert restored.kind == kind_of(type(event))
 
 
-
 def test_reply_keeps_correlation_and_points_at_its_cause() -> None:
     first = Envelope(correlation_id="doc", payload=SAMPLES[0])
 

@@ -1,11 +1,11 @@
 """The SQLite store: one file, WAL journal, one connection per process.
 
-A driver of the SQL core (:class:`~ragjury.store._sql.SQLStore`). Every operation runs in the
-store's database thread (:mod:`ragjury.store._thread`; one at a time per process), so a
-transaction costs one hop from the event loop, not one per statement. Writes are immediate
-transactions, atomic across processes too: several processes may share the file (``ragjury
-serve`` several times on one machine), and the writer lock serialises claims. Leases are
-measured on the database's clock (SQLite's ``julianday('now')``), so processes agree on them.
+A driver of the SQL core (:class:`~ragjury.store._sql.SQLStore`). Every operation runs in a
+database thread (one at a time per process), so a transaction costs one hop from the event
+loop, not one per statement. Writes are immediate transactions, atomic across processes too:
+several processes may share the file (``ragjury serve`` several times on one machine), and
+the writer lock serialises claims. Leases are measured on the database's clock (SQLite's
+``julianday('now')``), so processes agree on them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from ragjury.errors import ConfigurationError
 from ragjury.store import _schema
-from ragjury.store._thread import DatabaseThread
 from ragjury.store._values import Param, Params, Row
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.items import end_item_plainly
@@ -147,7 +147,7 @@ class SQLiteStore(SQLStore):
         self.path = Path(path)
         self.location = str(self.path)
         self._conn: Conn | None = None
-        self._thread = DatabaseThread(f"ragjury-sqlite {self.location}")
+        self._limiter = anyio.CapacityLimiter(1)
         self._pending: list[_Pending[Any]] = []
         self._committing = anyio.Lock()
 
@@ -179,7 +179,7 @@ class SQLiteStore(SQLStore):
                 "postgresql:// --db"
             )
         # Autocommit: every transaction is explicit (see _transaction()). Used from the
-        # database thread one call at a time, never at once.
+        # database threads one call at a time (the limiter), never at once.
         created = not memory and not self.path.exists()
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._conn = conn
@@ -196,10 +196,7 @@ class SQLiteStore(SQLStore):
         if self._conn is not None:
             conn, self._conn = self._conn, None
             with anyio.CancelScope(shield=True):
-                try:
-                    await self._thread.run(conn.close)
-                finally:
-                    self._thread.stop()
+                await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
 
     def _migrate(self, conn: Conn) -> None:
         version = int(_one(conn, "PRAGMA user_version")[0])
@@ -263,7 +260,7 @@ class SQLiteStore(SQLStore):
         def run() -> T:
             return fn(self._conn)  # type: ignore[arg-type]  # set by _open before use
 
-        return await self._thread.run(run)
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     async def _read(self, operation: Operation[T]) -> T:
         return await self._call(lambda conn: drive(conn, operation()))

@@ -220,6 +220,13 @@ async def test_an_acknowledgement_that_ends_the_item_stores_its_results_once(
     assert (await store.ack_message(second.id, [])).ended is None
 
 
+async def test_cached_steps_are_read_together_by_key(store: Store) -> None:
+    await store.put_step("k1", "a", '["one"]')
+    await store.put_step("k2", "b", "[]")
+    assert await store.get_steps(["k2", "missing", "k1"]) == {"k1": '["one"]', "k2": "[]"}
+    assert await store.get_steps([]) == {}
+
+
 async def test_messages_put_leased_come_back_with_their_cached_step_and_are_no_one_elses(
     store: Store,
 ) -> None:

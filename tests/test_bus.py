@@ -5,7 +5,7 @@ and on a PostgreSQL store. Tests for one kind of bus check what only it promises
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -229,3 +229,60 @@ async def test_an_unreadable_message_fails_its_item_and_the_rest_go_on(durable_d
         assert failed["item"] == "d0"
         assert "unreadable a message" in failed["error"]
         await bus.aclose()
+
+
+async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
+    durable_db: str,
+) -> None:
+    """A message no worker of this process waited for is claimed later; with the workers'
+    step keys (``step_key``), the claim's messages come with their steps' keys and cached
+    outputs, looked up in one read, as a message put leased here does. A message whose key
+    cannot be worked out, or that cannot be read, comes as it is."""
+    from ragjury.store.base import OutgoingMessage
+
+    async with open_store(durable_db) as store:
+        job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS[:4]])
+        await store.put_messages([OutgoingMessage("a", "k", job.id, "d3", '{"payload": 1}')])
+        publisher = DurableBus(store, "p", poll_interval=0.05)  # no subscriber: not leased
+        await publisher.publish([Message("a", envelope(k, job.id)) for k in KEYS[:3]])
+        await store.put_step("key-d0", "a", '["cached"]')
+        asked: list[tuple[str, str]] = []
+
+        async def step_key(group: str, env: Envelope) -> str:
+            asked.append((group, env.correlation_id))
+            if env.correlation_id == "d2":
+                raise ConfigurationError("no such job")  # e.g. a job this process cannot build
+            return f"key-{env.correlation_id}"
+
+        reads: list[list[str]] = []
+        get_steps = store.get_steps
+
+        async def counted(keys: Sequence[str]) -> dict[str, str]:
+            reads.append(list(keys))
+            return await get_steps(keys)
+
+        store.get_steps = counted  # type: ignore[method-assign]  # counts the store's reads
+        bus = DurableBus(store, "w", poll_interval=0.05)
+        bus.step_key = step_key
+        subscription = bus.subscribe("a")
+        deliveries: list[Delivery] = []
+
+        async def worker() -> None:  # three workers waiting: the first claim takes d3, d0, d1
+            async for delivery in subscription.deliveries():
+                deliveries.append(delivery)
+                return
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(worker)
+        got = {d.envelope.correlation_id: d for d in deliveries}
+        assert (got["d0"].step_key, got["d0"].cached) == ("key-d0", '["cached"]')
+        assert (got["d1"].step_key, got["d1"].cached) == ("key-d1", None)
+        assert (got["d2"].step_key, got["d2"].cached) == ("", None)  # the cache is asked later
+        assert sorted(asked) == [("a", "d0"), ("a", "d1"), ("a", "d2")]
+        assert reads == [["key-d0", "key-d1"]]  # one read for the claim
+        [failed] = await store.failed_items(job.id)  # the unreadable one, as before
+        assert failed["item"] == "d3"
+        await bus.aclose()
+        await publisher.aclose()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ragjury.schemas import (
@@ -37,7 +35,6 @@ from ragjury.schemas import (
     StatementsSplit,
     kind_of,
 )
-from ragjury.schemas.messages import envelope_json
 
 DOC = Document(id="docs/a.md", source="docs/a.md", text="Alpha is 1.\n\nBeta — ünïcode.")
 CHUNK = Chunk(id="docs/a.md::0", document_id=DOC.id, source=DOC.source, index=0, text=DOC.text)
@@ -140,17 +137,6 @@ def test_every_message_kind_round_trips_through_json(event: Event) -> None:
     assert restored == envelope
     assert type(restored.payload) is type(event)
     assert restored.kind == kind_of(type(event))
-
-
-@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: e.kind)
-def test_an_envelope_written_with_its_payloads_json_reads_back_as_itself(event: Event) -> None:
-    """The durable bus writes a message's event once (for its step keys) and puts that text
-    into its envelope's JSON."""
-    envelope = Envelope(correlation_id="docs/a.md", causation_id="c0", job_id="j", payload=event)
-
-    for written in (envelope_json(envelope), envelope_json(envelope, event.model_dump_json())):
-        assert ENVELOPE_ADAPTER.validate_json(written) == envelope
-        assert json.loads(written) == json.loads(envelope.model_dump_json())
 
 
 def test_reply_keeps_correlation_and_points_at_its_cause() -> None:

@@ -207,3 +207,24 @@ def test_a_claimed_payload_reads_as_json_reads_it() -> None:
         assert decode_payload(text) == json.loads(text)
     with pytest.raises(TypeError, match="not a JSON object"):
         decode_payload("[1, 2]")
+
+
+async def test_a_statement_that_fails_in_the_database_thread_raises_to_its_caller_alone(
+    tmp_path: Path,
+) -> None:
+    """The SQLite store's calls run in its own database thread: one that raises raises to
+    its caller, and the calls around it (some waiting at once) are answered as usual."""
+    async with SQLiteStore(tmp_path / "t.db") as store:
+        await store.put_step("k", "a", "[]")
+        got: list[str | None] = []
+
+        async def reader() -> None:
+            got.append(await store.get_step("k"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(reader)
+            with pytest.raises(sqlite3.OperationalError, match="no such table"):
+                await store.read("SELECT * FROM no_such_table", ())
+        assert got == ["[]"] * 5
+        assert await store.get_steps(["k"]) == {"k": "[]"}

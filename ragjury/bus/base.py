@@ -37,9 +37,8 @@ class Message:
     """Its step's key in the step cache ('': none): a durable bus that gives the message
     to a worker of its own process looks the step up as it puts the message."""
     body: str = ""
-    """The envelope as JSON when the sender has written it already
-    (:func:`~ragjury.schemas.messages.envelope_json`; '': a bus that stores messages writes
-    it)."""
+    """The envelope as JSON when the sender has written it already ('': a bus that stores
+    messages writes it)."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import anyio
@@ -30,7 +31,6 @@ import structlog
 from ragjury.bus.base import Delivery, Message
 from ragjury.errors import BusError
 from ragjury.schemas import ENVELOPE_ADAPTER, Envelope
-from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import (
     Lease,
     Mailbox,
@@ -53,7 +53,7 @@ def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
         kind=envelope.kind,
         job_id=envelope.job_id or "",
         item_key=envelope.correlation_id,
-        body=message.body or envelope_json(envelope),
+        body=message.body or envelope.model_dump_json(),
         leased=leased,
         step_key=message.step_key if leased else "",
     )
@@ -186,7 +186,7 @@ class _DurableSubscription:
                             "out after killing their worker each time; their items end failed",
                         )
                     if claim.messages:
-                        self._buffer.extend(claim.messages)
+                        self._buffer.extend(await bus.looked_up(claim.messages))
                         # there may be more only if it took all it asked for: the others
                         # come with a wake (put here, a notice, a poll's time up)
                         self.due = len(claim.messages) >= wanted
@@ -203,12 +203,14 @@ class _DurableSubscription:
 
 
 class Backing(Mailbox, Queue, Protocol):
-    """What the durable bus needs of a store: its messages, and to fail the item of one
-    that reached the delivery limit."""
+    """What the durable bus needs of a store: its messages, to fail the item of one that
+    reached the delivery limit, and to look claimed messages' steps up."""
 
     async def park_message(self, message_id: int, key: str) -> None:
         """Batch mode: keep the message until the batched request ``key`` has ended."""
         ...
+
+    async def get_steps(self, keys: Sequence[str]) -> dict[str, str]: ...
 
 
 class DurableBus:
@@ -241,8 +243,13 @@ class DurableBus:
         self.job_ids = list(job_ids) if job_ids is not None else None
         self.held: set[int] = set()
         self.envelopes: dict[int, Envelope] = {}
-        """The envelopes of the messages this process put leased to itself and has not
-        delivered yet, by message id."""
+        """The envelopes of the messages this process put leased to itself, or claimed and
+        read, and has not delivered yet, by message id."""
+        self.step_key: Callable[[str, Envelope], Awaitable[str]] | None = None
+        """The step key of a message's envelope to a group ('': not cached), when the
+        workers set it: the steps of the messages a claim takes are then looked up in the
+        step cache together, in one read a claim (as a put leased here looks them up),
+        not one a message as each is handled."""
         self.closed = False
         self._subscriptions: dict[str, _DurableSubscription] = {}
         self._asking: set[str] = set()
@@ -270,6 +277,28 @@ class DurableBus:
                 found = await self.store.claimable_groups(groups, self.job_ids)
                 self._answers.update((g, g in found) for g in groups)
             return self._answers.pop(group, True)
+
+    async def looked_up(self, claimed: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """``claimed`` with their steps' keys and cached outputs (see :attr:`step_key`), their
+        envelopes read. A message whose envelope cannot be read, or whose key cannot be
+        worked out, is left as it is: its delivery says why or asks the cache itself."""
+        keyer = self.step_key
+        if keyer is None:
+            return list(claimed)
+        keyed: list[tuple[StoredMessage, str]] = []
+        for m in claimed:
+            key = ""
+            if not m.step_key and m.id not in self.envelopes:
+                try:
+                    envelope = ENVELOPE_ADAPTER.validate_json(m.body)
+                    self.envelopes[m.id] = envelope
+                    key = await keyer(m.group, envelope)
+                except Exception:  # unreadable, or an unknown job: its delivery tells
+                    key = ""
+            keyed.append((m, key))
+        keys = sorted({key for _, key in keyed if key})
+        found = await self.store.get_steps(keys) if keys else {}
+        return [replace(m, step=found.get(key), step_key=key) if key else m for m, key in keyed]
 
     async def first_poll(self) -> float:
         if self._watch is None:

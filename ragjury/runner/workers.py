@@ -47,7 +47,6 @@ from ragjury.llm.usage import CallStats
 from ragjury.pipelines import Pipeline, all_roles, build_pipeline, check_workers, llm_roles
 from ragjury.runner.progress import Progress
 from ragjury.schemas import BusEvent, DocumentJudged, Envelope, SampleScored
-from ragjury.schemas.messages import envelope_json
 from ragjury.store.base import StepWrites, Store
 from ragjury.store.cache import StepCache
 
@@ -106,6 +105,8 @@ class Workers:
             (role, bus.subscribe(role)) for role in self.roles
         ]
         self._durable = isinstance(bus, DurableBus)
+        if isinstance(bus, DurableBus) and cache is not None and cache.enabled:
+            bus.step_key = self._claimed_step_key
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start every worker and the lease renewal; report started; run until cancelled."""
@@ -327,6 +328,11 @@ class Workers:
             return ""
         return cache.key_of(role, step.fingerprint, payload)
 
+    async def _claimed_step_key(self, role: str, envelope: Envelope) -> str:
+        """The step key of a claimed message (see :attr:`DurableBus.step_key`)."""
+        pipeline = await self.pipeline(envelope.job_id or "")
+        return self._step_key(pipeline, role, envelope.payload.model_dump_json())
+
     async def dispatch(
         self,
         pipeline: Pipeline,
@@ -357,8 +363,8 @@ class Workers:
                     await self.finish(pipeline, job_id, item_key, event)
                 continue
             envelope: Envelope | None = None  # made for a message only: what goes on the bus
-            # the event written once for every step key and the message's body (it may go
-            # to several agents), not once per key and per body
+            # the event written once for every step key, the envelope once for every
+            # agent it goes to
             payload: str | None = None
             body = ""
             for role in pipeline.routes.get(event.kind, ()):
@@ -371,7 +377,7 @@ class Workers:
                         )
                     if self._durable and payload is None:
                         payload = event.model_dump_json()
-                        body = envelope_json(envelope, payload)
+                        body = envelope.model_dump_json()
                     messages.append(
                         Message(role, envelope, self._step_key(pipeline, role, payload), body)
                     )

@@ -279,19 +279,6 @@ class Envelope(BaseModel):
 
 
 ENVELOPE_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Envelope)
-_PAYLOAD = {"payload"}
-
-
-def envelope_json(envelope: Envelope, payload: str | None = None) -> str:
-    """``envelope`` as JSON (what :data:`ENVELOPE_ADAPTER` reads back), with ``payload``, the
-    payload's own JSON when the caller has it already (``envelope.payload.model_dump_json()``),
-    put in place: its fields and its payload written apart cost less than the envelope
-    written whole (which walks the union of events), and a payload is written once however
-    many groups its message goes to."""
-    head = envelope.model_dump_json(exclude=_PAYLOAD)
-    if payload is None:
-        payload = envelope.payload.model_dump_json()
-    return f'{head[:-1]},"payload":{payload}}}'
 
 
 def kind_of(event_type: type[BaseModel]) -> str:

@@ -286,6 +286,10 @@ class CallLog(Protocol):
 
     async def get_step(self, key: str) -> str | None: ...
 
+    async def get_steps(self, keys: Sequence[str]) -> dict[str, str]:
+        """The cached outputs of those of ``keys`` the step cache has, by key (one read)."""
+        ...
+
     async def put_step(self, key: str, agent: str, output: str) -> None: ...
 
 

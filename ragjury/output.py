@@ -374,8 +374,8 @@ class RecordWriter:
         self.count += 1
 
     def write_json(self, text: str) -> None:
-        """A record given as the JSON text :meth:`write` would write for it in JSONL (as the
-        store keeps a judged sample's record): JSONL copies it, the others parse it."""
+        """A record given as JSON text (as the store keeps a judged sample's or a pair's
+        record): JSONL copies it, the others parse it."""
         if self._file is not None and self._csv is None:
             self._file.write(text + "\n")
             self.count += 1

@@ -8,7 +8,6 @@ so "a lease ran out" is a lease of 0 seconds, and "held" is one of a minute.
 
 from __future__ import annotations
 
-import json
 import tracemalloc
 from collections.abc import Iterator
 
@@ -130,8 +129,10 @@ async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> Non
     assert await store.fail_item(job_id, "s0", "too late") is False
     assert await store.fail_item(job_id, "s1", "broken", results=None) is True
     assert [r async for r in store.samples([job_id])] == [record]
-    # as a JSONL output writes the record, unparsed
-    assert [t async for t in store.sample_texts(job_id)] == [json.dumps(record, ensure_ascii=False)]
+    # as a JSONL output writes the record, unparsed: one line of compact JSON
+    assert [t async for t in store.sample_texts(job_id)] == [
+        '{"id":"s0","question":"q","answer":"a","metrics":{}}'
+    ]
     assert [s async for s in store.scored(job_id)] == ['{"x": 1}']
     assert [r async for r in store.reports(job_id)] == [{"r": 1}]
     assert await store.failed_items(job_id) == [{"item": "s1", "error": "broken"}]

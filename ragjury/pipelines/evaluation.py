@@ -250,7 +250,10 @@ class EvaluationPipeline(Steps):
     async def first_events(self, item: Item) -> list[BusEvent]:
         """The sample, answered first by the RAG target when it has no answer and there is
         one; a target that fails ends the sample at once, every metric failed."""
-        sample = Sample.model_validate(item.payload)
+        try:  # the stored text parsed as the model in one pass
+            sample = Sample.model_validate_json(item.stored)
+        except ValueError:  # (json reads what pydantic-core's parser refuses)
+            sample = Sample.model_validate(item.payload)
         if sample.answer is None and self._target is not None:
             async with self._target_limiter:
                 try:

@@ -29,6 +29,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from ragjury._json import JSONObject
 from ragjury.agents.joins import joins_held, stored_parts
 from ragjury.bus import Bus, DurableBus, MemoryBus
 from ragjury.config import Settings
@@ -299,7 +300,8 @@ class Runner:
                 await self.store.items_started([item.id])
         except Exception as exc:  # a record that cannot start must not stop the others
             log.exception("item_start_failed", job=item.job_id, item=item.key)
-            await workers.fail(item.job_id, item.key, f"{type(exc).__name__}: {exc}", item.payload)
+            reason = f"{type(exc).__name__}: {exc}"
+            await workers.fail(item.job_id, item.key, reason, _payload(item))
         finally:
             self._claimed.pop(item.id, None)
         self.counts.started += 1
@@ -399,3 +401,11 @@ async def evaluate_in_memory(
         )
         await runner.run(until_done=True)
         return await scored_samples(store, job.id)
+
+
+def _payload(item: Item) -> JSONObject | None:
+    """The item's payload, or None when it cannot be read (what made its start fail)."""
+    try:
+        return item.payload
+    except (ValueError, TypeError):
+        return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, Protocol, TypedDict
 
 from pydantic import BaseModel
@@ -68,8 +69,17 @@ class Item:
     job_id: str
     key: str
     position: int
-    payload: JSONObject
+    stored: str
+    """The payload's JSON text, as stored: a pipeline that reads it as a model parses it
+    in one pass (``model_validate_json``), not as a dict first."""
     attempts: int
+
+    @cached_property
+    def payload(self) -> JSONObject:
+        """The payload, parsed (once); TypeError when it is not a JSON object."""
+        from ragjury.store._common import decode_payload  # (that module imports this one)
+
+        return decode_payload(self.stored)
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,10 @@ class FailedItem(TypedDict):
     error: str
 
 
-ItemsFactory = Callable[[], Iterable[tuple[str, BaseModel | Mapping[str, JSONData]]]]
-"""A function returning a fresh iterator of a job's items: (key, payload stored as JSON)."""
+ItemsFactory = Callable[[], Iterable[tuple[str, BaseModel | Mapping[str, JSONData] | str]]]
+"""A function returning a fresh iterator of a job's items: (key, payload stored as JSON). A
+payload given as a string is the JSON text of an object, made already (by
+``BaseModel.model_dump_json`` for a model, so the job's key is the same): stored as it is."""
 
 
 class QuestionMatcher(Protocol):

@@ -14,7 +14,6 @@ from ragjury.store._common import (
     PAGE,
     JobKey,
     abandoned,
-    decode_payload,
     encode,
     iso,
     job_key,
@@ -144,7 +143,7 @@ class QueueSQL(Driven):
                     continue
                 claimed.append(
                     Item(int(item_id), str(job_id), str(key), int(position),
-                         decode_payload(payload), int(attempts) + 1)
+                         str(payload), int(attempts) + 1)
                 )  # fmt: skip
             return claimed
 

@@ -127,10 +127,10 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
-_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::text::bigint[])), "
-_NOTHING_DROPPED = "dropped AS (SELECT $28::text), "
+_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($27::text::bigint[])), "
+_NOTHING_DROPPED = "dropped AS (SELECT $27::text), "
 """What an acknowledgement with no call records to drop (nearly every one) has in place of
-:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$28`` typed. The
+:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$27`` typed. The
 delete's plan read the whole of ``llm_calls`` to find none of an empty list (the server keeps
 one plan per connection, made while the table was small), a cost that grew with every call
 recorded."""
@@ -139,13 +139,13 @@ recorded."""
 _CLOSED = (
     "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
     "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
-    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
-    "cost_usd = c.cost FROM unnest($17::text[], $18::text::int[], $19::text::int[], "
-    "$20::text::int[], $21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text[], "
-    "$26::text::float8[], $27::text::bigint[]) AS c(stage, requests, prompt, completion, "
-    "latency, statuses, error, created, model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
+    "statuses = c.statuses, error = c.error, model = c.model, cost_usd = c.cost "
+    "FROM unnest($17::text[], $18::text::int[], $19::text::int[], $20::text::int[], "
+    "$21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text::float8[], "
+    "$26::text::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
+    "model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
 )
-"""The records of an acknowledgement's calls closed, $17-$27 each a column of their figures
+"""The records of an acknowledgement's calls closed, $17-$26 each a column of their figures
 (:data:`~ragjury.store.sql.calls.CLOSE_CALL`'s order). Each is found by its id on the
 primary key whatever the plan: ``= ANY(ARRAY[c.id])`` cannot be hashed (as ``= c.id``
 could: the plan each connection keeps, made while the table was small, hashed every call
@@ -153,7 +153,7 @@ recorded to close one)."""
 _ONE_CLOSED = (
     "closed AS (UPDATE llm_calls SET stage = $17, requests = $18::int, prompt_tokens = $19::int, "
     "completion_tokens = $20::int, latency_ms = $21::float8, statuses = $22, error = $23, "
-    "created_at = $24, model = $25, cost_usd = $26::float8 WHERE id = $27::bigint), "
+    "model = $24, cost_usd = $25::float8 WHERE id = $26::bigint), "
 )
 """What an acknowledgement of a message that made one call (nearly every LLM step) has in
 place of :data:`_CLOSED`: its figures as values. Over arrays the kept plan, which cannot know
@@ -161,10 +161,10 @@ their length, is costed for ten calls: more than a plan made for one call's valu
 that the server made a new plan at every other acknowledgement (about 1 ms each)."""
 _NONE_CLOSED = (
     "closed AS (SELECT $17::text, $18::int, $19::int, $20::int, $21::float8, $22::text, "
-    "$23::text, $24::text, $25::text, $26::float8, $27::bigint), "
+    "$23::text, $24::text, $25::float8, $26::bigint), "
 )
 """What an acknowledgement with no call to close has in place of :data:`_CLOSED`: a query
-nothing reads, so never run, that keeps $17-$27 typed."""
+nothing reads, so never run, that keeps $17-$26 typed."""
 
 
 _ACKNOWLEDGE = (
@@ -179,12 +179,12 @@ _ACKNOWLEDGE = (
     "created_at = excluded.created_at), "
     + _CLOSED
     + _DROPPED
-    + _PUT.format("$11", "$12", "$29", "$30")
+    + _PUT.format("$11", "$12", "$28", "$29")
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
 replies put if that removed it and its item has not ended, its step cached, its calls'
 records closed and those opened for calls never made dropped."""
-_ACK_PARAMS = 30
+_ACK_PARAMS = 29
 
 
 @functools.lru_cache(maxsize=12)
@@ -229,11 +229,12 @@ def _claim_items(of_jobs: bool) -> str:
     drops the state from the order (it is one value), reads the primary key in ``id``
     order and filters it, walking past every item of the table already done before the
     first queued one, so a claim cost grew with the run (80 ms a claim with 100,000 items
-    done). As a range the state stays in the order, which ``items_state (state, id)`` gives
-    as it is: the claim reads only the rows it takes, whatever the plan. The rows found
-    are then named as an array (``id = ANY(ARRAY(...))``), which the primary key answers:
-    joined as ``id IN (SELECT ...)``, a plan that expected a tenth of the table (the limit is
-    a parameter) read all of it to hash it."""
+    done). As a range the state stays in the order, which ``items_open (state, id)`` gives
+    as it is (the index of the unfinished items alone, ``state NOT IN ('done', 'failed')``,
+    which the range implies): the claim reads only the rows it takes, whatever the plan.
+    The rows found are then named as an array (``id = ANY(ARRAY(...))``), which the primary
+    key answers: joined as ``id IN (SELECT ...)``, a plan that expected a tenth of the table
+    (the limit is a parameter) read all of it to hash it."""
     jobs = " AND job_id = ANY($5::text[])" if of_jobs else ""
     return (
         "WITH e AS (SELECT id FROM items WHERE state = 'processing' "
@@ -363,19 +364,19 @@ def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str] | str]:
 
 
 def _closing(rows: Sequence[Sequence[object]]) -> list[object]:
-    """$17-$27 of an acknowledgement closing the calls of ``rows`` (see
+    """$17-$26 of an acknowledgement closing the calls of ``rows`` (see
     :func:`_acknowledgement`): none, one call's figures, or their columns."""
     if not rows:
-        return [None] * 11
+        return [None] * 10
     if len(rows) == 1:
         return list(rows[0])
     return [
         _array(row[i] for row in rows) if i in _NUMBER_COLUMNS else [row[i] for row in rows]
-        for i in range(11)
+        for i in range(10)
     ]
 
 
-_NUMBER_COLUMNS = (1, 2, 3, 4, 9, 10)
+_NUMBER_COLUMNS = (1, 2, 3, 4, 8, 9)
 """The columns of a closing row (:data:`~ragjury.store.sql.calls.CLOSE_CALL`) that are
 numbers: passed as :func:`_array` text."""
 

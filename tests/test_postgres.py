@@ -132,6 +132,7 @@ async def test_a_version_8_database_gets_the_indexes_of_unfinished_items_and_kee
             "(started_by) WHERE (state = ANY (ARRAY['processing'::text, 'running'::text]))"
         )
         assert (await _indexes(conn, "llm_calls"))["llm_calls_run"].endswith("(run_id)")
+        assert "messages_owner" not in await _indexes(conn, "messages")
     finally:
         await conn.close()
     assert _pg_schema.VERSION == 9

@@ -23,7 +23,10 @@ indexed column cannot stay on its page without a new entry in every index of the
 claims' index holds only the unfinished items (``items_open``: the ended ones, nearly all
 of a large table, are no longer in it), and the index of a process's items in flight only
 those (``items_started``). A call record's index names its run alone: no query asks for
-its stage, which its close may change.
+its stage, which its close may change. A bus message's lease holder has no index of its own
+(every message put leased to its process had an entry): a lease is renewed or given back by
+message id, and a gone process's leases are looked for once, when its host's next process
+starts.
 """
 
 from __future__ import annotations
@@ -287,6 +290,7 @@ CREATE INDEX items_open ON items (state, id) WHERE state NOT IN ('done', 'failed
 CREATE INDEX items_started ON items (started_by) WHERE state IN ('processing', 'running');
 DROP INDEX llm_calls_run;
 CREATE INDEX llm_calls_run ON llm_calls (run_id);
+DROP INDEX messages_owner;
 """,
     ),
 )

@@ -99,7 +99,7 @@ _PUT = (
     f"woken AS (SELECT pg_notify('{CHANNEL}', grp) "
     "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups), "
     "due AS MATERIALIZED (SELECT mid, grp, "
-    "nextval(pg_get_serial_sequence('llm_calls', 'id')) AS cid FROM (SELECT DISTINCT "
+    "nextval('llm_calls_id_seq') AS cid FROM (SELECT DISTINCT "
     "n.id AS mid, n.grp FROM new n JOIN t ON t.g = n.grp AND t.b = n.body WHERE n.leased "
     "AND {2}::text IS NOT NULL AND t.sk <> '' "
     "AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.key = t.sk)) AS d), "

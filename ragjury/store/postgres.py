@@ -167,51 +167,70 @@ _NONE_CLOSED = (
 nothing reads, so never run, that keeps $17-$26 typed."""
 
 
-_ACKNOWLEDGE = (
-    "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
+_REPLYING = (
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
     f"(SELECT 1 FROM items WHERE job_id = $2 AND key = $3 AND {_ENDED})), "
     f"t AS (SELECT * FROM {_REPLIES.format('$4', '$5', '$6', '$7', '$8', '$9', '$10')} "
     "WHERE EXISTS (SELECT 1 FROM open)), "
-    "cached AS (INSERT INTO steps (key, agent, output, created_at) "
+)
+_PUT_REPLIES = _PUT.format("$11", "$12", "$28", "$29")
+_ACKNOWLEDGE = (
+    "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
+    + _REPLYING
+    + "cached AS (INSERT INTO steps (key, agent, output, created_at) "
     "SELECT $13::text, $14::text, $15::text, $16::float8 WHERE $13::text IS NOT NULL "
     "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
-    "created_at = excluded.created_at), "
-    + _CLOSED
-    + _DROPPED
-    + _PUT.format("$11", "$12", "$28", "$29")
+    "created_at = excluded.created_at), " + _CLOSED + _DROPPED + _PUT_REPLIES
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
 replies put if that removed it and its item has not ended, its step cached, its calls'
 records closed and those opened for calls never made dropped."""
 _ACK_PARAMS = 29
+_NO_REPLIES = (
+    "unused AS (SELECT $2::text, $3::text, $4::text[], $5::text[], $6::text[], $7::text[], "
+    "$8::text[], $9::text, $10::text[], $11::float8, $12::text, $28::text, $29::text) "
+    "SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, "
+    "NULL::text, NULL::bigint AS cid"
+)
+"""What an acknowledgement with no replies (one that ends its item, nearly always) has in
+place of :data:`_REPLYING` and :data:`_PUT_REPLIES`: a query nothing reads, so never run,
+that keeps their parameters typed, and the row of NULLs a put of nothing returns. The put's
+dozen plan nodes (the insert, the wake-up, the call records' opening, the joins that
+return the leased messages) each cost the server its set-up at every execution, rows or
+none: about a quarter of such an acknowledgement's server CPU."""
 
 
-@functools.lru_cache(maxsize=12)
-def _acknowledgement(ending: bool, drops: bool, calls: int) -> str:
+@functools.lru_cache(maxsize=24)
+def _acknowledgement(ending: bool, drops: bool, calls: int, replies: bool = True) -> str:
     """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
-    ``calls`` (0, 1 or more: 2) asks, and with the item's end (:data:`_END_ITEM`, its
-    parameters after the acknowledgement's) first if ``ending``: the message goes with the
-    item's messages when it ends it, else on its own."""
-    if _DROPPED not in _ACKNOWLEDGE or _CLOSED not in _ACKNOWLEDGE:
+    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies``, and with
+    the item's end (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if
+    ``ending``: the message goes with the item's messages when it ends it, else on its
+    own."""
+    parts = (_DROPPED, _CLOSED, _REPLYING, _PUT_REPLIES)
+    if any(part not in _ACKNOWLEDGE for part in parts):
         raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
     sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
     if calls < 2:
         sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
+    if not replies:
+        sql = sql.replace(_REPLYING, "").replace(_PUT_REPLIES, _NO_REPLIES)
     return _ending_acknowledgement(sql) if ending else sql
 
 
 def _ending_acknowledgement(acknowledge: str) -> str:
     ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
     ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
+    counted = "e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e"
     sql = acknowledge.replace(
         "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
         f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
-    ).replace(
-        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
-        "d.cid, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, (SELECT COUNT(*) FROM woken) AS w",
     )
+    sql = sql.replace(
+        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
+        f"d.cid, {counted}, (SELECT COUNT(*) FROM woken) AS w",
+    ).replace("NULL::bigint AS cid", f"NULL::bigint AS cid, {counted}")
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
     return sql
@@ -310,7 +329,10 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
             _acknowledgement(
-                step.end is not None, bool(step.unused_calls), min(len(step.calls), 2)
+                step.end is not None,
+                bool(step.unused_calls),
+                min(len(step.calls), 2),
+                bool(step.replies),
             ),
             step.message_id,
             step.job_id,

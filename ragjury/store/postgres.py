@@ -59,11 +59,7 @@ log = structlog.get_logger("ragjury.store")
 CHANNEL = "ragjury_messages"
 _NOW = "(EXTRACT(EPOCH FROM clock_timestamp())::float8)"
 _ENDED = "state IN ('done', 'failed')"
-_END_ITEM = (
-    "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
-    "report = $4, error = COALESCE($5, error), finished_at = $6, "
-    "transient_failures = COALESCE($7, transient_failures) "
-    f"WHERE job_id = $1 AND key = $2 AND NOT {_ENDED} RETURNING id, position), "
+_NEW_PAIRS = (
     "new_pairs AS (INSERT INTO pairs "
     "(job_id, id, item_id, position, outcome, question, source, record) "
     "SELECT $1, p.id, ended.id, p.n, p.outcome, p.question, p.source, p.record FROM ended, "
@@ -72,12 +68,31 @@ _END_ITEM = (
     "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
     "position = excluded.position, outcome = excluded.outcome, "
     "question = excluded.question, source = excluded.source, record = excluded.record), "
+)
+_NO_PAIRS = (
+    "new_pairs AS (SELECT $8::text, $9::text[], $10::text[], $11::text[], $12::text[], "
+    "$13::text[]), "
+)
+_NEW_SAMPLES = (
     "new_samples AS (INSERT INTO samples (job_id, id, item_id, position, record, scored) "
     "SELECT $1, s.id, ended.id, ended.position, s.record, s.scored "
     "FROM ended, unnest($14::text[], $15::text[], $16::text[]) AS s(id, record, scored) "
     "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
     "position = excluded.position, record = excluded.record, scored = excluded.scored), "
-    "no_joins AS (DELETE FROM item_joins WHERE job_id = $1 AND item_key = $2 "
+)
+_NO_SAMPLES = "new_samples AS (SELECT $14::text[], $15::text[], $16::text[]), "
+"""What an item's end without pairs (an evaluation's) or without samples (a generation's)
+has in place of :data:`_NEW_PAIRS` or :data:`_NEW_SAMPLES`: a query nothing reads, so never
+run, that keeps their parameters typed, instead of an insert whose set-up the server pays
+at every execution, rows or none."""
+_END_ITEM = (
+    "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
+    "report = $4, error = COALESCE($5, error), finished_at = $6, "
+    "transient_failures = COALESCE($7, transient_failures) "
+    f"WHERE job_id = $1 AND key = $2 AND NOT {_ENDED} RETURNING id, position), "
+    + _NEW_PAIRS
+    + _NEW_SAMPLES
+    + "no_joins AS (DELETE FROM item_joins WHERE job_id = $1 AND item_key = $2 "
     "AND EXISTS (SELECT 1 FROM ended)), "
     "no_messages AS (DELETE FROM messages WHERE job_id = $1 AND item_key = $2 "
     "AND EXISTS (SELECT 1 FROM ended)) "
@@ -85,6 +100,18 @@ _END_ITEM = (
 )
 """An item's end in one statement (:class:`EndItem`): the update's check of the item's
 state, under its row lock, decides whether the rest happens."""
+
+
+@functools.lru_cache(maxsize=4)
+def _end_item(pairs: bool, samples: bool) -> str:
+    """:data:`_END_ITEM`, storing pairs only if it has ``pairs`` and samples only if it has
+    ``samples``."""
+    if _NEW_PAIRS not in _END_ITEM or _NEW_SAMPLES not in _END_ITEM:
+        raise AssertionError("the item's end's SQL changed: rewrite _end_item")
+    sql = _END_ITEM if pairs else _END_ITEM.replace(_NEW_PAIRS, _NO_PAIRS)
+    return sql if samples else sql.replace(_NEW_SAMPLES, _NO_SAMPLES)
+
+
 _REPLIES = (
     "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::text::bool[], "
     "{6}::text[]) AS t(g, k, j, i, b, l, sk)"
@@ -200,13 +227,15 @@ return the leased messages) each cost the server its set-up at every execution, 
 none: about a quarter of such an acknowledgement's server CPU."""
 
 
-@functools.lru_cache(maxsize=24)
-def _acknowledgement(ending: bool, drops: bool, calls: int, replies: bool = True) -> str:
+@functools.lru_cache(maxsize=32)
+def _acknowledgement(
+    ending: tuple[bool, bool] | None, drops: bool, calls: int, replies: bool = True
+) -> str:
     """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
     ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies``, and with
-    the item's end (:data:`_END_ITEM`, its parameters after the acknowledgement's) first if
-    ``ending``: the message goes with the item's messages when it ends it, else on its
-    own."""
+    the item's end first if ``ending`` (whether it stores pairs, samples: :func:`_end_item`,
+    its parameters after the acknowledgement's): the message goes with the item's messages
+    when it ends it, else on its own."""
     parts = (_DROPPED, _CLOSED, _REPLYING, _PUT_REPLIES)
     if any(part not in _ACKNOWLEDGE for part in parts):
         raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
@@ -215,11 +244,11 @@ def _acknowledgement(ending: bool, drops: bool, calls: int, replies: bool = True
         sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
     if not replies:
         sql = sql.replace(_REPLYING, "").replace(_PUT_REPLIES, _NO_REPLIES)
-    return _ending_acknowledgement(sql) if ending else sql
+    return sql if ending is None else _ending_acknowledgement(sql, _end_item(*ending))
 
 
-def _ending_acknowledgement(acknowledge: str) -> str:
-    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
+def _ending_acknowledgement(acknowledge: str, end_item: str) -> str:
+    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", end_item)
     ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
     counted = "e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e"
     sql = acknowledge.replace(
@@ -322,14 +351,15 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, ExecuteMany):
         await conn.executemany(render(step.sql), step.rows)
     if isinstance(step, EndItem):
-        return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
+        sql = _end_item(bool(step.pairs), bool(step.samples))
+        return bool(await conn.fetchval(sql, *_end_item_params(step)))
     if isinstance(step, Acknowledge):
         cached = step.step or (None, None, None, None)
         calls = _closing(step.calls)
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
             _acknowledgement(
-                step.end is not None,
+                None if step.end is None else (bool(step.end.pairs), bool(step.end.samples)),
                 bool(step.unused_calls),
                 min(len(step.calls), 2),
                 bool(step.replies),

@@ -389,10 +389,13 @@ async def test_an_acknowledgement_closes_each_of_its_calls_with_its_own_figures(
     alone = CallStats("b", "m3", 3, 2, 1, 2.5, 1e-06)
     for stats in (priced, unpriced, alone):
         stats.record = await store.open_call(run_id, stats)
+    assert isinstance(store, SQLStore)
+    opened = "SELECT id, created_at FROM llm_calls WHERE run_id = ? ORDER BY id"
+    when_opened = await store.read(opened, (run_id,))
     # two calls closed by one acknowledgement, then one by another
     await store.ack_message(taken[0].id, [], StepWrites(calls=[(priced, None), (unpriced, "bad")]))
     await store.ack_message(taken[1].id, [], StepWrites(calls=[(alone, None)]))
-    assert isinstance(store, SQLStore)
+    assert await store.read(opened, (run_id,)) == when_opened  # dated when they were opened
     rows = await store.read(
         "SELECT model, requests, prompt_tokens, completion_tokens, latency_ms, error, cost_usd "
         "FROM llm_calls WHERE run_id = ? ORDER BY id",

@@ -83,7 +83,59 @@ async def test_a_version_7_database_gets_the_batch_requests_endpoint_and_keeps_i
         assert [line[0] for line in submission.lines] == ["k7"]
         assert await store.queue_batch_request("k8", "j", "judge", "{}", "other")
         assert await store.claim_submission("p", "e", size=10, wait=0, lease=60) is None
-    assert _pg_schema.VERSION == 8
+
+
+async def _indexes(conn: asyncpg.Connection, table: str) -> dict[str, str]:
+    rows = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ragjury' "
+        "AND tablename = $1",
+        table,
+    )
+    return {row["indexname"]: row["indexdef"] for row in rows}
+
+
+async def test_a_version_8_database_gets_the_indexes_of_unfinished_items_and_keeps_its_queue(
+    pg_url: str,
+) -> None:
+    conn = await asyncpg.connect(pg_url, server_settings={"search_path": "ragjury"})
+    try:
+        await conn.execute(_pg_schema.META)
+        await migrate(conn, 0, 8)
+        await conn.execute(
+            "INSERT INTO jobs (id, kind, key, options, created_at) "
+            "VALUES ('j8', 'evaluate', 'k', '{}', '2026-01-01')"
+        )
+        await conn.execute(  # an item of each state, started by a process "w" but the first
+            "INSERT INTO items (job_id, key, position, payload, state, created_at, started_by) "
+            "SELECT 'j8', 'i' || n, n, '{}', (ARRAY['done', 'failed', 'queued', 'processing', "
+            "'running', 'queued'])[n + 1], 0, CASE WHEN n > 0 THEN 'w' END "
+            "FROM generate_series(0, 5) AS n"
+        )
+        assert "items_state" in await _indexes(conn, "items")
+    finally:
+        await conn.close()
+    async with open_store(pg_url) as store:
+        assert await store.unfinished(["j8"]) == 4
+        assert await store.unfinished_items("w") == 2  # processing and running
+        assert (await store.counts(["j8"]))["done"] == 1
+        taken = await store.claim_items("x", 5, lease_seconds=60)
+        assert [item.key for item in taken] == ["i2", "i5"]  # queued ones, in order
+        assert await store.unfinished_items("x") == 2
+    conn = await asyncpg.connect(pg_url)
+    try:
+        items = await _indexes(conn, "items")
+        assert "items_state" not in items
+        assert items["items_open"].endswith(
+            "(state, id) WHERE (state <> ALL (ARRAY['done'::text, 'failed'::text]))"
+        )
+        assert items["items_started"].endswith(
+            "(started_by) WHERE (state = ANY (ARRAY['processing'::text, 'running'::text]))"
+        )
+        assert (await _indexes(conn, "llm_calls"))["llm_calls_run"].endswith("(run_id)")
+        assert "messages_owner" not in await _indexes(conn, "messages")
+    finally:
+        await conn.close()
+    assert _pg_schema.VERSION == 9
 
 
 async def test_processes_opening_a_new_database_at_once_create_the_schema_once(

@@ -241,3 +241,42 @@ def test_a_message_reads_its_step_and_call_rows_not_the_tables(counted_url: str)
     # up, and of every call recorded to close one)
     buffers = anyio.run(_buffers_after_growth, counted_url, 20_000)
     assert buffers < 300, f"one message's put and acknowledgements read {buffers} buffers"
+
+
+async def _call_updates(url: str, calls: int) -> tuple[int, int]:
+    """(updates, of them HOT) of ``llm_calls`` once the server's statistics count ``calls``
+    updates (a server process reports its counts when idle, within about a second)."""
+    conn = await asyncpg.connect(url)
+    try:
+        with anyio.fail_after(30):
+            while True:
+                row = await conn.fetchrow(
+                    "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                    "WHERE schemaname = 'ragjury' AND relname = 'llm_calls'"
+                )
+                if row["n_tup_upd"] >= calls:
+                    return int(row["n_tup_upd"]), int(row["n_tup_hot_upd"])
+                await conn.execute("SELECT pg_stat_clear_snapshot()")
+                await anyio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
+async def _closed_calls(url: str, messages: int) -> tuple[int, int]:
+    async with PostgresStore(url, pool_size=1) as store:
+        job = await store.submit("evaluate", {}, lambda: [("s0", {})])
+        lease = Lease("w", 60.0, run_id="r")
+        for n in range(messages):
+            await _handled(store, job.id, n, lease)
+    return await _call_updates(url, 2 * messages)
+
+
+def test_a_call_records_close_adds_no_index_entries(counted_url: str) -> None:
+    # Closing a call's in-flight record changes no indexed column (its time stays the one
+    # it was opened at; its run's index names no stage), so the server updates it on its
+    # page without new entries in the table's three indexes (a HOT update). Before, each
+    # close changed created_at: a new entry in every index, about a third of a judged
+    # message's index entries.
+    updates, hot = anyio.run(_closed_calls, counted_url, 20)
+    assert updates == 40
+    assert hot >= 36, f"{hot} of {updates} closes were HOT updates"

@@ -15,7 +15,18 @@ at a time; version 4 the deduplicator's index of kept questions; version 5 the h
 and parked messages; version 7 keeps an item's join state in one row (``item_joins``, a JSON
 object of its parts), so a join is one statement; version 8 names the endpoint of each batch
 request (``batch_requests.endpoint``: a panel's judges may send batches to endpoints of their
-own).
+own); version 9 makes fewer index entries for each change of an item and each call record.
+
+An item changes state three times (claimed, started, ended), and an update that changes an
+indexed column cannot stay on its page without a new entry in every index of the table
+(PostgreSQL's HOT updates): with version 8, six entries at each change. From version 9 the
+claims' index holds only the unfinished items (``items_open``: the ended ones, nearly all
+of a large table, are no longer in it), and the index of a process's items in flight only
+those (``items_started``). A call record's index names its run alone: no query asks for
+its stage, which its close may change. A bus message's lease holder has no index of its own
+(every message put leased to its process had an entry): a lease is renewed or given back by
+message id, and a gone process's leases are looked for once, when its host's next process
+starts.
 """
 
 from __future__ import annotations
@@ -270,6 +281,19 @@ DROP TABLE joins;
 ALTER TABLE batch_requests ADD COLUMN endpoint TEXT NOT NULL DEFAULT '';
 """,
     ),
+    (
+        9,
+        """
+DROP INDEX items_state;
+DROP INDEX items_started;
+CREATE INDEX items_open ON items (state, id) WHERE state NOT IN ('done', 'failed');
+CREATE INDEX items_started ON items (started_by) WHERE state IN ('processing', 'running');
+DROP INDEX llm_calls_run;
+CREATE INDEX llm_calls_run ON llm_calls (run_id);
+DROP INDEX messages_owner;
+""",
+    ),
 )
+
 
 VERSION = MIGRATIONS[-1][0]

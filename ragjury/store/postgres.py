@@ -59,11 +59,7 @@ log = structlog.get_logger("ragjury.store")
 CHANNEL = "ragjury_messages"
 _NOW = "(EXTRACT(EPOCH FROM clock_timestamp())::float8)"
 _ENDED = "state IN ('done', 'failed')"
-_END_ITEM = (
-    "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
-    "report = $4, error = COALESCE($5, error), finished_at = $6, "
-    "transient_failures = COALESCE($7, transient_failures) "
-    f"WHERE job_id = $1 AND key = $2 AND NOT {_ENDED} RETURNING id, position), "
+_NEW_PAIRS = (
     "new_pairs AS (INSERT INTO pairs "
     "(job_id, id, item_id, position, outcome, question, source, record) "
     "SELECT $1, p.id, ended.id, p.n, p.outcome, p.question, p.source, p.record FROM ended, "
@@ -72,12 +68,31 @@ _END_ITEM = (
     "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
     "position = excluded.position, outcome = excluded.outcome, "
     "question = excluded.question, source = excluded.source, record = excluded.record), "
+)
+_NO_PAIRS = (
+    "new_pairs AS (SELECT $8::text, $9::text[], $10::text[], $11::text[], $12::text[], "
+    "$13::text[]), "
+)
+_NEW_SAMPLES = (
     "new_samples AS (INSERT INTO samples (job_id, id, item_id, position, record, scored) "
     "SELECT $1, s.id, ended.id, ended.position, s.record, s.scored "
     "FROM ended, unnest($14::text[], $15::text[], $16::text[]) AS s(id, record, scored) "
     "ON CONFLICT (job_id, id) DO UPDATE SET item_id = excluded.item_id, "
     "position = excluded.position, record = excluded.record, scored = excluded.scored), "
-    "no_joins AS (DELETE FROM item_joins WHERE job_id = $1 AND item_key = $2 "
+)
+_NO_SAMPLES = "new_samples AS (SELECT $14::text[], $15::text[], $16::text[]), "
+"""What an item's end without pairs (an evaluation's) or without samples (a generation's)
+has in place of :data:`_NEW_PAIRS` or :data:`_NEW_SAMPLES`: a query nothing reads, so never
+run, that keeps their parameters typed, instead of an insert whose set-up the server pays
+at every execution, rows or none."""
+_END_ITEM = (
+    "WITH ended AS (UPDATE items SET state = $3, lease_owner = NULL, lease_expires = NULL, "
+    "report = $4, error = COALESCE($5, error), finished_at = $6, "
+    "transient_failures = COALESCE($7, transient_failures) "
+    f"WHERE job_id = $1 AND key = $2 AND NOT {_ENDED} RETURNING id, position), "
+    + _NEW_PAIRS
+    + _NEW_SAMPLES
+    + "no_joins AS (DELETE FROM item_joins WHERE job_id = $1 AND item_key = $2 "
     "AND EXISTS (SELECT 1 FROM ended)), "
     "no_messages AS (DELETE FROM messages WHERE job_id = $1 AND item_key = $2 "
     "AND EXISTS (SELECT 1 FROM ended)) "
@@ -85,6 +100,18 @@ _END_ITEM = (
 )
 """An item's end in one statement (:class:`EndItem`): the update's check of the item's
 state, under its row lock, decides whether the rest happens."""
+
+
+@functools.lru_cache(maxsize=4)
+def _end_item(pairs: bool, samples: bool) -> str:
+    """:data:`_END_ITEM`, storing pairs only if it has ``pairs`` and samples only if it has
+    ``samples``."""
+    if _NEW_PAIRS not in _END_ITEM or _NEW_SAMPLES not in _END_ITEM:
+        raise AssertionError("the item's end's SQL changed: rewrite _end_item")
+    sql = _END_ITEM if pairs else _END_ITEM.replace(_NEW_PAIRS, _NO_PAIRS)
+    return sql if samples else sql.replace(_NEW_SAMPLES, _NO_SAMPLES)
+
+
 _REPLIES = (
     "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::text::bool[], "
     "{6}::text[]) AS t(g, k, j, i, b, l, sk)"
@@ -99,7 +126,7 @@ _PUT = (
     f"woken AS (SELECT pg_notify('{CHANNEL}', grp) "
     "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups), "
     "due AS MATERIALIZED (SELECT mid, grp, "
-    "nextval(pg_get_serial_sequence('llm_calls', 'id')) AS cid FROM (SELECT DISTINCT "
+    "nextval('llm_calls_id_seq') AS cid FROM (SELECT DISTINCT "
     "n.id AS mid, n.grp FROM new n JOIN t ON t.g = n.grp AND t.b = n.body WHERE n.leased "
     "AND {2}::text IS NOT NULL AND t.sk <> '' "
     "AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.key = t.sk)) AS d), "
@@ -127,10 +154,10 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
-_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($28::text::bigint[])), "
-_NOTHING_DROPPED = "dropped AS (SELECT $28::text), "
+_DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($27::text::bigint[])), "
+_NOTHING_DROPPED = "dropped AS (SELECT $27::text), "
 """What an acknowledgement with no call records to drop (nearly every one) has in place of
-:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$28`` typed. The
+:data:`_DROPPED`: a query nothing reads, so never run, that only keeps ``$27`` typed. The
 delete's plan read the whole of ``llm_calls`` to find none of an empty list (the server keeps
 one plan per connection, made while the table was small), a cost that grew with every call
 recorded."""
@@ -139,13 +166,13 @@ recorded."""
 _CLOSED = (
     "closed AS (UPDATE llm_calls SET stage = c.stage, requests = c.requests, "
     "prompt_tokens = c.prompt, completion_tokens = c.completion, latency_ms = c.latency, "
-    "statuses = c.statuses, error = c.error, created_at = c.created, model = c.model, "
-    "cost_usd = c.cost FROM unnest($17::text[], $18::text::int[], $19::text::int[], "
-    "$20::text::int[], $21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text[], "
-    "$26::text::float8[], $27::text::bigint[]) AS c(stage, requests, prompt, completion, "
-    "latency, statuses, error, created, model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
+    "statuses = c.statuses, error = c.error, model = c.model, cost_usd = c.cost "
+    "FROM unnest($17::text[], $18::text::int[], $19::text::int[], $20::text::int[], "
+    "$21::text::float8[], $22::text[], $23::text[], $24::text[], $25::text::float8[], "
+    "$26::text::bigint[]) AS c(stage, requests, prompt, completion, latency, statuses, error, "
+    "model, cost, id) WHERE llm_calls.id = ANY(ARRAY[c.id])), "
 )
-"""The records of an acknowledgement's calls closed, $17-$27 each a column of their figures
+"""The records of an acknowledgement's calls closed, $17-$26 each a column of their figures
 (:data:`~ragjury.store.sql.calls.CLOSE_CALL`'s order). Each is found by its id on the
 primary key whatever the plan: ``= ANY(ARRAY[c.id])`` cannot be hashed (as ``= c.id``
 could: the plan each connection keeps, made while the table was small, hashed every call
@@ -153,7 +180,7 @@ recorded to close one)."""
 _ONE_CLOSED = (
     "closed AS (UPDATE llm_calls SET stage = $17, requests = $18::int, prompt_tokens = $19::int, "
     "completion_tokens = $20::int, latency_ms = $21::float8, statuses = $22, error = $23, "
-    "created_at = $24, model = $25, cost_usd = $26::float8 WHERE id = $27::bigint), "
+    "model = $24, cost_usd = $25::float8 WHERE id = $26::bigint), "
 )
 """What an acknowledgement of a message that made one call (nearly every LLM step) has in
 place of :data:`_CLOSED`: its figures as values. Over arrays the kept plan, which cannot know
@@ -161,57 +188,78 @@ their length, is costed for ten calls: more than a plan made for one call's valu
 that the server made a new plan at every other acknowledgement (about 1 ms each)."""
 _NONE_CLOSED = (
     "closed AS (SELECT $17::text, $18::int, $19::int, $20::int, $21::float8, $22::text, "
-    "$23::text, $24::text, $25::text, $26::float8, $27::bigint), "
+    "$23::text, $24::text, $25::float8, $26::bigint), "
 )
 """What an acknowledgement with no call to close has in place of :data:`_CLOSED`: a query
-nothing reads, so never run, that keeps $17-$27 typed."""
+nothing reads, so never run, that keeps $17-$26 typed."""
 
 
-_ACKNOWLEDGE = (
-    "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
+_REPLYING = (
     "open AS (SELECT 1 FROM gone WHERE NOT EXISTS "
     f"(SELECT 1 FROM items WHERE job_id = $2 AND key = $3 AND {_ENDED})), "
     f"t AS (SELECT * FROM {_REPLIES.format('$4', '$5', '$6', '$7', '$8', '$9', '$10')} "
     "WHERE EXISTS (SELECT 1 FROM open)), "
-    "cached AS (INSERT INTO steps (key, agent, output, created_at) "
+)
+_PUT_REPLIES = _PUT.format("$11", "$12", "$28", "$29")
+_ACKNOWLEDGE = (
+    "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
+    + _REPLYING
+    + "cached AS (INSERT INTO steps (key, agent, output, created_at) "
     "SELECT $13::text, $14::text, $15::text, $16::float8 WHERE $13::text IS NOT NULL "
     "ON CONFLICT (key) DO UPDATE SET agent = excluded.agent, output = excluded.output, "
-    "created_at = excluded.created_at), "
-    + _CLOSED
-    + _DROPPED
-    + _PUT.format("$11", "$12", "$29", "$30")
+    "created_at = excluded.created_at), " + _CLOSED + _DROPPED + _PUT_REPLIES
 )
 """An acknowledgement in one statement (:class:`Acknowledge`): the message removed, its
 replies put if that removed it and its item has not ended, its step cached, its calls'
 records closed and those opened for calls never made dropped."""
-_ACK_PARAMS = 30
+_ACK_PARAMS = 29
+_NO_REPLIES = (
+    "unused AS (SELECT $2::text, $3::text, $4::text[], $5::text[], $6::text[], $7::text[], "
+    "$8::text[], $9::text, $10::text[], $11::float8, $12::text, $28::text, $29::text) "
+    "SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, "
+    "NULL::text, NULL::bigint AS cid"
+)
+"""What an acknowledgement with no replies (one that ends its item, nearly always) has in
+place of :data:`_REPLYING` and :data:`_PUT_REPLIES`: a query nothing reads, so never run,
+that keeps their parameters typed, and the row of NULLs a put of nothing returns. The put's
+dozen plan nodes (the insert, the wake-up, the call records' opening, the joins that
+return the leased messages) each cost the server its set-up at every execution, rows or
+none: about a quarter of such an acknowledgement's server CPU."""
 
 
-@functools.lru_cache(maxsize=12)
-def _acknowledgement(ending: bool, drops: bool, calls: int) -> str:
+@functools.lru_cache(maxsize=32)
+def _acknowledgement(
+    ending: tuple[bool, bool] | None, drops: bool, calls: int, replies: bool = True
+) -> str:
     """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
-    ``calls`` (0, 1 or more: 2) asks, and with the item's end (:data:`_END_ITEM`, its
-    parameters after the acknowledgement's) first if ``ending``: the message goes with the
-    item's messages when it ends it, else on its own."""
-    if _DROPPED not in _ACKNOWLEDGE or _CLOSED not in _ACKNOWLEDGE:
+    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies``, and with
+    the item's end first if ``ending`` (whether it stores pairs, samples: :func:`_end_item`,
+    its parameters after the acknowledgement's): the message goes with the item's messages
+    when it ends it, else on its own."""
+    parts = (_DROPPED, _CLOSED, _REPLYING, _PUT_REPLIES)
+    if any(part not in _ACKNOWLEDGE for part in parts):
         raise AssertionError("the acknowledgement's SQL changed: rewrite _acknowledgement")
     sql = _ACKNOWLEDGE if drops else _ACKNOWLEDGE.replace(_DROPPED, _NOTHING_DROPPED)
     if calls < 2:
         sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
-    return _ending_acknowledgement(sql) if ending else sql
+    if not replies:
+        sql = sql.replace(_REPLYING, "").replace(_PUT_REPLIES, _NO_REPLIES)
+    return sql if ending is None else _ending_acknowledgement(sql, _end_item(*ending))
 
 
-def _ending_acknowledgement(acknowledge: str) -> str:
-    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", _END_ITEM)
+def _ending_acknowledgement(acknowledge: str, end_item: str) -> str:
+    ending = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _ACK_PARAMS}", end_item)
     ending = ending.removeprefix("WITH ").removesuffix(" SELECT COUNT(*) FROM ended")
+    counted = "e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e"
     sql = acknowledge.replace(
         "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id)",
         f"WITH {ending}, gone AS (DELETE FROM messages WHERE id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
-    ).replace(
-        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
-        "d.cid, e.n FROM (SELECT COUNT(*) AS n FROM ended) AS e, (SELECT COUNT(*) FROM woken) AS w",
     )
+    sql = sql.replace(
+        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
+        f"d.cid, {counted}, (SELECT COUNT(*) FROM woken) AS w",
+    ).replace("NULL::bigint AS cid", f"NULL::bigint AS cid, {counted}")
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
     return sql
@@ -229,11 +277,12 @@ def _claim_items(of_jobs: bool) -> str:
     drops the state from the order (it is one value), reads the primary key in ``id``
     order and filters it, walking past every item of the table already done before the
     first queued one, so a claim cost grew with the run (80 ms a claim with 100,000 items
-    done). As a range the state stays in the order, which ``items_state (state, id)`` gives
-    as it is: the claim reads only the rows it takes, whatever the plan. The rows found
-    are then named as an array (``id = ANY(ARRAY(...))``), which the primary key answers:
-    joined as ``id IN (SELECT ...)``, a plan that expected a tenth of the table (the limit is
-    a parameter) read all of it to hash it."""
+    done). As a range the state stays in the order, which ``items_open (state, id)`` gives
+    as it is (the index of the unfinished items alone, ``state NOT IN ('done', 'failed')``,
+    which the range implies): the claim reads only the rows it takes, whatever the plan.
+    The rows found are then named as an array (``id = ANY(ARRAY(...))``), which the primary
+    key answers: joined as ``id IN (SELECT ...)``, a plan that expected a tenth of the table
+    (the limit is a parameter) read all of it to hash it."""
     jobs = " AND job_id = ANY($5::text[])" if of_jobs else ""
     return (
         "WITH e AS (SELECT id FROM items WHERE state = 'processing' "
@@ -302,14 +351,18 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
     if isinstance(step, ExecuteMany):
         await conn.executemany(render(step.sql), step.rows)
     if isinstance(step, EndItem):
-        return bool(await conn.fetchval(_END_ITEM, *_end_item_params(step)))
+        sql = _end_item(bool(step.pairs), bool(step.samples))
+        return bool(await conn.fetchval(sql, *_end_item_params(step)))
     if isinstance(step, Acknowledge):
         cached = step.step or (None, None, None, None)
         calls = _closing(step.calls)
         ending = [] if step.end is None else _end_item_params(step.end)
         rows = await conn.fetch(
             _acknowledgement(
-                step.end is not None, bool(step.unused_calls), min(len(step.calls), 2)
+                None if step.end is None else (bool(step.end.pairs), bool(step.end.samples)),
+                bool(step.unused_calls),
+                min(len(step.calls), 2),
+                bool(step.replies),
             ),
             step.message_id,
             step.job_id,
@@ -363,19 +416,19 @@ def _columns(messages: Sequence[OutgoingMessage]) -> list[list[str] | str]:
 
 
 def _closing(rows: Sequence[Sequence[object]]) -> list[object]:
-    """$17-$27 of an acknowledgement closing the calls of ``rows`` (see
+    """$17-$26 of an acknowledgement closing the calls of ``rows`` (see
     :func:`_acknowledgement`): none, one call's figures, or their columns."""
     if not rows:
-        return [None] * 11
+        return [None] * 10
     if len(rows) == 1:
         return list(rows[0])
     return [
         _array(row[i] for row in rows) if i in _NUMBER_COLUMNS else [row[i] for row in rows]
-        for i in range(11)
+        for i in range(10)
     ]
 
 
-_NUMBER_COLUMNS = (1, 2, 3, 4, 9, 10)
+_NUMBER_COLUMNS = (1, 2, 3, 4, 8, 9)
 """The columns of a closing row (:data:`~ragjury.store.sql.calls.CLOSE_CALL`) that are
 numbers: passed as :func:`_array` text."""
 

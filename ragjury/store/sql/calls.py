@@ -57,10 +57,11 @@ PUT_STEP = (
 
 CLOSE_CALL = (
     "UPDATE llm_calls SET stage = ?, requests = ?, prompt_tokens = ?, completion_tokens = ?, "
-    "latency_ms = ?, statuses = ?, error = ?, created_at = ?, model = ?, cost_usd = ? "
-    "WHERE id = ?"
+    "latency_ms = ?, statuses = ?, error = ?, model = ?, cost_usd = ? WHERE id = ?"
 )
-"""A finished call's figures on its in-flight record (a row of :func:`closing_row`)."""
+"""A finished call's figures on its in-flight record (a row of :func:`closing_row`). The
+record keeps the time it was opened (``created_at``, as the call started): on PostgreSQL an
+update that changes no indexed column can stay on its page with no new index entries."""
 DROP_CALLS = "DELETE FROM llm_calls WHERE id = ANY(?)"
 """In-flight records opened ahead of calls that were never made."""
 
@@ -82,11 +83,12 @@ def _figures(stats: CallStats, error: str | None) -> Params:
 
 
 def closing_row(stats: CallStats, error: str | None) -> Params:
-    """A finished call's row for :data:`CLOSE_CALL`: its figures,
+    """A finished call's row for :data:`CLOSE_CALL`: its figures but the time,
     then its in-flight record's id."""
     if stats.record is None:
         raise ValueError(f"the {stats.stage} call has no in-flight record to close")
-    return (*_figures(stats, error), stats.record)
+    figures = _figures(stats, error)
+    return (*figures[:7], *figures[8:], stats.record)
 
 
 class CallLogSQL(Driven):
@@ -175,16 +177,13 @@ class CallLogSQL(Driven):
         return int(record)
 
     async def record_call(self, run_id: str, stats: CallStats, error: str | None) -> None:
-        row = (run_id, *_figures(stats, error))
         if stats.record is None:
+            row = (run_id, *_figures(stats, error))
             await self._write(lambda: execute(_INSERT_CALL, *row), single=True)
             return
-        sql = (
-            "UPDATE llm_calls SET run_id = ?, stage = ?, requests = ?, prompt_tokens = ?, "
-            "completion_tokens = ?, latency_ms = ?, statuses = ?, error = ?, "
-            "created_at = ?, model = ?, cost_usd = ? WHERE id = ?"
-        )
-        await self._write(lambda: execute(sql, *row, stats.record), single=True)
+        sql = f"UPDATE llm_calls SET run_id = ?, {CLOSE_CALL.removeprefix('UPDATE llm_calls SET ')}"
+        params = (run_id, *closing_row(stats, error))
+        await self._write(lambda: execute(sql, *params), single=True)
 
     async def close_calls(
         self, calls: Sequence[tuple[CallStats, str | None]], *, unused: Sequence[int] = ()

@@ -39,6 +39,10 @@ from ragjury.store.sql.steps import (
     text,
 )
 
+_UNFINISHED = "(" + ", ".join(f"'{state}'" for state in UNFINISHED) + ")"
+"""The unfinished states written out, not bound: a plan PostgreSQL keeps for the statement
+then knows it asks only for rows of ``items_open``, the index of the unfinished items."""
+
 
 class QueueSQL(Driven):
     async def submit(
@@ -213,8 +217,8 @@ class QueueSQL(Driven):
 
     async def unfinished(self, job_ids: Sequence[str] | None = None) -> int:
         jobs, params = of_jobs(job_ids)
-        sql = f"SELECT COUNT(*) FROM items WHERE state = ANY(?){jobs}"
-        return int((await self.read(sql, (UNFINISHED, *params)))[0][0])
+        sql = f"SELECT COUNT(*) FROM items WHERE state IN {_UNFINISHED}{jobs}"
+        return int((await self.read(sql, params))[0][0])
 
 
 def claim_items_plainly(step: ClaimItems) -> Steps[list[Row]]:

@@ -410,14 +410,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(lazy=True)
-    args = parser.parse_args(argv)
-    with early_signals_kept(args.command):  # a stop sent while it starts is not lost
-        try:
+    try:
+        args = build_parser(lazy=True).parse_args(argv)
+        with early_signals_kept(args.command):  # a stop sent while it starts is not lost
             return _main(args)
-        except KeyboardInterrupt:
-            print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
-            return 130
+    except KeyboardInterrupt:
+        print("ragjury: interrupted; results written so far are kept", file=sys.stderr)
+        return 130
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -354,7 +354,7 @@ class DurableBus:
             with anyio.CancelScope(shield=True):
                 calls = [m.call for m in stored if m.call is not None]
                 await self.store.release_messages(self.owner, [m.id for m in stored], calls=calls)
-            log.info("messages_given_back", started=[], unstarted=sorted(m.id for m in stored))
+            _given_back([], sorted(m.id for m in stored))
             return
         put = {row.body: m.envelope for row, m in zip(rows, messages, strict=True) if row.leased}
         for m in stored:
@@ -434,16 +434,21 @@ class DurableBus:
             await self.store.release_messages(self.owner, sorted(self.held), started=True)
             await self.store.release_messages(self.owner, unstarted, calls=calls)
         if self.held or unstarted:
-            log.info(
-                "messages_given_back",
-                started=sorted(self.held),
-                unstarted=unstarted,
-                say=f"stopping: {len(self.held)} message(s) a worker had started given back "
-                f"with their attempts counted, {len(unstarted)} never started given back "
-                "uncounted",
-            )
+            _given_back(sorted(self.held), unstarted)
         self.held.clear()
         self.envelopes.clear()
         unwatch = getattr(self.store, "unwatch", None)
         if unwatch is not None:
             unwatch(self._woken)
+
+
+def _given_back(started: list[int], unstarted: list[int]) -> None:
+    """Log the messages a stopping process gave back: those a worker had started keep the
+    attempt their claim counted, the others (claimed, never started) are given it back."""
+    log.info(
+        "messages_given_back",
+        started=started,
+        unstarted=unstarted,
+        say=f"stopping: {len(started)} message(s) a worker had started given back with "
+        f"their attempts counted, {len(unstarted)} never started given back uncounted",
+    )

@@ -58,30 +58,29 @@ async def stop_on_signals(
     ``task_group.start``, once the signals are caught)."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
-        for signum in early_signals():  # sent while the command was starting
-            name = signal.Signals(signum).name
-            console.print(
-                f"ragjury: {name} (sent while starting): taking no new work",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+        for signum in early_signals():  # sent while the command was starting: the first
+            name = f"{signal.Signals(signum).name} (sent while starting)"
+            _taking_no_new_work(console, name, grace)
             stop.set()
         async for signum in signals:
             name = signal.Signals(signum).name
             if not stop.is_set():
-                console.print(
-                    f"ragjury: {name}: taking no new work; in-flight items get up to "
-                    f"{grace:g}s to finish (send it again to stop at once)",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
-                )
+                _taking_no_new_work(console, name, grace)
                 stop.set()
             else:
                 console.print(f"ragjury: {name} again: stopping now", markup=False, soft_wrap=True)
                 scope.cancel()
                 return
+
+
+def _taking_no_new_work(console: Console, name: str, grace: float) -> None:
+    console.print(
+        f"ragjury: {name}: taking no new work; in-flight items get up to {grace:g}s to "
+        "finish (send it again to stop at once)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 async def run_job_until_signalled(

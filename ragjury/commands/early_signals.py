@@ -5,6 +5,7 @@ daemon stopped while it starts exits as stopped, not killed; a second stops at o
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -21,9 +22,11 @@ _pending: list[int] = []
 def _keep(signum: int, frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
     if _pending:  # the second: stop now, as a second signal does later on
-        for caught in _CAUGHT:
-            signal.signal(caught, signal.default_int_handler)
-        raise KeyboardInterrupt(name)
+        # at once and with the same exit code wherever it lands (an exception raised here
+        # could land in an import or the event loop's own code); nothing is lost: what
+        # the command wrote is committed, and it has taken no work yet
+        print(f"ragjury: {name} again while starting: stopping now", file=sys.stderr, flush=True)
+        os._exit(130)
     _pending.append(signum)
     print(
         f"ragjury: {name} while starting: stopping as soon as started (send it again to "

@@ -6,7 +6,10 @@
   not yet ended), publishes each item's first events and marks it started. It stops taking
   items when the budget is spent: ``--max-tokens`` / ``--max-cost`` count every call
   recorded in the store since this process started, by any process, so daemons that share a
-  database stop together.
+  database stop together. A job that calls no LLM and no RAG target (keyword tests only)
+  ends its items where they start: its intake runs in two lanes, each claiming a share of
+  the items in flight, starting them one after the other and storing their ends in one
+  write, so one lane's items are scored while the other's write is in the database thread.
 * **Workers** (:class:`~ragjury.runner.workers.Workers`) handle the messages of their roles for any
   job. ``--agents`` chooses the roles (``intake`` is one of them).
 * **Stopping**: intake stops at once; the items this process started get ``--grace``
@@ -367,39 +370,43 @@ class Runner:
     async def _start_all(self, items: Sequence[Item]) -> None:
         """Start ``items`` one after the other, and store the ends of those that ended here
         in one write (each still ended once, see :meth:`Store.finish_items`); an item whose
-        agents sent work on is published as :meth:`_start` does."""
-        workers = self.workers
+        agents sent work on is published as :meth:`_start` does. An item is this process's
+        to give back (:attr:`_claimed`) until it is published or ended."""
+        workers, claimed = self.workers, self._claimed
         ended: list[tuple[Item, Pipeline, BusEvent]] = []
+        for item in items:
+            try:
+                ends: list[tuple[Pipeline, BusEvent]] = []
+                _, messages, held = await self._begin(item, ends)
+                if messages:
+                    for end_pipeline, terminal in ends:
+                        await workers.finish(end_pipeline, item.job_id, item.key, terminal)
+                    await self._publish(item, messages, held)
+                    claimed.pop(item.id, None)
+                elif ends:
+                    ended.append((item, *ends[0]))
+                else:
+                    claimed.pop(item.id, None)
+            except Exception as exc:
+                claimed.pop(item.id, None)
+                await self._not_started(item, exc)
         try:
-            for item in items:
+            stored = await self.store.finish_items(
+                [(item.job_id, item.key, p.results(terminal)) for item, p, terminal in ended]
+            )
+        except Exception:  # e.g. one item's results refused: each stored on its own
+            log.exception("items_not_ended_together", count=len(ended))
+            for item, pipeline, terminal in ended:
+                claimed.pop(item.id, None)
                 try:
-                    ends: list[tuple[Pipeline, BusEvent]] = []
-                    _, messages, held = await self._begin(item, ends)
-                    if messages:
-                        for end_pipeline, terminal in ends:
-                            await workers.finish(end_pipeline, item.job_id, item.key, terminal)
-                        await self._publish(item, messages, held)
-                    elif ends:
-                        ended.append((item, *ends[0]))
+                    await workers.finish(pipeline, item.job_id, item.key, terminal)
                 except Exception as exc:
                     await self._not_started(item, exc)
-            try:
-                stored = await self.store.finish_items(
-                    [(item.job_id, item.key, p.results(terminal)) for item, p, terminal in ended]
-                )
-            except Exception:  # e.g. one item's results refused: each stored on its own
-                log.exception("items_not_ended_together", count=len(ended))
-                for item, pipeline, terminal in ended:
-                    try:
-                        await workers.finish(pipeline, item.job_id, item.key, terminal)
-                    except Exception as exc:
-                        await self._not_started(item, exc)
-            else:
-                for (item, pipeline, terminal), done in zip(ended, stored, strict=True):
-                    await workers.finished(pipeline, terminal, item.job_id, item.key, done)
-        finally:
-            for item in items:
-                self._claimed.pop(item.id, None)
+        else:
+            for item, _, _ in ended:
+                claimed.pop(item.id, None)
+            for (item, pipeline, terminal), done in zip(ended, stored, strict=True):
+                await workers.finished(pipeline, terminal, item.job_id, item.key, done)
         self.counts.started += len(items)
 
     async def _finish(self) -> None:

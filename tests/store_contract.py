@@ -140,6 +140,28 @@ async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> Non
     assert await store.unfinished([job_id]) == 0
 
 
+async def test_items_finished_together_are_each_finished_once(store: Store) -> None:
+    job_id = await _job(store, 4)
+    assert await store.finish_items([]) == []
+
+    def ends(*keys: str) -> list[tuple[str, str, ItemResults]]:
+        return [
+            (job_id, key, ItemResults(samples=[({"id": key}, f'{{"k": "{key}"}}')], report={}))
+            for key in keys
+        ]
+
+    assert await store.finish_item(job_id, "s1", ends("s1")[0][2]) is True
+    assert await store.fail_item(job_id, "s3", "broken") is True
+    # an item ended already (done or failed) is left as it is; the others end, in one call
+    assert await store.finish_items(ends("s0", "s1", "s2", "s3")) == [True, False, True, False]
+    assert await store.finish_items(ends("s0", "s2")) == [False, False]  # a late duplicate
+    assert [r async for r in store.samples([job_id])] == [{"id": k} for k in ("s0", "s1", "s2")]
+    assert [s async for s in store.scored(job_id)] == [
+        f'{{"k": "{k}"}}' for k in ("s0", "s1", "s2")
+    ]
+    assert await store.counts([job_id]) == {"queued": 0, "processing": 0, "done": 3, "failed": 1}
+
+
 async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:
     job = await store.submit("generate", {}, lambda: [(f"d{i:03}", {}) for i in range(450)])
     for i in reversed(range(450)):  # finished in reverse: still read in submission order

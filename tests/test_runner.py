@@ -136,6 +136,52 @@ async def test_a_job_that_calls_no_llm_keeps_more_items_in_flight(
         assert await Runner(pinned, store, llm, job_ids=[keywords.id]).capacity() == 5
 
 
+async def test_items_started_together_end_each_once_and_one_that_cannot_start_fails_alone(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    from ragjury.llm import LLM
+    from ragjury.runner import run_job, submit_samples
+    from ragjury.schemas import ItemFailed, JuryEvent
+
+    # lanes of 2 items: 7 samples take several claims and writes per lane
+    settings = make_settings(fake, tmp_path, items_in_flight=4)
+    samples = [
+        Sample(id=f"s{i}", question="Q?", answer=f"A{i}.", must_contain=("A1",)) for i in range(7)
+    ]
+    path = tmp_path / "lanes.db"
+    async with SQLiteStore(path) as store:
+        job = await submit_samples(store, settings, samples, ["keywords"])
+    with sqlite3.connect(path) as conn:  # a stored record no sample can be read from
+        conn.execute("UPDATE items SET payload = '{\"id\": \"s3\"}' WHERE key = 's3'")
+    seen: list[JuryEvent] = []
+
+    async def on_event(job_id: str, event: JuryEvent) -> None:
+        seen.append(event)
+
+    async with SQLiteStore(path) as store, LLM(settings) as llm:
+        run = await run_job(job, settings=settings, store=store, llm=llm, on_event=on_event)
+        assert (run.counts.done, run.counts.failed, run.counts.started, run.unfinished) == (
+            6,
+            1,
+            7,
+            0,
+        )
+        scored = [e for e in seen if isinstance(e, SampleScored)]
+        assert sorted(e.sample.id for e in scored) == ["s0", "s1", "s2", "s4", "s5", "s6"]
+        assert [e.item for e in seen if isinstance(e, ItemFailed)] == ["s3"]
+        assert [r["id"] async for r in store.samples([job.id])] == [
+            "s0", "s1", "s2", "s4", "s5", "s6"
+        ]  # fmt: skip
+        passing = {e.sample.id: e.passing for e in scored}
+        assert passing == {f"s{i}": i == 1 for i in (0, 1, 2, 4, 5, 6)}
+        # run again: nothing is left to start, nothing is stored twice
+        again = await run_job(job, settings=settings, store=store, llm=llm)
+        assert (again.counts.started, again.counts.done) == (0, 0)
+        assert len([r async for r in store.samples([job.id])]) == 6
+
+
 async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:
     from ragjury.agents.base import Step
     from ragjury.agents.sample_aggregator import SampleAggregator

@@ -6,7 +6,10 @@
   not yet ended), publishes each item's first events and marks it started. It stops taking
   items when the budget is spent: ``--max-tokens`` / ``--max-cost`` count every call
   recorded in the store since this process started, by any process, so daemons that share a
-  database stop together.
+  database stop together. A job that calls no LLM and no RAG target (keyword tests only)
+  ends its items where they start: its intake runs in two lanes, each claiming a share of
+  the items in flight, starting them one after the other and storing their ends in one
+  write, so one lane's items are scored while the other's write is in the database thread.
 * **Workers** (:class:`~ragjury.runner.workers.Workers`) handle the messages of their roles for any
   job. ``--agents`` chooses the roles (``intake`` is one of them).
 * **Stopping**: intake stops at once; the items this process started get ``--grace``
@@ -30,19 +33,19 @@ import structlog
 from anyio.abc import TaskStatus
 
 from ragjury._json import JSONObject
-from ragjury.agents.joins import joins_held, stored_parts
-from ragjury.bus import Bus, DurableBus, MemoryBus
+from ragjury.agents.joins import HeldJoins, joins_held, stored_parts
+from ragjury.bus import Bus, DurableBus, MemoryBus, Message
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError, EndpointUnreachableError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
-from ragjury.pipelines import PIPELINES, llm_roles
+from ragjury.pipelines import PIPELINES, Pipeline, llm_roles
 from ragjury.prompts import Prompt
 from ragjury.runner.progress import EventListener, Progress, RunCounts
 from ragjury.runner.submit import scored_samples, submit_samples
 from ragjury.runner.workers import Workers
-from ragjury.schemas import Sample, SampleScored
+from ragjury.schemas import BusEvent, Sample, SampleScored
 from ragjury.schemas.panel import Panel
 from ragjury.store import SQLiteStore
 from ragjury.store.base import Item, Job, Store
@@ -71,6 +74,10 @@ INLINE_ITEMS_IN_FLIGHT = 256
 """Items one intake keeps started at once for jobs that call no LLM (keyword tests only):
 their items end where they start, so more of them at once means more of them per group
 commit, for a few megabytes."""
+
+INLINE_LANES = 2
+"""Lanes of such items (see :meth:`Runner._lane`): one is scored while the other's ends are
+written."""
 
 
 def new_owner() -> str:
@@ -238,73 +245,169 @@ class Runner:
             budget.cost = max(budget.cost, float(totals["cost_known_usd"] or 0.0))
         return budget.exhausted
 
+    async def calls_no_llm(self) -> bool:
+        """Whether every job this runner serves calls no LLM and no RAG target (keyword tests
+        only): its items end where they start, in this process."""
+        if self._has_target or not self.job_ids:
+            return False
+        pipelines = [await self.workers.pipeline(job_id) for job_id in self.job_ids]
+        return not any(role in llm_roles() for p in pipelines for role in p.steps)
+
     async def capacity(self) -> int:
         """:func:`intake_capacity`, or :data:`INLINE_ITEMS_IN_FLIGHT` when every job this
         runner serves calls no LLM and no RAG target (and ``--items-in-flight`` is not set)."""
         capacity = intake_capacity(self.settings)
-        if self.settings.items_in_flight or self._has_target or not self.job_ids:
-            return capacity
-        pipelines = [await self.workers.pipeline(job_id) for job_id in self.job_ids]
-        if any(role in llm_roles() for p in pipelines for role in p.steps):
+        if self.settings.items_in_flight or not await self.calls_no_llm():
             return capacity
         return max(capacity, INLINE_ITEMS_IN_FLIGHT)
 
     async def _intake(self, starting: anyio.abc.TaskGroup, until_done: bool) -> None:
         capacity = await self.capacity()
+        if await self.calls_no_llm():
+            # lanes of claimed items, each lane's started together and ended in one write:
+            # while one lane's write is in the database thread, another's items are scored
+            size = max(1, capacity // INLINE_LANES)
+            for _ in range(min(INLINE_LANES, capacity)):
+                starting.start_soon(self._lane, size, until_done)
+            return
         while not self.stopping.is_set():
-            if await self._budget_spent():
-                # info: each command says so in its own words (what stopped, what is queued)
-                log.info("budget_reached", reason=self.llm.budget.reason)
-                self.budget_stopped = True
+            if await self._budget_stop():
                 return
             free = capacity - await self.store.unfinished_items(self.owner)
-            items = await self.store.claim_items(
-                self.owner,
-                free,
-                lease_seconds=self.settings.lease_seconds,
-                job_ids=self.job_ids,
-                max_attempts=self.settings.max_deliveries,
-            )
+            items = await self._claim(free)
             for item in items:
-                self._claimed[item.id] = item
                 starting.start_soon(self._start, item)
             if until_done and not items and await self.store.unfinished(self.job_ids) == 0:
                 return
             # an item that ends in another process frees room here too: poll as well
             await self.progress.wait(self.settings.poll_interval, or_when=self.stopping)
 
+    async def _budget_stop(self) -> bool:
+        """Whether the budget is spent (then intake stops, saying so once)."""
+        if not await self._budget_spent():
+            return False
+        if not self.budget_stopped:
+            # info: each command says so in its own words (what stopped, what is queued)
+            log.info("budget_reached", reason=self.llm.budget.reason)
+        self.budget_stopped = True
+        return True
+
+    async def _claim(self, limit: int) -> list[Item]:
+        items = await self.store.claim_items(
+            self.owner,
+            limit,
+            lease_seconds=self.settings.lease_seconds,
+            job_ids=self.job_ids,
+            max_attempts=self.settings.max_deliveries,
+        )
+        for item in items:
+            self._claimed[item.id] = item
+        return items
+
+    async def _lane(self, size: int, until_done: bool) -> None:
+        """Intake of items that end where they start: up to ``size`` claimed at a time and
+        started together (:meth:`_start_all`)."""
+        while not self.stopping.is_set():
+            if await self._budget_stop():
+                return
+            items = await self._claim(size)
+            if items:
+                await self._start_all(items)
+                continue
+            if until_done and await self.store.unfinished(self.job_ids) == 0:
+                return
+            await self.progress.wait(self.settings.poll_interval, or_when=self.stopping)
+
     async def _start(self, item: Item) -> None:
         """Publish an item's first events (its RAG target asked first, if it needs one)."""
-        workers = self.workers
         try:
-            pipeline = await workers.pipeline(item.job_id)
-            # a first attempt's joins stay in memory until something is published: no other
-            # worker can hold a part of the item yet (a retried one may have, from the
-            # messages its earlier attempt published, so it joins in the store)
-            with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
-                events = await pipeline.first_events(item)
-                messages = await workers.dispatch(pipeline, item.job_id, item.key, events)
-            # (no messages: the item has ended already, its agents ran here, and what they
-            # held is dropped unstored)
-            joins = [
-                (job, key, stored_parts(parts))
-                for (job, key), parts in (held or {}).items()
-                if messages
-            ]
-            if messages and isinstance(self.bus, DurableBus):  # marked running as put
-                await self.bus.publish(messages, started=[item.id], joins=joins)
-            elif messages:
-                for job_id, key, parts in joins:
-                    await self.store.join(job_id, key, parts, "")
-                await self.bus.publish(messages)
-                await self.store.items_started([item.id])
+            _, messages, held = await self._begin(item)
+            await self._publish(item, messages, held)
         except Exception as exc:  # a record that cannot start must not stop the others
-            log.exception("item_start_failed", job=item.job_id, item=item.key)
-            reason = f"{type(exc).__name__}: {exc}"
-            await workers.fail(item.job_id, item.key, reason, _payload(item))
+            await self._not_started(item, exc)
         finally:
             self._claimed.pop(item.id, None)
         self.counts.started += 1
+
+    async def _begin(
+        self, item: Item, ends: list[tuple[Pipeline, BusEvent]] | None = None
+    ) -> tuple[Pipeline, list[Message], HeldJoins | None]:
+        """An item's first events dispatched: the messages to publish, and the joins its
+        agents made in memory (a first attempt's). With ``ends``, a terminal event made here
+        is put there, not stored."""
+        pipeline = await self.workers.pipeline(item.job_id)
+        # a first attempt's joins stay in memory until something is published: no other
+        # worker can hold a part of the item yet (a retried one may have, from the
+        # messages its earlier attempt published, so it joins in the store)
+        with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
+            events = await pipeline.first_events(item)
+            messages = await self.workers.dispatch(
+                pipeline, item.job_id, item.key, events, ends=ends
+            )
+        return pipeline, messages, held
+
+    async def _publish(self, item: Item, messages: list[Message], held: HeldJoins | None) -> None:
+        """Put an item's first messages on the bus with the joins held for it, and mark it
+        running. (No messages: the item has ended already, its agents ran here, and what
+        they held is dropped unstored.)"""
+        if not messages:
+            return
+        joins = [(job, key, stored_parts(parts)) for (job, key), parts in (held or {}).items()]
+        if isinstance(self.bus, DurableBus):  # marked running as put
+            await self.bus.publish(messages, started=[item.id], joins=joins)
+        else:
+            for job_id, key, parts in joins:
+                await self.store.join(job_id, key, parts, "")
+            await self.bus.publish(messages)
+            await self.store.items_started([item.id])
+
+    async def _not_started(self, item: Item, exc: Exception) -> None:
+        """End an item that could not start ``failed`` (it must not stop the others)."""
+        log.exception("item_start_failed", job=item.job_id, item=item.key)
+        reason = f"{type(exc).__name__}: {exc}"
+        await self.workers.fail(item.job_id, item.key, reason, _payload(item))
+
+    async def _start_all(self, items: Sequence[Item]) -> None:
+        """Start ``items`` one after the other, and store the ends of those that ended here
+        in one write (each still ended once, see :meth:`Store.finish_items`); an item whose
+        agents sent work on is published as :meth:`_start` does. An item is this process's
+        to give back (:attr:`_claimed`) until it is published or ended."""
+        workers, claimed = self.workers, self._claimed
+        ended: list[tuple[Item, Pipeline, BusEvent]] = []
+        for item in items:
+            try:
+                ends: list[tuple[Pipeline, BusEvent]] = []
+                _, messages, held = await self._begin(item, ends)
+                if messages:
+                    for end_pipeline, terminal in ends:
+                        await workers.finish(end_pipeline, item.job_id, item.key, terminal)
+                    await self._publish(item, messages, held)
+                    claimed.pop(item.id, None)
+                elif ends:
+                    ended.append((item, *ends[0]))
+                else:
+                    claimed.pop(item.id, None)
+            except Exception as exc:
+                claimed.pop(item.id, None)
+                await self._not_started(item, exc)
+        try:
+            stored = await self.store.finish_items(
+                [(item.job_id, item.key, p.results(terminal)) for item, p, terminal in ended]
+            )
+        except Exception:  # e.g. one item's results refused: each stored on its own
+            log.exception("items_not_ended_together", count=len(ended))
+            for item, pipeline, terminal in ended:
+                claimed.pop(item.id, None)
+                try:
+                    await workers.finish(pipeline, item.job_id, item.key, terminal)
+                except Exception as exc:
+                    await self._not_started(item, exc)
+        else:
+            for item, _, _ in ended:
+                claimed.pop(item.id, None)
+            for (item, pipeline, terminal), done in zip(ended, stored, strict=True):
+                await workers.finished(pipeline, terminal, item.job_id, item.key, done)
+        self.counts.started += len(items)
 
     async def _finish(self) -> None:
         """Wait for what this process owes once its intake is over (the jobs are done, a

@@ -203,7 +203,7 @@ class Workers:
                         held.clear()
                         opened.clear()
                         if ends:
-                            await self._finished(*ends[0], job_id, envelope.correlation_id, ended)
+                            await self.finished(*ends[0], job_id, envelope.correlation_id, ended)
                     else:
                         await self.bus.ack(delivery, replies)
                 except Parked as parked:  # batch mode: the step waits for a batch's answer
@@ -398,9 +398,9 @@ class Workers:
 
     async def finish(self, pipeline: Pipeline, job_id: str, key: str, terminal: BusEvent) -> None:
         ended = await self.store.finish_item(job_id, key, pipeline.results(terminal))
-        await self._finished(pipeline, terminal, job_id, key, ended)
+        await self.finished(pipeline, terminal, job_id, key, ended)
 
-    async def _finished(
+    async def finished(
         self, pipeline: Pipeline, terminal: BusEvent, job_id: str, key: str, ended: bool | None
     ) -> None:
         """Tell of an item's end (``ended``: this process stored it; else it had ended)."""

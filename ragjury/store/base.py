@@ -359,6 +359,11 @@ class Queue(Protocol):
         """Store the results and mark the item done, unless it is done already (False)."""
         ...
 
+    async def finish_items(self, ends: Sequence[tuple[str, str, ItemResults]]) -> list[bool]:
+        """:meth:`finish_item` for several items (job, key, results) in one transaction:
+        whether each was ended by this call."""
+        ...
+
     async def fail_item(
         self, job_id: str, key: str, error: str, results: ItemResults | None = None
     ) -> bool:

@@ -181,6 +181,18 @@ class QueueSQL(Driven):
     async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
         return await self._write(lambda: end(job_id, key, "done", results), single=True)
 
+    async def finish_items(self, ends: Sequence[tuple[str, str, ItemResults]]) -> list[bool]:
+        if not ends:
+            return []
+
+        def finish() -> Steps[list[bool]]:
+            ended: list[bool] = []
+            for job_id, key, results in ends:
+                ended.append((yield from end(job_id, key, "done", results)))
+            return ended
+
+        return await self._write(finish)
+
     async def fail_item(
         self, job_id: str, key: str, error: str, results: ItemResults | None = None
     ) -> bool:

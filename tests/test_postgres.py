@@ -364,7 +364,10 @@ async def test_processes_on_one_server_draw_from_one_rate_bucket(pg_url: str) ->
 
 
 async def _waiting_for_lock(conn: asyncpg.Connection, waiting: int) -> None:
-    while await conn.fetchval("SELECT COUNT(*) FROM pg_locks WHERE NOT granted") < waiting:
+    """Until ``waiting`` sessions wait for a lock (the server has no event to await)."""
+    while True:
+        if await conn.fetchval("SELECT COUNT(*) FROM pg_locks WHERE NOT granted") >= waiting:
+            return
         await anyio.sleep(0.05)
 
 
@@ -402,8 +405,9 @@ async def test_large_values_are_compressed_with_lz4_on_every_connection(pg_url: 
         assert {value for value, _ in found} <= {expected, "pglz"}
         if has_lz4:
             assert {value for value, _ in found} == {"lz4"}
-        assert await outside.fetchval(
-            "SELECT pg_column_compression(body) FROM ragjury.messages"
-        ) == expected
+        assert (
+            await outside.fetchval("SELECT pg_column_compression(body) FROM ragjury.messages")
+            == expected
+        )
     finally:
         await outside.close()

@@ -185,9 +185,10 @@ def run_once(
     submit = _cli("submit", "--samples", str(samples), "--metrics", "faithfulness", "--db", db)
     subprocess.run(submit, check=True, stdout=subprocess.DEVNULL)
     endpoint = ["--base-url", base_url, "--api-key", "bench", "--model", "fake-model"]
+    # the count started first: its connection is the benchmark's, not ragjury's work
+    counting = server_pid is not None and anyio.run(_statements, db, True) is not None
     cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
     workers_before = _children_cpu()
-    counting = server_pid is not None and anyio.run(_statements, db, True) is not None
     started = time.perf_counter()
     processes = []
     for n, agents in enumerate(groups):

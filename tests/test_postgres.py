@@ -361,3 +361,53 @@ async def test_processes_on_one_server_draw_from_one_rate_bucket(pg_url: str) ->
         assert await first.take_rate("e", 6, per_second=1.0, capacity=10) == 0.0
         wait = await second.take_rate("e", 6, per_second=1.0, capacity=10)
         assert wait == pytest.approx(2.0, abs=0.2)  # 10 - 6 - 6 = -2 units at 1 a second
+
+
+async def _waiting_for_lock(conn: asyncpg.Connection, waiting: int) -> None:
+    """Until ``waiting`` sessions wait for a lock (the server has no event to await)."""
+    while True:
+        if await conn.fetchval("SELECT COUNT(*) FROM pg_locks WHERE NOT granted") >= waiting:
+            return
+        await anyio.sleep(0.05)
+
+
+async def test_large_values_are_compressed_with_lz4_on_every_connection(pg_url: str) -> None:
+    # pglz, the server's default, is slow to compress: where the server has lz4, every
+    # connection of the store's pool writes what it stores out of line with lz4
+    outside = await asyncpg.connect(pg_url)
+    try:
+        has_lz4 = await outside.fetchval(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+        expected = "lz4" if has_lz4 else "pglz"
+        async with PostgresStore(pg_url, pool_size=3) as store:
+            job = await store.submit("evaluate", {}, lambda: [("s0", {})])
+            body = json.dumps({"contexts": [f"context {n} " * 200 for n in range(5)]})
+            await store.put_messages([OutgoingMessage("g", "k", job.id, "s0", body)])
+            found: list[tuple[str, int]] = []
+
+            async def setting() -> None:
+                # each waits, holding its connection, until the lock is let go: three at once
+                [(value, pid)] = await store.read(
+                    "SELECT current_setting('default_toast_compression'), pg_backend_pid() "
+                    "FROM (SELECT pg_advisory_xact_lock_shared(28)) AS waited"
+                )
+                found.append((str(value), int(pid)))
+
+            await outside.execute("SELECT pg_advisory_lock(28)")
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    for _ in range(3):
+                        group.start_soon(setting)
+                    await _waiting_for_lock(outside, 3)
+                    await outside.execute("SELECT pg_advisory_unlock(28)")
+        assert len({pid for _, pid in found}) == 3
+        assert {value for value, _ in found} <= {expected, "pglz"}
+        if has_lz4:
+            assert {value for value, _ in found} == {"lz4"}
+        assert (
+            await outside.fetchval("SELECT pg_column_compression(body) FROM ragjury.messages")
+            == expected
+        )
+    finally:
+        await outside.close()

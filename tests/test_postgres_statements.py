@@ -280,3 +280,35 @@ def test_a_call_records_close_adds_no_index_entries(counted_url: str) -> None:
     updates, hot = anyio.run(_closed_calls, counted_url, 20)
     assert updates == 40
     assert hot >= 36, f"{hot} of {updates} closes were HOT updates"
+
+
+async def _plans_and_calls(url: str, messages: int) -> list[tuple[int, int]]:
+    """(plans, calls) of each acknowledgement and put statement a connection ran while it
+    handled ``messages`` messages (planning counted from the connection's start)."""
+    conn = await asyncpg.connect(url)
+    try:
+        name = await conn.fetchval("SELECT current_database()")
+        await conn.execute(f"ALTER DATABASE {name} SET pg_stat_statements.track_planning = on")
+        async with PostgresStore(url, pool_size=1) as store:
+            job = await store.submit("evaluate", {}, lambda: [("s0", {})])
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            lease = Lease("w", 60.0, run_id="r")
+            for n in range(messages):
+                await _handled(store, job.id, n, lease)
+        rows = await conn.fetch(
+            "SELECT plans, calls FROM pg_stat_statements s JOIN pg_database d "
+            "ON d.oid = s.dbid WHERE d.datname = current_database() AND s.query LIKE 'WITH%'"
+        )
+    finally:
+        await conn.close()
+    return [(int(row["plans"]), int(row["calls"])) for row in rows]
+
+
+def test_a_connection_plans_each_statement_once(counted_url: str) -> None:
+    # The sessions keep a statement's generic plan from its first execution. Left to
+    # choose, the server made five custom plans of each statement on every connection
+    # before it kept one (and some it never kept: the claims were planned at every call)
+    counts = anyio.run(_plans_and_calls, counted_url, 12)
+    assert counts
+    assert all(calls >= 12 for _, calls in counts), counts
+    assert all(plans == 1 for plans, _ in counts), counts

@@ -559,9 +559,23 @@ def _lost(exc: BaseException) -> bool:
     return False
 
 
+_LZ4 = (
+    "SELECT set_config('default_toast_compression', 'lz4', false) FROM pg_settings "
+    "WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
+)
+"""Compress the values stored out of line (over about 2 KB: a sample's record, a message's
+body with real-size contexts) with lz4 where the server has it (PostgreSQL 14 or later,
+built with lz4), not pglz, the server's default: pglz is slow to compress. An 8 KB message
+body here cost the server 300 us of CPU to insert and 125 us to read with pglz, 150 and
+100 us with lz4 (stored about a fifth larger). Only values written from then on are
+compressed so; the others stay readable as they are. A row when it is set, none when the
+server has no lz4."""
+
+
 class _ConnectOptions(TypedDict):
     dsn: str
     timeout: float
+    command_timeout: float
     server_settings: dict[str, str]
 
 
@@ -591,10 +605,11 @@ class PostgresStore(SQLStore):
         self._listening = anyio.Lock()
 
     # opening ------------------------------------------------------------------------
-    def _connect_options(self) -> _ConnectOptions:
-        return {
+    def _connect_options(self, *, lz4: bool = False) -> _ConnectOptions:
+        options: _ConnectOptions = {
             "dsn": self.url,
             "timeout": self.connect_timeout,
+            "command_timeout": 300,
             "server_settings": {
                 "search_path": _pg_schema.SCHEMA,
                 "application_name": f"ragjury@{socket.gethostname()}",
@@ -602,8 +617,18 @@ class PostgresStore(SQLStore):
                 # saves, and with it off asyncpg's type lookup on a new connection does not
                 # switch it off and on again around its query (two statements each)
                 "jit": "off",
+                # every statement is written to be answered on its indexes whatever the
+                # parameters (see _claim_items, _CLOSED), so the plan the server keeps for a
+                # prepared statement is the generic one from its first execution: left to
+                # choose, it plans each statement five times more on every new connection
+                # (custom plans, to compare) and goes on planning the claims, whose generic
+                # plan it costs higher: about a tenth of the server's CPU on a scale-out run
+                "plan_cache_mode": "force_generic_plan",
             },
         }
+        if lz4:
+            options["server_settings"]["default_toast_compression"] = "lz4"
+        return options
 
     async def __aenter__(self) -> PostgresStore:
         await self._opened()
@@ -615,13 +640,14 @@ class PostgresStore(SQLStore):
             self._pool = await asyncpg.create_pool(
                 min_size=1,
                 max_size=self.pool_size,
-                command_timeout=300,
                 max_inactive_connection_lifetime=120,
                 reset=_keep_session,
                 **self._connect_options(),
             )
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
+                if await conn.fetchval(_LZ4) is not None:  # this session's and the next ones'
+                    self._pool.set_connect_args(**self._connect_options(lz4=True))
         except ConfigurationError:
             raise
         except Exception as exc:

@@ -129,6 +129,37 @@ def test_requests_go_through_the_proxy_the_environment_names(
     assert asyncio.run(ask()) == [200]
     assert seen == [b"GET http://llm.invalid/v1/models HTTP/1.1"]
 
+    async def refused() -> None:
+        with socket.socket() as probe:  # nothing listens there
+            probe.bind(("127.0.0.1", 0))
+            monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{probe.getsockname()[1]}")
+        async with http_client(_ignore) as client:
+            await client.get("http://llm.invalid/v1/models")
+
+    with pytest.raises(httpx2.ProxyError, match="Cannot connect"):  # a proxy that is down
+        asyncio.run(refused())
+
+
+async def test_credentials_in_the_base_url_are_sent_as_the_default_client_sends_them() -> None:
+    # httpx2 makes them the Authorization header (in place of the API key's); aiohttp would
+    # refuse the URL that still carries them beside that header
+    with FakeOpenAI() as fake:
+        fake.route("judge", chat_json({"ok": True}))
+        url = fake.base_url.replace("http://", "http://alice:hunter2@")
+        for client in (http_client(_ignore), openai.DefaultAsyncHttpxClient()):
+            async with openai.AsyncOpenAI(
+                base_url=url, api_key="sk-x", max_retries=0, http_client=client
+            ) as llm:
+                await llm.post(
+                    "/chat/completions",
+                    body={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                    cast_to=bytes,
+                    options={"headers": {"x-ragjury-agent": "judge"}},
+                )
+        ours, theirs = fake.requests_for("judge")
+    assert ours.headers["authorization"] == theirs.headers["authorization"]
+    assert ours.headers["authorization"].startswith("Basic ")
+
 
 async def test_the_client_calls_the_hook_with_every_answer_and_closes_cleanly() -> None:
     # the hook is how the rate-limit headers are read (ragjury/llm/ratelimit.py); closing
@@ -155,6 +186,40 @@ async def test_the_client_calls_the_hook_with_every_answer_and_closes_cleanly() 
             gc.collect()
         assert limits == ["99", "98"]
         assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    # A kept-alive connection the server has since closed is dropped from the pool, and the
+    # next request opens a new one. Were it reused, the POST (which aiohttp never sends
+    # twice on its own) would go out on the dead connection and fail. aiohttp learns of the
+    # hang-up when its event loop reads the connection's end, on the loop's next pass or so
+    # (httpx2's pool polled the socket at each request instead): a request started in that
+    # same pass takes the dead connection and fails as a connection error, which the LLM
+    # layer retries. So the client is given a few passes of its loop before the second.
+    connections: list[int] = []
+    closed = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(_ANSWER)  # keep-alive (HTTP/1.1, no "Connection: close") ...
+        await writer.drain()
+        writer.close()  # ... and then hangs up while the client holds it idle
+        await writer.wait_closed()
+        closed.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, http_client(_ignore) as client:
+        first = await client.post(f"http://127.0.0.1:{port}/a", json={"n": 1})
+        await closed.wait()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        second = await client.post(f"http://127.0.0.1:{port}/b", json={"n": 2})
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert len(connections) == 2
 
 
 async def test_the_openai_backend_reuses_its_connections_and_reads_each_answer() -> None:

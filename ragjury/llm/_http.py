@@ -10,17 +10,21 @@ spends about 30% less CPU per request on it, ragjury about 15% less. aiohttp run
 only: under another event loop (trio, through anyio, when ``Jury`` runs inside a trio
 application) the client is openai's default.
 
-One thing is put right: openai's aiohttp transport reports every connection failure (a
-refused connection, an unknown host, a server that hung up) as a connect *timeout*, so the
-client would call a refused connection "did not answer within --timeout" and give up after
-two tries. :class:`_ConnectionErrors` raises those as the connection errors they are, as
-openai's default client does; a timeout stays a timeout.
+Two things are put right (:class:`_AsTheDefault`), so that the transport behaves as openai's
+default one does. openai's aiohttp transport reports every connection failure (a refused
+connection, an unknown host, a server that hung up) as a connect *timeout*, so the client
+would call a refused connection "did not answer within --timeout" and give up after two
+tries: they are raised as the connection errors they are; a timeout stays a timeout. And a
+base URL with credentials in it (``http://user:password@host/v1``) has already been turned
+into the request's ``Authorization`` header by httpx2, as for the default transport, but
+aiohttp refuses a URL with credentials beside that header: they are taken out of the URL
+(they never go on the wire in the URL with the default transport either).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import httpx2
 import openai
@@ -39,46 +43,30 @@ def http_client(
         return openai.DefaultAsyncHttpxClient(event_hooks=hooks)
     client = openai.DefaultAioHttpClient(event_hooks=hooks)
     # the transport, and one for each proxy the environment names (None: no proxy there)
-    client._transport = _ConnectionErrors(client._transport)
+    client._transport = _AsTheDefault(client._transport)
     client._mounts = {
-        pattern: None if transport is None else _ConnectionErrors(transport)
+        pattern: None if transport is None else _AsTheDefault(transport)
         for pattern, transport in client._mounts.items()
     }
     return client
 
 
-class _ConnectionErrors(httpx2.AsyncBaseTransport):
-    """``inner``'s requests, a connection failure reported as one (not as a timeout)."""
+class _AsTheDefault(httpx2.AsyncBaseTransport):
+    """``inner``'s requests, a connection failure reported as one (not as a timeout), the
+    URL's credentials (already the ``Authorization`` header) left out of it."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
         self._inner = inner
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # (the body is read with its own errors right: a cut-off answer is a ReadError, a
+        # stalled one a ReadTimeout)
+        if request.url.userinfo:
+            request.url = request.url.copy_with(userinfo=b"")
         try:
-            response = await self._inner.handle_async_request(request)
+            return await self._inner.handle_async_request(request)
         except httpx2.ConnectTimeout as exc:
             raise _as_connection_error(exc, request) from exc.__cause__
-        if isinstance(response.stream, httpx2.AsyncByteStream):
-            response.stream = _Body(response.stream, request)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _Body(httpx2.AsyncByteStream):
-    """An answer's body, read as the transport reads it, with the same errors put right."""
-
-    def __init__(self, inner: httpx2.AsyncByteStream, request: httpx2.Request) -> None:
-        self._inner = inner
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                yield chunk
-        except httpx2.ConnectTimeout as exc:
-            raise _as_connection_error(exc, self._request) from exc.__cause__
 
     async def aclose(self) -> None:
         await self._inner.aclose()

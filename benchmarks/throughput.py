@@ -7,6 +7,12 @@ left idle below the limit. The same is measured for a bare loop of the openai cl
 ragjury), which is the ceiling the fake endpoint and the HTTP stack allow on this machine,
 and again with a share of 429s (Retry-After) to show that nothing fails.
 
+Each run's client CPU per request is printed beside two yardsticks from the same process: the
+bare openai client as it comes (its default HTTP stack, httpx2 over httpcore2), and the bare
+client on ``openai.DefaultAioHttpClient``, the aiohttp transport ragjury uses. The first is
+what a user of the plain client pays; the second shows how much of ragjury's cost is its own
+work rather than the transport's.
+
     python benchmarks/throughput.py            # about three minutes
     python benchmarks/throughput.py --quick
 """
@@ -65,8 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 Runner = Callable[[str, Path], Awaitable[dict[str, Any]]]
 
 
-async def bare_openai(args: argparse.Namespace, base_url: str, calls: int) -> dict[str, Any]:
-    """``calls`` chat requests with ``concurrency`` always in flight, openai client only."""
+async def bare_openai(
+    args: argparse.Namespace, base_url: str, calls: int, aiohttp: bool = False
+) -> dict[str, Any]:
+    """``calls`` chat requests with ``concurrency`` always in flight, openai client only: on
+    its default HTTP client, or (``aiohttp``) on ``openai.DefaultAioHttpClient``."""
     left = calls
 
     async def worker(client: openai.AsyncOpenAI) -> None:
@@ -80,7 +89,12 @@ async def bare_openai(args: argparse.Namespace, base_url: str, calls: int) -> di
             )
 
     async with (
-        openai.AsyncOpenAI(base_url=base_url, api_key="b", max_retries=0) as client,
+        openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key="b",
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient() if aiohttp else None,
+        ) as client,
         anyio.create_task_group() as tg,
     ):
         for _ in range(args.concurrency):
@@ -198,6 +212,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     async def bare(url: str, _: Path) -> dict[str, Any]:
         return await bare_openai(args, url, args.calls)
 
+    async def bare_aio(url: str, _: Path) -> dict[str, Any]:
+        return await bare_openai(args, url, args.calls, aiohttp=True)
+
     async def gen(url: str, folder: Path) -> dict[str, Any]:
         return await generate(args, url, folder, docs)
 
@@ -207,6 +224,13 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     faults = f"{args.rate_429:.0%} 429s"
     runs = [
         await median_of(args, "openai client alone (the fake's ceiling)", 0.0, bare, args.repeat),
+        await median_of(
+            args,
+            "openai client alone on aiohttp (ragjury's transport)",
+            0.0,
+            bare_aio,
+            args.repeat,
+        ),
         await median_of(args, "generate", 0.0, gen, args.repeat),
         await median_of(args, "evaluate", 0.0, ev, args.repeat),
         # one run each: these show that nothing fails, and each takes about a minute
@@ -214,8 +238,11 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
         await median_of(args, f"evaluate, {faults}", args.rate_429, ev, 1),
     ]
     bare_cpu = float(runs[0]["client_cpu_ms_per_request"])
+    aiohttp_cpu = float(runs[1]["client_cpu_ms_per_request"])
     for run in runs:  # each run's client CPU per request beside the bare client's, same run
-        run["client_cpu_x_bare"] = round(float(run["client_cpu_ms_per_request"]) / bare_cpu, 2)
+        cpu = float(run["client_cpu_ms_per_request"])
+        run["client_cpu_x_bare"] = round(cpu / bare_cpu, 2)
+        run["client_cpu_x_bare_aiohttp"] = round(cpu / aiohttp_cpu, 2)
     return runs
 
 
@@ -240,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     columns = [
         "run", "requests", "429s", "failed", "peak in flight", "wall s", "limit s",
         "ratio (median)", "all ratios", "client CPU ms/req", "x bare client",
-        "of it off the loop", "fake CPU ms/req",
+        "x bare client on aiohttp", "of it off the loop", "fake CPU ms/req",
     ]  # fmt: skip
     rows = [
         [
@@ -248,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             r["wall_seconds"], r["limit_seconds"], r["ratio"],
             " ".join(f"{ratio:.3f}" for ratio in r["ratios"]),
             r["client_cpu_ms_per_request"], r["client_cpu_x_bare"],
-            r["client_cpu_ms_per_request_off_loop"], r["server_cpu_ms_per_request"],
+            r["client_cpu_x_bare_aiohttp"], r["client_cpu_ms_per_request_off_loop"],
+            r["server_cpu_ms_per_request"],
         ]
         for r in runs
     ]  # fmt: skip

@@ -37,8 +37,13 @@ def run_benchmark(name: str, tmp_path: Path, *args: str) -> dict[str, Any]:
 def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -> None:
     result = run_benchmark("throughput", tmp_path, "--calls=24", "--latency-ms=5", "--repeat=2")
     runs = {run["run"].split(",")[0]: run for run in result["runs"]}
-    assert set(runs) == {"openai client alone (the fake's ceiling)", "generate", "evaluate"}
-    assert len(result["runs"]) == 5
+    assert set(runs) == {
+        "openai client alone (the fake's ceiling)",
+        "openai client alone on aiohttp (ragjury's transport)",
+        "generate",
+        "evaluate",
+    }
+    assert len(result["runs"]) == 6
     for run in result["runs"]:
         assert run["failed"] == 0
         assert run["requests_served"] >= 24
@@ -46,16 +51,21 @@ def test_throughput_reports_a_ratio_to_the_limit_for_every_run(tmp_path: Path) -
         assert run["ratio"] == pytest.approx(run["limit_seconds"] / run["wall_seconds"], abs=0.01)
         assert run["ratio"] in run["ratios"]  # the median run is one of the runs made
     # fault-free runs are repeated (the median is reported); the 429 runs are made once
-    assert [len(run["ratios"]) for run in result["runs"]] == [2, 2, 2, 1, 1]
+    assert [len(run["ratios"]) for run in result["runs"]] == [2, 2, 2, 2, 1, 1]
     assert runs["generate"]["complete"]
     assert runs["evaluate"]["complete"]
-    # client CPU per request, and as a multiple of the bare client's in the same run
+    # client CPU per request, and as a multiple of each bare client's in the same run
     bare = runs["openai client alone (the fake's ceiling)"]
+    aiohttp = runs["openai client alone on aiohttp (ragjury's transport)"]
     assert bare["client_cpu_x_bare"] == 1.0
+    assert aiohttp["client_cpu_x_bare_aiohttp"] == 1.0
     for run in result["runs"]:
         cpu = run["client_cpu_ms_per_request"]
         assert run["client_cpu_x_bare"] == pytest.approx(
             cpu / bare["client_cpu_ms_per_request"], abs=0.01
+        )
+        assert run["client_cpu_x_bare_aiohttp"] == pytest.approx(
+            cpu / aiohttp["client_cpu_ms_per_request"], abs=0.01
         )
         assert 0 <= run["client_cpu_ms_per_request_off_loop"] <= cpu
 

@@ -190,7 +190,8 @@ async def test_an_endpoint_that_is_not_listening_is_named_with_what_to_check(
             await llm.structured(Critique, ASK, stage="critic")
 
     assert "after 2 request(s)" in caught.value.message
-    assert f"check that {url} is up" in caught.value.message
+    assert f"check that {url} is up and that --base-url is right" in caught.value.message
+    assert "--timeout" not in caught.value.message  # refused, not timed out
     assert "Connection error." not in caught.value.message  # the HTTP layer's reason instead
     assert "--max-transport-retries" not in caught.value.message  # retrying more will not help
 

@@ -22,6 +22,7 @@ NEVER = (
     "openai",
     "instructor",
     "httpx2",
+    "aiohttp",  # the LLM client's transport (openai imports it when installed)
     "anyio",
     "structlog",
     "structlog.processors",

@@ -30,6 +30,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
+import anyio.lowlevel
 import structlog
 from pydantic import BaseModel
 
@@ -484,6 +485,10 @@ class LLM:
         throttled_since: float | None = None  # a 429 waits on time, not on attempts
         while True:
             health: Health = "unknown"
+            # A run being stopped (cancelled: the endpoint refused it, Ctrl-C) stops here, not
+            # after its next request is out: when the limiter has room nothing below waits
+            # before the request is written, and aiohttp writes it before its first wait.
+            await anyio.lowlevel.checkpoint_if_cancelled()
             while True:
                 probe = await self.breaker.admit()
                 try:

@@ -321,7 +321,7 @@ class Runner:
     async def _start(self, item: Item) -> None:
         """Publish an item's first events (its RAG target asked first, if it needs one)."""
         try:
-            _, messages, held = await self._begin(item)
+            messages, held = await self._begin(item)
             await self._publish(item, messages, held)
         except Exception as exc:  # a record that cannot start must not stop the others
             await self._not_started(item, exc)
@@ -331,7 +331,7 @@ class Runner:
 
     async def _begin(
         self, item: Item, ends: list[tuple[Pipeline, BusEvent]] | None = None
-    ) -> tuple[Pipeline, list[Message], HeldJoins | None]:
+    ) -> tuple[list[Message], HeldJoins | None]:
         """An item's first events dispatched: the messages to publish, and the joins its
         agents made in memory (a first attempt's). With ``ends``, a terminal event made here
         is put there, not stored."""
@@ -344,7 +344,7 @@ class Runner:
             messages = await self.workers.dispatch(
                 pipeline, item.job_id, item.key, events, ends=ends
             )
-        return pipeline, messages, held
+        return messages, held
 
     async def _publish(self, item: Item, messages: list[Message], held: HeldJoins | None) -> None:
         """Put an item's first messages on the bus with the joins held for it, and mark it
@@ -377,7 +377,7 @@ class Runner:
         for item in items:
             try:
                 ends: list[tuple[Pipeline, BusEvent]] = []
-                _, messages, held = await self._begin(item, ends)
+                messages, held = await self._begin(item, ends)
                 if messages:
                     for end_pipeline, terminal in ends:
                         await workers.finish(end_pipeline, item.job_id, item.key, terminal)

@@ -166,6 +166,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             # of what is judged
             target=target_identity(target) if target is not None and loaded.unanswered else None,
             panel=panel,
+            judge_now=run.llm if target is None else None,
         )
         note = await new_job_note(run.store, job, "sample")
         if note is not None:

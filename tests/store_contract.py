@@ -155,9 +155,7 @@ async def test_items_that_end_as_they_are_taken_in_are_stored_ended_in_order(
             return None
         record: JSONObject = {"id": key, "question": "q", "answer": None}
         pairs = [{"id": f"{key}-p", "outcome": "kept", "question": "q", "source": key}]
-        return ItemResults(
-            pairs=pairs, samples=[(record, f'{{"k": "{key}"}}')], report={"r": key}
-        )
+        return ItemResults(pairs=pairs, samples=[(record, f'{{"k": "{key}"}}')], report={"r": key})
 
     def items() -> list[tuple[str, JSONObject]]:
         return [(f"s{i}", {"i": i}) for i in range(7)]

@@ -23,19 +23,19 @@ from ragjury.store.base import Item, ItemEnds, ItemResults
 T = TypeVar("T")
 
 
-class WouldWait(Exception):
+class _WouldWait(Exception):
     """A coroutine run at once awaited something that is not ready."""
 
 
 def at_once(coroutine: Coroutine[object, object, T]) -> T:
     """The result of ``coroutine`` run to its end now, in this thread, with no event loop;
-    :class:`WouldWait` (and the coroutine closed) if it awaits anything that waits."""
+    :class:`_WouldWait` (and the coroutine closed) if it awaits anything that waits."""
     try:
         coroutine.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]  # the coroutine's own result
     coroutine.close()
-    raise WouldWait
+    raise _WouldWait
 
 
 def ends_at_once(pipeline: Pipeline) -> ItemEnds | None:

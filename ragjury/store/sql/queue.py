@@ -280,8 +280,8 @@ def _insert_all(
     ends: ItemEnds | None = None,
 ) -> Steps[int]:
     """Store every item of ``items`` in the job ``job_id`` (in batches of ``batch`` items or
-    ``batch_bytes``), each added to ``key`` too when given; with ``ends``, those it gives
-    results are stored ended with them. The number stored ended."""
+    ``batch_bytes`` of payloads and results), each added to ``key`` too when given; with
+    ``ends``, those it gives results are stored ended with them. The number stored ended."""
     now = time.time()
     rows: list[Row] = []
     results: list[tuple[str, ItemResults]] = []
@@ -298,6 +298,7 @@ def _insert_all(
             done = (job_id, item_key, position, encoded, now, "done", report, now)
             rows.append((*done, end.transient_failures))
             results.append((item_key, end))
+            held += sum(len(scored) for _, scored in end.samples)  # and its record, as long
         held += len(encoded)
         if len(rows) >= batch or held >= batch_bytes:
             ended += yield from _insert_rows(job_id, rows, results)

@@ -312,6 +312,42 @@ def test_a_keywords_only_run_killed_while_it_takes_the_job_in_leaves_nothing_and
     assert (fresh / "results.jsonl").read_bytes() == (tmp_path / "results.jsonl").read_bytes()
 
 
+def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_judged(
+    tmp_path: Path,
+) -> None:
+    """SIGINT while a job that calls no LLM is judged as it is stored: the rest of its
+    samples are stored queued, unjudged, the job is committed with those judged, the run
+    exits as interrupted (130) with them written, and the same command judges the rest."""
+    n = 12000
+    records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
+               for i in range(n)]  # fmt: skip
+    samples = samples_file(tmp_path, records)
+    db, wal, out = tmp_path / "run.db", tmp_path / "run.db-wal", tmp_path / "results.jsonl"
+    command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out", str(out),
+               "--db", str(db), "--metrics", "keywords"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: wal.exists() and wal.stat().st_size > 4_000_000, "the job being stored")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert "Run the same command again to resume" in err.decode()
+    with sqlite3.connect(db) as conn:
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
+    assert set(states) == {"done", "queued"}
+    assert states["done"] + states["queued"] == n
+    assert [r["id"] for r in read_jsonl(out)] == [f"s{i}" for i in range(states["done"])]
+    assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0  # the same command
+    assert read_summary(tmp_path)["items_done_now"] == states["queued"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert evaluate(None, fresh, samples, "--metrics", "keywords") == 0
+    assert (fresh / "results.jsonl").read_bytes() == out.read_bytes()
+
+
 # -- the small ones -------------------------------------------------------------------------
 
 

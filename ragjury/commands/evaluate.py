@@ -29,6 +29,7 @@ from ragjury.commands._run import (
     stopped_early,
 )
 from ragjury.commands._signals import judge_samples
+from ragjury.commands.early_signals import signal_kept
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
@@ -167,6 +168,7 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             target=target_identity(target) if target is not None and loaded.unanswered else None,
             panel=panel,
             judge_now=run.llm if target is None else None,
+            stopped=signal_kept,  # a SIGINT / SIGTERM while it is stored: the rest queued
         )
         note = await new_job_note(run.store, job, "sample")
         if note is not None:

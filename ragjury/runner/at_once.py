@@ -12,7 +12,7 @@ its item queued for the runner, which starts it as any other and says why it fai
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TypeVar
 
 from ragjury.agents.joins import current_item, joins_held
@@ -38,14 +38,18 @@ def at_once(coroutine: Coroutine[object, object, T]) -> T:
     raise _WouldWait
 
 
-def ends_at_once(pipeline: Pipeline) -> ItemEnds | None:
+def ends_at_once(pipeline: Pipeline, stopped: Callable[[], bool] | None = None) -> ItemEnds | None:
     """How the items of ``pipeline``'s job end where they are taken in; None when one of its
-    agents calls an LLM (its items are queued, for workers)."""
+    agents calls an LLM (its items are queued, for workers). Once ``stopped()`` is true (a
+    stop was asked for), the rest are stored queued, unjudged: the job is stored at once
+    with what was judged, and the same command judges the rest later."""
     llm = llm_roles()
     if any(role in llm for role in pipeline.steps):
         return None
 
     def end(key: str, stored: str) -> ItemResults | None:
+        if stopped is not None and stopped():
+            return None
         item = Item(id=0, job_id="", key=key, position=0, stored=stored, attempts=1)
         token = current_item.set(key)  # whose joins the agents add to
         try:

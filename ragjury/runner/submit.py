@@ -64,6 +64,7 @@ async def submit_samples(
     target: str | None = None,
     panel: Panel | None = None,
     judge_now: LLM | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
@@ -74,7 +75,8 @@ async def submit_samples(
     ``judge_now``: the LLM client of the run that works the job in this process at once
     (``evaluate``, ``Jury.evaluate``; never given with a RAG target). Then a new job that
     calls no LLM is judged as it is stored: each sample ends there
-    (:mod:`ragjury.runner.at_once`), and :attr:`Job.ended` counts them."""
+    (:mod:`ragjury.runner.at_once`), and :attr:`Job.ended` counts them; once ``stopped()``
+    is true (a signal), the rest are stored queued, for the same command to judge later."""
     spec = _pinned(
         EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target, panel),
         settings,
@@ -84,7 +86,7 @@ async def submit_samples(
     ends = None
     if judge_now is not None:
         job = Job(id="", kind="evaluate", options=options)
-        ends = ends_at_once(build_pipeline(job, settings, judge_now, store))
+        ends = ends_at_once(build_pipeline(job, settings, judge_now, store), stopped)
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
         "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again), ends=ends

@@ -215,6 +215,12 @@ async def test_a_job_that_calls_no_llm_is_judged_as_it_is_stored_and_a_bad_sampl
         # the same samples again: the job is found, nothing is judged or stored twice
         again = await submit_samples(store, settings, samples, ["keywords"], judge_now=llm)
         assert (again.id, again.created, again.ended) == (job.id, False, 0)
+        # a job with an LLM metric is queued, for the workers
+        judged = await submit_samples(
+            store, settings, samples[:2], ["faithfulness", "keywords"], judge_now=llm
+        )
+        assert (judged.created, judged.ended) == (True, 0)
+        assert (await store.counts([judged.id]))["queued"] == 2
     with sqlite3.connect(path) as conn:
         claims = dict(conn.execute("SELECT key, attempts FROM items").fetchall())
     assert claims == {"s0": 0, "s1": 0, "s2": 1, "s3": 0, "s4": 0}  # only s2 was claimed

@@ -17,7 +17,7 @@ from typing import TypeVar
 from ragjury.config import Settings
 from ragjury.job_spec import JobSpec
 from ragjury.llm import LLM
-from ragjury.metrics import Metric
+from ragjury.metrics import Metric, registry
 from ragjury.pipelines import EvaluationPipeline, GenerationPipeline, build_pipeline
 from ragjury.prompts import Prompt
 from ragjury.runner.at_once import ends_at_once
@@ -84,7 +84,7 @@ async def submit_samples(
     )
     options = spec.stored()
     ends = None
-    if judge_now is not None:
+    if judge_now is not None and panel is None and not registry(judges).needs_llm(metrics):
         job = Job(id="", kind="evaluate", options=options)
         ends = ends_at_once(build_pipeline(job, settings, judge_now, store), stopped)
     again = list(samples) if isinstance(samples, Iterator) else samples

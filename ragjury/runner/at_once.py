@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TypeVar
 
+import structlog
+
 from ragjury.agents.joins import current_item, joins_held
 from ragjury.pipelines import Pipeline, llm_roles
 from ragjury.schemas import BusEvent
 from ragjury.store.base import Item, ItemEnds, ItemResults
 
 T = TypeVar("T")
+log = structlog.get_logger("ragjury.runner")
 
 
 class _WouldWait(Exception):
@@ -56,6 +59,7 @@ def ends_at_once(pipeline: Pipeline, stopped: Callable[[], bool] | None = None) 
             with joins_held():
                 terminal = at_once(_terminal(pipeline, item))
         except Exception:  # queued: the runner starts it again, and fails it with the reason
+            log.debug("item_left_queued", item=key, exc_info=True)
             return None
         finally:
             current_item.reset(token)

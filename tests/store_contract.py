@@ -176,6 +176,10 @@ async def test_items_that_end_as_they_are_taken_in_are_stored_ended_in_order(
     assert await store.unfinished_items("w") == 2  # only the two the runner started
     again = await store.submit("evaluate", {"e": 1}, items, ends=ends)
     assert (again.id, again.created, again.ended, len(asked)) == (job.id, False, 0, 7)
+    # another job with the same options (keyed before it is stored): its items end too
+    other = await store.submit("evaluate", {"e": 1}, lambda: [("t0", {"i": 0})], ends=ends)
+    assert (other.created, other.ended, len(asked)) == (True, 1, 8)
+    assert [r["id"] async for r in store.samples([other.id])] == ["t0"]
 
 
 async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:

@@ -190,6 +190,7 @@ async def test_a_job_that_calls_no_llm_is_judged_as_it_is_stored_and_a_bad_sampl
 
     from ragjury.llm import LLM
     from ragjury.runner import run_job, submit_samples
+    from ragjury.runner.at_once import JudgeNow
 
     settings = make_settings(fake, tmp_path)
     samples = [
@@ -200,7 +201,7 @@ async def test_a_job_that_calls_no_llm_is_judged_as_it_is_stored_and_a_bad_sampl
     samples[2] = samples[2].model_copy(update={"answer_logprobs": (math.nan,)})
     path = tmp_path / "at-once.db"
     async with SQLiteStore(path) as store, LLM(settings) as llm:
-        job = await submit_samples(store, settings, samples, ["keywords"], judge_now=llm)
+        job = await submit_samples(store, settings, samples, ["keywords"], judge_now=JudgeNow(llm))
         assert (job.created, job.size, job.ended) == (True, 5, 4)
         counts = await store.counts([job.id])
         assert counts == {"queued": 1, "processing": 0, "done": 4, "failed": 0}
@@ -213,17 +214,33 @@ async def test_a_job_that_calls_no_llm_is_judged_as_it_is_stored_and_a_bad_sampl
         assert failed["error"].startswith("ValidationError: ")
         assert "answer_logprobs" in failed["error"]
         # the same samples again: the job is found, nothing is judged or stored twice
-        again = await submit_samples(store, settings, samples, ["keywords"], judge_now=llm)
+        again = await submit_samples(
+            store, settings, samples, ["keywords"], judge_now=JudgeNow(llm)
+        )
         assert (again.id, again.created, again.ended) == (job.id, False, 0)
         # a job with an LLM metric is queued, for the workers
         judged = await submit_samples(
-            store, settings, samples[:2], ["faithfulness", "keywords"], judge_now=llm
+            store, settings, samples[:2], ["faithfulness", "keywords"], judge_now=JudgeNow(llm)
         )
         assert (judged.created, judged.ended) == (True, 0)
         assert (await store.counts([judged.id]))["queued"] == 2
     with sqlite3.connect(path) as conn:
         claims = dict(conn.execute("SELECT key, attempts FROM items").fetchall())
     assert claims == {"s0": 0, "s1": 0, "s2": 1, "s3": 0, "s4": 0}  # only s2 was claimed
+    # a stop asked for while it is stored (a signal): the rest stored queued, unjudged
+    asked: list[bool] = []
+
+    def stopped() -> bool:
+        asked.append(True)
+        return len(asked) > 3
+
+    async with SQLiteStore(tmp_path / "stopped.db") as store, LLM(settings) as llm:
+        now = JudgeNow(llm, stopped=stopped)
+        job = await submit_samples(store, settings, samples[3:], ["keywords"], judge_now=now)
+        assert (job.size, job.ended) == (2, 2)
+        job = await submit_samples(store, settings, samples[:2], ["keywords"], judge_now=now)
+        assert (job.size, job.ended) == (2, 1)
+        assert (await store.counts([job.id]))["queued"] == 1
 
 
 async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -12,6 +13,7 @@ import structlog
 from rich.console import Console
 
 from ragjury.commands._display import (
+    EvaluationProgressBar,
     cost_text,
     evaluation_table,
     interval_text,
@@ -44,6 +46,7 @@ from ragjury.prompts import load_overrides
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
 from ragjury.runner import submit_samples
+from ragjury.runner.at_once import JudgeNow
 from ragjury.schemas.evaluation import ScoredFigures
 from ragjury.store import open_store
 
@@ -156,20 +159,25 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             highlight=False,
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
-        job = await submit_samples(
-            run.store,
-            settings,
-            loaded,
-            metrics,
-            prompts,
-            judges=plan.judges,
-            # the target answers only the samples without an answer: only then is it part
-            # of what is judged
-            target=target_identity(target) if target is not None and loaded.unanswered else None,
-            panel=panel,
-            judge_now=run.llm if target is None else None,
-            stopped=signal_kept,  # a SIGINT / SIGTERM while it is stored: the rest queued
-        )
+        # a job that calls no LLM and no target is judged as it is stored: its bar from there
+        at_once = target is None and not llm_needed
+        with EvaluationProgressBar(console, loaded.count) if at_once else nullcontext() as bar:
+            job = await submit_samples(
+                run.store,
+                settings,
+                loaded,
+                metrics,
+                prompts,
+                judges=plan.judges,
+                # the target answers only the samples without an answer: only then is it
+                # part of what is judged
+                target=target_identity(target)
+                if target is not None and loaded.unanswered
+                else None,
+                panel=panel,
+                # a SIGINT / SIGTERM while it is stored: the rest stored queued
+                judge_now=JudgeNow(run.llm, signal_kept, bar.update) if bar else None,
+            )
         note = await new_job_note(run.store, job, "sample")
         if note is not None:
             console.print(note, soft_wrap=True, markup=False, highlight=False)

@@ -13,11 +13,13 @@ its item queued for the runner, which starts it as any other and says why it fai
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
 
 from ragjury.agents.joins import current_item, joins_held
+from ragjury.llm import LLM
 from ragjury.pipelines import Pipeline, llm_roles
 from ragjury.schemas import BusEvent
 from ragjury.store.base import Item, ItemEnds, ItemResults
@@ -41,18 +43,47 @@ def at_once(coroutine: Coroutine[object, object, T]) -> T:
     raise _WouldWait
 
 
-def ends_at_once(pipeline: Pipeline, stopped: Callable[[], bool] | None = None) -> ItemEnds | None:
+def _never() -> bool:
+    return False
+
+
+def _unseen(judged: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class JudgeNow:
+    """How the run that works a job in this process at once (``evaluate``, ``Jury.evaluate``)
+    has a job that calls no LLM judged as it is stored. Both functions are called in the
+    store's own thread."""
+
+    llm: LLM
+    stopped: Callable[[], bool] = _never
+    """True once a stop is asked for (a signal): the rest are stored queued, unjudged, so the
+    job is stored at once with what was judged, and the same command judges the rest."""
+    judged: Callable[[int], None] = _unseen
+    """Told how many samples are judged so far, every :data:`PROGRESS_EVERY` (a progress
+    bar)."""
+
+
+PROGRESS_EVERY = 250
+
+
+def ends_at_once(pipeline: Pipeline, now: JudgeNow) -> ItemEnds | None:
     """How the items of ``pipeline``'s job end where they are taken in; None when one of its
-    agents calls an LLM (its items are queued, for workers). Once ``stopped()`` is true (a
-    stop was asked for), the rest are stored queued, unjudged: the job is stored at once
-    with what was judged, and the same command judges the rest later."""
+    agents calls an LLM (its items are queued, for workers)."""
     llm = llm_roles()
     if any(role in llm for role in pipeline.steps):
         return None
+    judged = 0
 
     def end(key: str, stored: str) -> ItemResults | None:
-        if stopped is not None and stopped():
+        nonlocal judged
+        if now.stopped():
             return None
+        judged += 1
+        if judged % PROGRESS_EVERY == 0:
+            now.judged(judged)
         item = Item(id=0, job_id="", key=key, position=0, stored=stored, attempts=1)
         token = current_item.set(key)  # whose joins the agents add to
         try:

@@ -41,6 +41,7 @@ from ragjury.llm import LLM
 from ragjury.metrics import Metric
 from ragjury.pipelines import PIPELINES, llm_roles
 from ragjury.prompts import Prompt
+from ragjury.runner.at_once import JudgeNow
 from ragjury.runner.progress import EventListener, Progress, RunCounts
 from ragjury.runner.submit import scored_samples, submit_samples
 from ragjury.runner.workers import Workers
@@ -426,7 +427,7 @@ async def evaluate_in_memory(
             prompts,
             judges=judges,
             panel=panel,
-            judge_now=llm if target is None else None,
+            judge_now=JudgeNow(llm) if target is None else None,
         )
         runner = Runner(
             settings,

@@ -16,11 +16,10 @@ from typing import TypeVar
 
 from ragjury.config import Settings
 from ragjury.job_spec import JobSpec
-from ragjury.llm import LLM
 from ragjury.metrics import Metric, registry
 from ragjury.pipelines import EvaluationPipeline, GenerationPipeline, build_pipeline
 from ragjury.prompts import Prompt
-from ragjury.runner.at_once import ends_at_once
+from ragjury.runner.at_once import JudgeNow, ends_at_once
 from ragjury.schemas import Document, Sample, SampleScored
 from ragjury.schemas.panel import Panel
 from ragjury.store import Store
@@ -63,8 +62,7 @@ async def submit_samples(
     judges: Sequence[Metric] = (),
     target: str | None = None,
     panel: Panel | None = None,
-    judge_now: LLM | None = None,
-    stopped: Callable[[], bool] | None = None,
+    judge_now: JudgeNow | None = None,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
@@ -72,11 +70,10 @@ async def submit_samples(
     a one-shot iterator is taken into a list first. ``target`` names the RAG system that
     answers the samples without an answer: part of the job, so another one is another job.
 
-    ``judge_now``: the LLM client of the run that works the job in this process at once
-    (``evaluate``, ``Jury.evaluate``; never given with a RAG target). Then a new job that
-    calls no LLM is judged as it is stored: each sample ends there
-    (:mod:`ragjury.runner.at_once`), and :attr:`Job.ended` counts them; once ``stopped()``
-    is true (a signal), the rest are stored queued, for the same command to judge later."""
+    ``judge_now``: given by the run that works the job in this process at once
+    (``evaluate``, ``Jury.evaluate``; never with a RAG target). Then a new job that calls no
+    LLM is judged as it is stored: each sample ends there (:mod:`ragjury.runner.at_once`),
+    and :attr:`Job.ended` counts them."""
     spec = _pinned(
         EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target, panel),
         settings,
@@ -86,7 +83,7 @@ async def submit_samples(
     ends = None
     if judge_now is not None and panel is None and not registry(judges).needs_llm(metrics):
         job = Job(id="", kind="evaluate", options=options)
-        ends = ends_at_once(build_pipeline(job, settings, judge_now, store), stopped)
+        ends = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
         "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again), ends=ends

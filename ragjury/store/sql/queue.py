@@ -77,8 +77,7 @@ class QueueSQL(Driven):
                 )
             except Exception:  # read again the careful way, which says why
                 # no items, repeated ids (the store refused the second), or the same job
-                # stored meanwhile by another process (PostgreSQL refuses the key at the end);
-                # its items are stored queued: one the store refused ended fails alone
+                # stored meanwhile by another process (PostgreSQL refuses the key at the end)
                 pass
         key_of_job, size = job_key(kind, options, items)
         if not size:
@@ -95,8 +94,8 @@ class QueueSQL(Driven):
                 [(found,)] = yield from fetch("SELECT id FROM jobs WHERE key = ?", key_of_job)
                 retried = yield from requeue_transient(str(found))
                 return Job(str(found), kind, stored, size=size, retried=retried)
-            yield from _insert_all(job_id, items, batch, batch_bytes)
-            return Job(id=job_id, kind=kind, options=stored, created=True, size=size)
+            ended = yield from _insert_all(job_id, items, batch, batch_bytes, ends=ends)
+            return Job(job_id, kind, stored, created=True, size=size, ended=ended)
 
         return await self._write(submit)
 

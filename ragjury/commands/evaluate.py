@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -159,9 +158,9 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             highlight=False,
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
-        # a job that calls no LLM and no target is judged as it is stored: its bar from there
+        # a job that calls no LLM and no target is judged as it is stored: one bar from there
         at_once = target is None and not llm_needed
-        with EvaluationProgressBar(console, loaded.count) if at_once else nullcontext() as bar:
+        with EvaluationProgressBar(console, loaded.count) as bar:
             job = await submit_samples(
                 run.store,
                 settings,
@@ -176,16 +175,16 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
                 else None,
                 panel=panel,
                 # a SIGINT / SIGTERM while it is stored: the rest stored queued
-                judge_now=JudgeNow(run.llm, signal_kept, bar.update) if bar else None,
+                judge_now=JudgeNow(run.llm, signal_kept, bar.update) if at_once else None,
             )
-        note = await new_job_note(run.store, job, "sample")
-        if note is not None:
-            console.print(note, soft_wrap=True, markup=False, highlight=False)
-        try:
-            result = await judge_samples(run, settings, job, console, loaded.count, target)
-        finally:
-            if target is not None:
-                await target.aclose()
+            note = await new_job_note(run.store, job, "sample")
+            if note is not None:
+                console.print(note, soft_wrap=True, markup=False, highlight=False)
+            try:
+                result = await judge_samples(run, settings, job, console, loaded.count, target, bar)
+            finally:
+                if target is not None:
+                    await target.aclose()
         with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
             async for text in run.store.sample_texts(job.id):
                 writer.write_json(text)

@@ -35,7 +35,7 @@ from ragjury._json import JSONObject
 from ragjury.agents.joins import HeldJoins, joins_held, stored_parts
 from ragjury.bus import Bus, DurableBus, MemoryBus, Message
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError, EndpointUnreachableError
+from ragjury.errors import ConfigurationError, EndpointUnreachableError, RagjuryError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
@@ -417,7 +417,8 @@ async def evaluate_in_memory(
     panel: Panel | None = None,
 ) -> list[SampleScored]:
     """Judge ``samples`` with no database file (``Jury.evaluate``): the same runner on an
-    in-memory store and bus; results in input order (fewer if the budget ran out)."""
+    in-memory store and bus; results in input order (fewer if the budget ran out).
+    :class:`RagjuryError` naming the samples that could not be judged, if any failed."""
     async with SQLiteStore(":memory:") as store:
         job = await submit_samples(
             store,
@@ -439,7 +440,16 @@ async def evaluate_in_memory(
             bus=MemoryBus(settings.bus_buffer, max_deliveries=settings.max_deliveries),
         )
         await runner.run(until_done=True)
-        return await scored_samples(store, job.id)
+        scored = await scored_samples(store, job.id)
+        failed = await store.failed_items(job.id)
+        if failed and llm.budget.reason is None:  # (the budget's stop is the caller's to say)
+            shown = "; ".join(f"{f['item']}: {f['error']}" for f in failed[:3])
+            raise RagjuryError(
+                f"{len(failed)} of {len(samples)} samples could not be judged ({shown}"
+                + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")
+                + "). Mend or leave out those samples and evaluate again"
+            )
+        return scored
 
 
 def _payload(item: Item) -> JSONObject | None:

@@ -140,26 +140,46 @@ async def test_an_item_is_finished_once_whoever_finishes_it(store: Store) -> Non
     assert await store.unfinished([job_id]) == 0
 
 
-async def test_items_finished_together_are_each_finished_once(store: Store) -> None:
-    job_id = await _job(store, 4)
-    assert await store.finish_items([]) == []
+async def test_items_that_end_as_they_are_taken_in_are_stored_ended_in_order(
+    store: Store,
+) -> None:
+    """``submit(..., ends=...)``: each item of a new job that ``ends`` gives results is stored
+    ``done`` with them, never claimed; one it gives none is queued. Their records read back
+    in submission order (row ids follow positions, ended or not), and a second submission of
+    the same job finds it without asking ``ends`` again."""
+    asked: list[tuple[str, str]] = []
 
-    def ends(*keys: str) -> list[tuple[str, str, ItemResults]]:
-        return [
-            (job_id, key, ItemResults(samples=[({"id": key}, f'{{"k": "{key}"}}')], report={}))
-            for key in keys
-        ]
+    def ends(key: str, stored: str) -> ItemResults | None:
+        asked.append((key, stored))
+        if key in ("s2", "s5"):  # a start that needs more than the item: left for the runner
+            return None
+        record: JSONObject = {"id": key, "question": "q", "answer": None}
+        pairs = [{"id": f"{key}-p", "outcome": "kept", "question": "q", "source": key}]
+        return ItemResults(pairs=pairs, samples=[(record, f'{{"k": "{key}"}}')], report={"r": key})
 
-    assert await store.finish_item(job_id, "s1", ends("s1")[0][2]) is True
-    assert await store.fail_item(job_id, "s3", "broken") is True
-    # an item ended already (done or failed) is left as it is; the others end, in one call
-    assert await store.finish_items(ends("s0", "s1", "s2", "s3")) == [True, False, True, False]
-    assert await store.finish_items(ends("s0", "s2")) == [False, False]  # a late duplicate
-    assert [r async for r in store.samples([job_id])] == [{"id": k} for k in ("s0", "s1", "s2")]
-    assert [s async for s in store.scored(job_id)] == [
-        f'{{"k": "{k}"}}' for k in ("s0", "s1", "s2")
-    ]
-    assert await store.counts([job_id]) == {"queued": 0, "processing": 0, "done": 3, "failed": 1}
+    def items() -> list[tuple[str, JSONObject]]:
+        return [(f"s{i}", {"i": i}) for i in range(7)]
+
+    job = await store.submit("evaluate", {"e": 1}, items, batch=3, ends=ends)
+    assert (job.created, job.size, job.ended) == (True, 7, 5)
+    assert asked == [(f"s{i}", f'{{"i": {i}}}') for i in range(7)]  # the payloads as stored
+    assert await store.counts([job.id]) == {"queued": 2, "processing": 0, "done": 5, "failed": 0}
+    ended = ["s0", "s1", "s3", "s4", "s6"]
+    assert [r["id"] async for r in store.samples([job.id])] == ended
+    assert [s async for s in store.scored(job.id)] == [f'{{"k": "{k}"}}' for k in ended]
+    assert [p["id"] async for p in store.pairs([job.id])] == [f"{k}-p" for k in ended]
+    assert [r async for r in store.reports(job.id)] == [{"r": k} for k in ended]
+    claimed = await store.claim_items("w", 10, lease_seconds=HELD, job_ids=[job.id])
+    assert [(i.key, i.position, i.payload) for i in claimed] == [
+        ("s2", 2, {"i": 2}), ("s5", 5, {"i": 5})
+    ]  # fmt: skip
+    assert await store.unfinished_items("w") == 2  # only the two the runner started
+    again = await store.submit("evaluate", {"e": 1}, items, ends=ends)
+    assert (again.id, again.created, again.ended, len(asked)) == (job.id, False, 0, 7)
+    # another job with the same options (keyed before it is stored): its items end too
+    other = await store.submit("evaluate", {"e": 1}, lambda: [("t0", {"i": 0})], ends=ends)
+    assert (other.created, other.ended, len(asked)) == (True, 1, 8)
+    assert [r["id"] async for r in store.samples([other.id])] == ["t0"]
 
 
 async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:

@@ -264,47 +264,88 @@ def test_a_killed_runs_answered_calls_count_in_the_job_totals_when_it_resumes(
     assert totals["cost_usd"] > summary["cost_usd"]
 
 
-def test_a_keywords_only_run_killed_between_its_lanes_writes_resumes_each_sample_once(
+def test_a_keywords_only_run_killed_while_it_takes_the_job_in_leaves_nothing_and_reruns_whole(
     tmp_path: Path,
 ) -> None:
-    """kill -9 once some lanes' ends are stored: the items it had claimed come back, and the
-    re-run ends every sample once (the output and the stored results have each one line)."""
-    n = 6000
+    """A job that calls no LLM is judged as it is stored, in one transaction: kill -9 once
+    that transaction has written to the database (its pages in the write-ahead log, none
+    committed) leaves no job, item or result behind, and the re-run judges and stores every
+    sample once, writing what an unkilled run writes."""
+    n = 12000
     records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
                for i in range(n)]  # fmt: skip
     samples = samples_file(tmp_path, records)
     db = tmp_path / "run.db"
+    wal = tmp_path / "run.db-wal"
     command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out",
                str(tmp_path / "r.jsonl"), "--db", str(db), "--metrics", "keywords"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def done() -> int:
-        if not db.exists():
-            return 0
+    def stored(table: str) -> int:
         with sqlite3.connect(db, timeout=30) as conn:
-            try:
-                return int(conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
-            except sqlite3.OperationalError:  # not created yet
-                return 0
+            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
     try:
-        until(lambda: done() > 0, "some samples ended")
+        until(lambda: wal.exists() and wal.stat().st_size > 4_000_000, "the job being stored")
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert 0 < done() < n  # killed part-way
+    assert (stored("jobs"), stored("items"), stored("samples")) == (0, 0, 0)
     assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0
     ids = [r["id"] for r in read_jsonl(tmp_path / "results.jsonl")]
     assert ids == [f"s{i}" for i in range(n)]
-    assert done() == n
+    assert (stored("jobs"), stored("samples")) == (1, n)
     with sqlite3.connect(db) as conn:
         states = dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
+        claims = conn.execute("SELECT MAX(attempts), COUNT(lease_owner) FROM items").fetchone()
     assert states == {"done": n}
+    assert claims == (0, 0)  # each stored ended, never claimed
     summary = read_summary(tmp_path)
+    assert summary["items_done_now"] == n
     assert summary["metrics"]["keywords"]["scored"] == n
     assert summary["metrics"]["keywords"]["pass_rate"] == pytest.approx(2 / 3, abs=1e-3)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert evaluate(None, fresh, samples, "--metrics", "keywords") == 0
+    assert (fresh / "results.jsonl").read_bytes() == (tmp_path / "results.jsonl").read_bytes()
+
+
+def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_judged(
+    tmp_path: Path,
+) -> None:
+    """SIGINT while a job that calls no LLM is judged as it is stored: the rest of its
+    samples are stored queued, unjudged, the job is committed with those judged, the run
+    exits as interrupted (130) with them written, and the same command judges the rest."""
+    n = 12000
+    records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
+               for i in range(n)]  # fmt: skip
+    samples = samples_file(tmp_path, records)
+    db, wal, out = tmp_path / "run.db", tmp_path / "run.db-wal", tmp_path / "results.jsonl"
+    command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out", str(out),
+               "--db", str(db), "--metrics", "keywords"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: wal.exists() and wal.stat().st_size > 4_000_000, "the job being stored")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert "Run the same command again to resume" in err.decode()
+    with sqlite3.connect(db) as conn:
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
+    assert set(states) == {"done", "queued"}
+    assert states["done"] + states["queued"] == n
+    assert [r["id"] for r in read_jsonl(out)] == [f"s{i}" for i in range(states["done"])]
+    assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0  # the same command
+    assert read_summary(tmp_path)["items_done_now"] == states["queued"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert evaluate(None, fresh, samples, "--metrics", "keywords") == 0
+    assert (fresh / "results.jsonl").read_bytes() == out.read_bytes()
 
 
 # -- the small ones -------------------------------------------------------------------------

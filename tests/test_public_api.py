@@ -182,6 +182,26 @@ async def test_a_dict_that_is_not_a_sample_is_an_input_error_naming_it(
             await jury.evaluate([Sample(id="x", question="q"), {"id": "x", "question": "q"}])
 
 
+@pytest.mark.anyio
+async def test_a_sample_that_cannot_be_judged_is_named_with_its_error_not_called_a_budget(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    import math
+
+    from ragjury import RagjuryError
+
+    # a log-probability JSON cannot hold: the sample cannot be stored and read back
+    bad = Sample(id="bad", question="q", answer="A.", answer_logprobs=(math.nan,))
+    good = Sample(id="good", question="q", answer="A.", must_contain=("A",))
+    async with Jury(make_settings(fake, tmp_path)) as jury:
+        with pytest.raises(RagjuryError) as raised:
+            await jury.evaluate([good, bad], metrics=["keywords"])
+    message = str(raised.value)
+    assert message.startswith("1 of 2 samples could not be judged (bad: ValidationError: ")
+    assert "answer_logprobs" in message
+    assert "budget" not in message
+
+
 def test_every_error_is_in_the_tree_drawn_in_errors_and_exported() -> None:
     import ragjury.errors as errors
 

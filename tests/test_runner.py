@@ -136,7 +136,7 @@ async def test_a_job_that_calls_no_llm_keeps_more_items_in_flight(
         assert await Runner(pinned, store, llm, job_ids=[keywords.id]).capacity() == 5
 
 
-async def test_items_started_together_end_each_once_and_one_that_cannot_start_fails_alone(
+async def test_queued_keyword_items_end_each_once_and_one_that_cannot_start_fails_alone(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     import sqlite3
@@ -145,7 +145,7 @@ async def test_items_started_together_end_each_once_and_one_that_cannot_start_fa
     from ragjury.runner import run_job, submit_samples
     from ragjury.schemas import ItemFailed, JuryEvent
 
-    # lanes of 2 items: 7 samples take several claims and writes per lane
+    # queued (as `submit` queues them for `serve`), 4 in flight: 7 samples take several claims
     settings = make_settings(fake, tmp_path, items_in_flight=4)
     samples = [
         Sample(id=f"s{i}", question="Q?", answer=f"A{i}.", must_contain=("A1",)) for i in range(7)
@@ -180,6 +180,67 @@ async def test_items_started_together_end_each_once_and_one_that_cannot_start_fa
         again = await run_job(job, settings=settings, store=store, llm=llm)
         assert (again.counts.started, again.counts.done) == (0, 0)
         assert len([r async for r in store.samples([job.id])]) == 6
+
+
+async def test_a_job_that_calls_no_llm_is_judged_as_it_is_stored_and_a_bad_sample_fails_alone(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    import math
+    import sqlite3
+
+    from ragjury.llm import LLM
+    from ragjury.runner import run_job, submit_samples
+    from ragjury.runner.at_once import JudgeNow
+
+    settings = make_settings(fake, tmp_path)
+    samples = [
+        Sample(id=f"s{i}", question="Q?", answer=f"A{i}.", must_contain=("A1",)) for i in range(5)
+    ]
+    # a log-probability JSON cannot hold: its stored sample cannot be read back, so it
+    # cannot start (in the store's transaction or anywhere)
+    samples[2] = samples[2].model_copy(update={"answer_logprobs": (math.nan,)})
+    path = tmp_path / "at-once.db"
+    async with SQLiteStore(path) as store, LLM(settings) as llm:
+        job = await submit_samples(store, settings, samples, ["keywords"], judge_now=JudgeNow(llm))
+        assert (job.created, job.size, job.ended) == (True, 5, 4)
+        counts = await store.counts([job.id])
+        assert counts == {"queued": 1, "processing": 0, "done": 4, "failed": 0}
+        run = await run_job(job, settings=settings, store=store, llm=llm)
+        assert (run.counts.started, run.counts.done, run.counts.failed) == (1, 0, 1)
+        assert run.summary()["items_done_now"] == 4  # ended as they were stored, by this run
+        assert [r["id"] async for r in store.samples([job.id])] == ["s0", "s1", "s3", "s4"]
+        [failed] = await store.failed_items(job.id)
+        assert failed["item"] == "s2"
+        assert failed["error"].startswith("ValidationError: ")
+        assert "answer_logprobs" in failed["error"]
+        # the same samples again: the job is found, nothing is judged or stored twice
+        again = await submit_samples(
+            store, settings, samples, ["keywords"], judge_now=JudgeNow(llm)
+        )
+        assert (again.id, again.created, again.ended) == (job.id, False, 0)
+        # a job with an LLM metric is queued, for the workers
+        judged = await submit_samples(
+            store, settings, samples[:2], ["faithfulness", "keywords"], judge_now=JudgeNow(llm)
+        )
+        assert (judged.created, judged.ended) == (True, 0)
+        assert (await store.counts([judged.id]))["queued"] == 2
+    with sqlite3.connect(path) as conn:
+        claims = dict(conn.execute("SELECT key, attempts FROM items").fetchall())
+    assert claims == {"s0": 0, "s1": 0, "s2": 1, "s3": 0, "s4": 0}  # only s2 was claimed
+    # a stop asked for while it is stored (a signal): the rest stored queued, unjudged
+    asked: list[bool] = []
+
+    def stopped() -> bool:
+        asked.append(True)
+        return len(asked) > 3
+
+    async with SQLiteStore(tmp_path / "stopped.db") as store, LLM(settings) as llm:
+        now = JudgeNow(llm, stopped=stopped)
+        job = await submit_samples(store, settings, samples[3:], ["keywords"], judge_now=now)
+        assert (job.size, job.ended) == (2, 2)
+        job = await submit_samples(store, settings, samples[:2], ["keywords"], judge_now=now)
+        assert (job.size, job.ended) == (2, 1)
+        assert (await store.counts([job.id]))["queued"] == 1
 
 
 async def test_a_step_refuses_an_event_its_agent_does_not_consume() -> None:

@@ -181,8 +181,9 @@ class _KeywordFigures:
         self._tally = KeywordTally()
 
     def add(self, result: MetricResult) -> None:
-        if result.outcome == "scored":
-            self._tally.add(KeywordCheck.model_validate(c) for c in result.details["checks"])
+        if result.outcome == "scored":  # the checks as stored: plain values of KeywordCheck's
+            for check in result.details["checks"]:
+                self._tally.count(check["type"], check["passed"])
 
     def figures(self) -> dict[str, JSONData]:
         return {"failure_rates": self._tally.rates()}

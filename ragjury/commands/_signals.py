@@ -121,9 +121,14 @@ async def judge_samples(
     console: Console,
     total: int,
     target: Target | None = None,
+    bar: EvaluationProgressBar | None = None,
 ) -> JobRun:
     """Work an evaluation job of ``total`` samples until done or signalled (``evaluate``,
-    ``calibrate``): say so when it resumes, and show a progress bar of judged samples."""
+    ``calibrate``): say so when it resumes, and show a progress bar of judged samples
+    (``bar``, when the samples judged as the job was stored had it already)."""
+    if bar is None:
+        with EvaluationProgressBar(console, total) as own:
+            return await judge_samples(run, settings, job, console, total, target, own)
     await run.store.note_run_job(run.run_id, job.id)
     done = (await run.store.counts([job.id]))["done"]
     if not job.created:
@@ -133,13 +138,12 @@ async def judge_samples(
             markup=False,
             highlight=False,
         )
-    with EvaluationProgressBar(console, total) as bar:
-        bar.update(done)
+    bar.update(done)
 
-        async def on_event(job_id: str, event: object) -> None:
-            nonlocal done
-            if isinstance(event, SampleScored):
-                done += 1
-                bar.update(done)
+    async def on_event(job_id: str, event: object) -> None:
+        nonlocal done
+        if isinstance(event, SampleScored):
+            done += 1
+            bar.update(done)
 
-        return await run_job_until_signalled(run, settings, job, console, on_event, target)
+    return await run_job_until_signalled(run, settings, job, console, on_event, target)

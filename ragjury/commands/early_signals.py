@@ -55,6 +55,12 @@ def early_signals_kept(command: str) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def signal_kept() -> bool:
+    """Whether a signal is kept, not yet handed over: a stop was asked for while starting
+    (asked from any thread: what takes a job in stops judging it, see ``submit_samples``)."""
+    return bool(_pending)
+
+
 def early_signals() -> list[int]:
     """The signal kept while starting (at most one), handed over once."""
     kept = list(_pending)

@@ -12,6 +12,7 @@ import structlog
 from rich.console import Console
 
 from ragjury.commands._display import (
+    EvaluationProgressBar,
     cost_text,
     evaluation_table,
     interval_text,
@@ -29,6 +30,7 @@ from ragjury.commands._run import (
     stopped_early,
 )
 from ragjury.commands._signals import judge_samples
+from ragjury.commands.early_signals import signal_kept
 from ragjury.config import Settings
 from ragjury.estimate import estimate_evaluation
 from ragjury.evaluation.inputs import load_samples, parse_fields
@@ -43,6 +45,7 @@ from ragjury.prompts import load_overrides
 from ragjury.report.gates import check_gates, check_thresholds
 from ragjury.report.load import declarations
 from ragjury.runner import submit_samples
+from ragjury.runner.at_once import JudgeNow
 from ragjury.schemas.evaluation import ScoredFigures
 from ragjury.store import open_store
 
@@ -155,26 +158,33 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
             highlight=False,
         )
     async with recorded_run(settings, "evaluate", require_endpoint=llm_needed) as run:
-        job = await submit_samples(
-            run.store,
-            settings,
-            loaded,
-            metrics,
-            prompts,
-            judges=plan.judges,
-            # the target answers only the samples without an answer: only then is it part
-            # of what is judged
-            target=target_identity(target) if target is not None and loaded.unanswered else None,
-            panel=panel,
-        )
-        note = await new_job_note(run.store, job, "sample")
-        if note is not None:
-            console.print(note, soft_wrap=True, markup=False, highlight=False)
-        try:
-            result = await judge_samples(run, settings, job, console, loaded.count, target)
-        finally:
-            if target is not None:
-                await target.aclose()
+        # a job that calls no LLM and no target is judged as it is stored: one bar from there
+        at_once = target is None and not llm_needed
+        with EvaluationProgressBar(console, loaded.count) as bar:
+            job = await submit_samples(
+                run.store,
+                settings,
+                loaded,
+                metrics,
+                prompts,
+                judges=plan.judges,
+                # the target answers only the samples without an answer: only then is it
+                # part of what is judged
+                target=target_identity(target)
+                if target is not None and loaded.unanswered
+                else None,
+                panel=panel,
+                # a SIGINT / SIGTERM while it is stored: the rest stored queued
+                judge_now=JudgeNow(run.llm, signal_kept, bar.update) if at_once else None,
+            )
+            note = await new_job_note(run.store, job, "sample")
+            if note is not None:
+                console.print(note, soft_wrap=True, markup=False, highlight=False)
+            try:
+                result = await judge_samples(run, settings, job, console, loaded.count, target, bar)
+            finally:
+                if target is not None:
+                    await target.aclose()
         with RecordWriter(args.out, out_format, sample_table(metrics)) as writer:
             async for text in run.store.sample_texts(job.id):
                 writer.write_json(text)

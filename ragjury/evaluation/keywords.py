@@ -95,9 +95,13 @@ class KeywordTally:
 
     def add(self, checks: Iterable[KeywordCheck]) -> None:
         for check in checks:
-            tally = self._counts.setdefault(check.type, [0, 0])
-            tally[0] += 1
-            tally[1] += not check.passed
+            self.count(check.type, check.passed)
+
+    def count(self, rule: KeywordRule, passed: bool) -> None:
+        """One check of ``rule`` (as a stored result's ``checks`` hold it: no model made)."""
+        tally = self._counts.setdefault(rule, [0, 0])
+        tally[0] += 1
+        tally[1] += not passed
 
     def rates(self) -> dict[str, dict[str, float | int]]:
         """Per rule that occurred: ``{"checks": n, "failed": k, "failure_rate": k / n}``."""

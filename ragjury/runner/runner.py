@@ -7,9 +7,8 @@
   items when the budget is spent: ``--max-tokens`` / ``--max-cost`` count every call
   recorded in the store since this process started, by any process, so daemons that share a
   database stop together. A job that calls no LLM and no RAG target (keyword tests only)
-  ends its items where they start: its intake runs in two lanes, each claiming a share of
-  the items in flight, starting them one after the other and storing their ends in one
-  write, so one lane's items are scored while the other's write is in the database thread.
+  that a one-shot run submits has its items ended as they are stored
+  (:mod:`ragjury.runner.at_once`): the intake finds none of them queued.
 * **Workers** (:class:`~ragjury.runner.workers.Workers`) handle the messages of their roles for any
   job. ``--agents`` chooses the roles (``intake`` is one of them).
 * **Stopping**: intake stops at once; the items this process started get ``--grace``
@@ -36,16 +35,17 @@ from ragjury._json import JSONObject
 from ragjury.agents.joins import HeldJoins, joins_held, stored_parts
 from ragjury.bus import Bus, DurableBus, MemoryBus, Message
 from ragjury.config import Settings
-from ragjury.errors import ConfigurationError, EndpointUnreachableError
+from ragjury.errors import ConfigurationError, EndpointUnreachableError, RagjuryError
 from ragjury.evaluation.targets import Target
 from ragjury.llm import LLM
 from ragjury.metrics import Metric
-from ragjury.pipelines import PIPELINES, Pipeline, llm_roles
+from ragjury.pipelines import PIPELINES, llm_roles
 from ragjury.prompts import Prompt
+from ragjury.runner.at_once import JudgeNow
 from ragjury.runner.progress import EventListener, Progress, RunCounts
 from ragjury.runner.submit import scored_samples, submit_samples
 from ragjury.runner.workers import Workers
-from ragjury.schemas import BusEvent, Sample, SampleScored
+from ragjury.schemas import Sample, SampleScored
 from ragjury.schemas.panel import Panel
 from ragjury.store import SQLiteStore
 from ragjury.store.base import Item, Job, Store
@@ -71,13 +71,10 @@ def intake_capacity(settings: Settings) -> int:
 
 
 INLINE_ITEMS_IN_FLIGHT = 256
-"""Items one intake keeps started at once for jobs that call no LLM (keyword tests only):
-their items end where they start, so more of them at once means more of them per group
-commit, for a few megabytes."""
-
-INLINE_LANES = 2
-"""Lanes of such items (see :meth:`Runner._lane`): one is scored while the other's ends are
-written."""
+"""Items one intake keeps started at once for jobs that call no LLM (keyword tests only)
+whose items are queued (submitted for ``serve``, or left by an older ragjury): they end
+where they start, so more of them at once means more of them per group commit, for a few
+megabytes."""
 
 
 def new_owner() -> str:
@@ -263,13 +260,6 @@ class Runner:
 
     async def _intake(self, starting: anyio.abc.TaskGroup, until_done: bool) -> None:
         capacity = await self.capacity()
-        if await self.calls_no_llm():
-            # lanes of claimed items, each lane's started together and ended in one write:
-            # while one lane's write is in the database thread, another's items are scored
-            size = max(1, capacity // INLINE_LANES)
-            for _ in range(min(INLINE_LANES, capacity)):
-                starting.start_soon(self._lane, size, until_done)
-            return
         while not self.stopping.is_set():
             if await self._budget_stop():
                 return
@@ -304,20 +294,6 @@ class Runner:
             self._claimed[item.id] = item
         return items
 
-    async def _lane(self, size: int, until_done: bool) -> None:
-        """Intake of items that end where they start: up to ``size`` claimed at a time and
-        started together (:meth:`_start_all`)."""
-        while not self.stopping.is_set():
-            if await self._budget_stop():
-                return
-            items = await self._claim(size)
-            if items:
-                await self._start_all(items)
-                continue
-            if until_done and await self.store.unfinished(self.job_ids) == 0:
-                return
-            await self.progress.wait(self.settings.poll_interval, or_when=self.stopping)
-
     async def _start(self, item: Item) -> None:
         """Publish an item's first events (its RAG target asked first, if it needs one)."""
         try:
@@ -329,21 +305,16 @@ class Runner:
             self._claimed.pop(item.id, None)
         self.counts.started += 1
 
-    async def _begin(
-        self, item: Item, ends: list[tuple[Pipeline, BusEvent]] | None = None
-    ) -> tuple[list[Message], HeldJoins | None]:
+    async def _begin(self, item: Item) -> tuple[list[Message], HeldJoins | None]:
         """An item's first events dispatched: the messages to publish, and the joins its
-        agents made in memory (a first attempt's). With ``ends``, a terminal event made here
-        is put there, not stored."""
+        agents made in memory (a first attempt's)."""
         pipeline = await self.workers.pipeline(item.job_id)
         # a first attempt's joins stay in memory until something is published: no other
         # worker can hold a part of the item yet (a retried one may have, from the
         # messages its earlier attempt published, so it joins in the store)
         with joins_held() if item.attempts == 1 else contextlib.nullcontext() as held:
             events = await pipeline.first_events(item)
-            messages = await self.workers.dispatch(
-                pipeline, item.job_id, item.key, events, ends=ends
-            )
+            messages = await self.workers.dispatch(pipeline, item.job_id, item.key, events)
         return messages, held
 
     async def _publish(self, item: Item, messages: list[Message], held: HeldJoins | None) -> None:
@@ -366,48 +337,6 @@ class Runner:
         log.exception("item_start_failed", job=item.job_id, item=item.key)
         reason = f"{type(exc).__name__}: {exc}"
         await self.workers.fail(item.job_id, item.key, reason, _payload(item))
-
-    async def _start_all(self, items: Sequence[Item]) -> None:
-        """Start ``items`` one after the other, and store the ends of those that ended here
-        in one write (each still ended once, see :meth:`Store.finish_items`); an item whose
-        agents sent work on is published as :meth:`_start` does. An item is this process's
-        to give back (:attr:`_claimed`) until it is published or ended."""
-        workers, claimed = self.workers, self._claimed
-        ended: list[tuple[Item, Pipeline, BusEvent]] = []
-        for item in items:
-            try:
-                ends: list[tuple[Pipeline, BusEvent]] = []
-                messages, held = await self._begin(item, ends)
-                if messages:
-                    for end_pipeline, terminal in ends:
-                        await workers.finish(end_pipeline, item.job_id, item.key, terminal)
-                    await self._publish(item, messages, held)
-                    claimed.pop(item.id, None)
-                elif ends:
-                    ended.append((item, *ends[0]))
-                else:
-                    claimed.pop(item.id, None)
-            except Exception as exc:
-                claimed.pop(item.id, None)
-                await self._not_started(item, exc)
-        try:
-            stored = await self.store.finish_items(
-                [(item.job_id, item.key, p.results(terminal)) for item, p, terminal in ended]
-            )
-        except Exception:  # e.g. one item's results refused: each stored on its own
-            log.exception("items_not_ended_together", count=len(ended))
-            for item, pipeline, terminal in ended:
-                claimed.pop(item.id, None)
-                try:
-                    await workers.finish(pipeline, item.job_id, item.key, terminal)
-                except Exception as exc:
-                    await self._not_started(item, exc)
-        else:
-            for item, _, _ in ended:
-                claimed.pop(item.id, None)
-            for (item, pipeline, terminal), done in zip(ended, stored, strict=True):
-                await workers.finished(pipeline, terminal, item.job_id, item.key, done)
-        self.counts.started += len(items)
 
     async def _finish(self) -> None:
         """Wait for what this process owes once its intake is over (the jobs are done, a
@@ -444,7 +373,7 @@ class JobRun:
         return {
             "job": self.job.id,
             "resumed": not self.job.created,
-            "items_done_now": self.counts.done,
+            "items_done_now": self.counts.done + self.job.ended,
             "items_failed": self.counts.failed,
             "items_unfinished": self.unfinished,
         }
@@ -488,10 +417,18 @@ async def evaluate_in_memory(
     panel: Panel | None = None,
 ) -> list[SampleScored]:
     """Judge ``samples`` with no database file (``Jury.evaluate``): the same runner on an
-    in-memory store and bus; results in input order (fewer if the budget ran out)."""
+    in-memory store and bus; results in input order (fewer if the budget ran out).
+    :class:`RagjuryError` naming the samples that could not be judged, if any failed."""
     async with SQLiteStore(":memory:") as store:
         job = await submit_samples(
-            store, settings, samples, metrics, prompts, judges=judges, panel=panel
+            store,
+            settings,
+            samples,
+            metrics,
+            prompts,
+            judges=judges,
+            panel=panel,
+            judge_now=JudgeNow(llm) if target is None else None,
         )
         runner = Runner(
             settings,
@@ -503,7 +440,16 @@ async def evaluate_in_memory(
             bus=MemoryBus(settings.bus_buffer, max_deliveries=settings.max_deliveries),
         )
         await runner.run(until_done=True)
-        return await scored_samples(store, job.id)
+        scored = await scored_samples(store, job.id)
+        failed = await store.failed_items(job.id)
+        if failed and llm.budget.reason is None:  # (the budget's stop is the caller's to say)
+            shown = "; ".join(f"{f['item']}: {f['error']}" for f in failed[:3])
+            raise RagjuryError(
+                f"{len(failed)} of {len(samples)} samples could not be judged ({shown}"
+                + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")
+                + "). Mend or leave out those samples and evaluate again"
+            )
+        return scored
 
 
 def _payload(item: Item) -> JSONObject | None:

@@ -16,9 +16,10 @@ from typing import TypeVar
 
 from ragjury.config import Settings
 from ragjury.job_spec import JobSpec
-from ragjury.metrics import Metric
-from ragjury.pipelines import EvaluationPipeline, GenerationPipeline
+from ragjury.metrics import Metric, registry
+from ragjury.pipelines import EvaluationPipeline, GenerationPipeline, build_pipeline
 from ragjury.prompts import Prompt
+from ragjury.runner.at_once import JudgeNow, ends_at_once
 from ragjury.schemas import Document, Sample, SampleScored
 from ragjury.schemas.panel import Panel
 from ragjury.store import Store
@@ -61,20 +62,31 @@ async def submit_samples(
     judges: Sequence[Metric] = (),
     target: str | None = None,
     panel: Panel | None = None,
+    judge_now: JudgeNow | None = None,
 ) -> Job:
     """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
     read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
     SampleFile` reads its file again each time, so a large input is never held in memory;
     a one-shot iterator is taken into a list first. ``target`` names the RAG system that
-    answers the samples without an answer: part of the job, so another one is another job."""
+    answers the samples without an answer: part of the job, so another one is another job.
+
+    ``judge_now``: given by the run that works the job in this process at once
+    (``evaluate``, ``Jury.evaluate``; never with a RAG target). Then a new job that calls no
+    LLM is judged as it is stored: each sample ends there (:mod:`ragjury.runner.at_once`),
+    and :attr:`Job.ended` counts them."""
     spec = _pinned(
         EvaluationPipeline.spec(settings, metrics, prompts or {}, judges, target, panel),
         settings,
         pin_model,
     )
+    options = spec.stored()
+    ends = None
+    if judge_now is not None and panel is None and not registry(judges).needs_llm(metrics):
+        job = Job(id="", kind="evaluate", options=options)
+        ends = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
-        "evaluate", spec.stored(), lambda: (EvaluationPipeline.item(s) for s in again)
+        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again), ends=ends
     )
 
 

@@ -46,6 +46,8 @@ class Job:
     retried: int = 0
     """Finished items put back in the queue because an LLM step of theirs failed at the
     endpoint (see :attr:`ItemResults.transient_failures`)."""
+    ended: int = 0
+    """Items this call stored ended already, with their results (see :data:`ItemEnds`)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,15 @@ payload given as a string is the JSON text of an object, made already (by
 ``BaseModel.model_dump_json`` for a model, so the job's key is the same): stored as it is."""
 
 
+ItemEnds = Callable[[str, str], "ItemResults | None"]
+"""(item key, payload as stored) -> the item's results, for items that end where they are
+taken in (a job that calls no LLM and no RAG target): such an item is stored ``done`` with
+its results, in the transaction that stores it, never claimed. None: it is stored queued (its
+start needs more than the item itself, or failed: the runner starts it, and says why).
+Called in the store's own thread, and again for every item if the store runs the
+transaction again (a lost connection): what it returns depends on its arguments alone."""
+
+
 class QuestionMatcher(Protocol):
     """How the deduplicator indexes and decides questions (``ragjury.agents.question_index``)."""
 
@@ -316,10 +327,14 @@ class Queue(Protocol):
         *,
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
+        ends: ItemEnds | None = None,
     ) -> Job:
         """Create a job of ``items`` ((key, payload) in order; a function returning a fresh
         iterator, read twice) or find the identical one (then put back its items that
-        finished with endpoint failures)."""
+        finished with endpoint failures). With ``ends``, each item of a new job is stored
+        ended where ``ends`` gives its results (:attr:`Job.ended` counts them): the job and
+        every item are one transaction, so a run killed before it commits leaves nothing of
+        the job, and the same submission starts it again whole."""
         ...
 
     async def job(self, job_id: str) -> Job:
@@ -357,11 +372,6 @@ class Queue(Protocol):
 
     async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
         """Store the results and mark the item done, unless it is done already (False)."""
-        ...
-
-    async def finish_items(self, ends: Sequence[tuple[str, str, ItemResults]]) -> list[bool]:
-        """:meth:`finish_item` for several items (job, key, results) in one transaction:
-        whether each was ended by this call."""
         ...
 
     async def fail_item(

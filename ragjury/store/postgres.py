@@ -304,7 +304,10 @@ def _claim_items(of_jobs: bool) -> str:
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 """A transaction-scoped lock on a name's hash (a collision only makes two wait)."""
-_ITEM_COLUMNS = ["job_id", "key", "position", "payload", "created_at"]
+_ITEM_COLUMNS = [
+    "job_id", "key", "position", "payload", "created_at", "state", "report", "finished_at",
+    "transient_failures",
+]  # fmt: skip
 _RETRY_FIRST, _RETRY_MAX = 0.2, 5.0
 
 

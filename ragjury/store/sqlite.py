@@ -50,7 +50,8 @@ OLDEST_SQLITE = (3, 35)
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _INSERT_ITEM = (
-    "INSERT INTO items (job_id, key, position, payload, created_at) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO items (job_id, key, position, payload, created_at, state, report, finished_at, "
+    "transient_failures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _WORDS = (
     ("now_epoch()", _NOW),

@@ -57,8 +57,8 @@ def ending(
         error,
         time.time(),
         results.transient_failures if results and state == "done" else None,
-        [_pair(record) for record in results.pairs] if results else [],
-        [_sample(record, scored) for record, scored in results.samples] if results else [],
+        [pair_record(record) for record in results.pairs] if results else [],
+        [sample_record(record, scored) for record, scored in results.samples] if results else [],
     )
 
 
@@ -66,14 +66,16 @@ def fail(job_id: str, key: str, error: str, results: ItemResults | None = None) 
     return (yield from end(job_id, key, "failed", results, error))
 
 
-def _pair(record: Mapping[str, JSONData]) -> Params:
+def pair_record(record: Mapping[str, JSONData]) -> Params:
+    """A pair's columns but its item's: (id, outcome, question, source, record)."""
     row = pair_row("", 0, 0, record)
-    return (row[1], *row[4:])  # id, outcome, question, source, record
+    return (row[1], *row[4:])
 
 
-def _sample(record: Mapping[str, JSONData], scored: str) -> Params:
+def sample_record(record: Mapping[str, JSONData], scored: str) -> Params:
+    """A judged sample's columns but its item's: (id, record, scored)."""
     row = sample_row("", 0, 0, record, scored)
-    return (row[1], *row[4:])  # id, record, scored
+    return (row[1], *row[4:])
 
 
 _UNENDED = "state NOT IN (" + ", ".join(f"'{state}'" for state in FINISHED) + ")"

@@ -23,17 +23,26 @@ from ragjury.store._values import Row
 from ragjury.store.base import (
     STATES,
     Item,
+    ItemEnds,
     ItemResults,
     ItemsFactory,
     Job,
     JobKind,
 )
 from ragjury.store.sql.driven import UNFINISHED, Driven, of_jobs
-from ragjury.store.sql.items import STARTED, end, fail, requeue_transient
+from ragjury.store.sql.items import (
+    STARTED,
+    end,
+    fail,
+    pair_record,
+    requeue_transient,
+    sample_record,
+)
 from ragjury.store.sql.steps import (
     ClaimItems,
     Steps,
     execute,
+    execute_many,
     fetch,
     insert_items,
     text,
@@ -53,6 +62,7 @@ class QueueSQL(Driven):
         *,
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
+        ends: ItemEnds | None = None,
     ) -> Job:
         text = json.dumps(options, default=str)
         stored: JSONObject = json.loads(text)  # the options as the job keeps them
@@ -63,7 +73,7 @@ class QueueSQL(Driven):
             key = JobKey(kind, options)
             try:
                 return await self._write(
-                    partial(self._submit_new, key, text, items, batch, batch_bytes)
+                    partial(self._submit_new, key, text, items, batch, batch_bytes, ends)
                 )
             except Exception:  # read again the careful way, which says why
                 # no items, repeated ids (the store refused the second), or the same job
@@ -84,14 +94,19 @@ class QueueSQL(Driven):
                 [(found,)] = yield from fetch("SELECT id FROM jobs WHERE key = ?", key_of_job)
                 retried = yield from requeue_transient(str(found))
                 return Job(str(found), kind, stored, size=size, retried=retried)
-            yield from _insert_all(job_id, items, batch, batch_bytes)
-            return Job(id=job_id, kind=kind, options=stored, created=True, size=size)
+            ended = yield from _insert_all(job_id, items, batch, batch_bytes, ends=ends)
+            return Job(job_id, kind, stored, created=True, size=size, ended=ended)
 
         return await self._write(submit)
 
     @staticmethod
     def _submit_new(
-        key: JobKey, text: str, items: ItemsFactory, batch: int, batch_bytes: int
+        key: JobKey,
+        text: str,
+        items: ItemsFactory,
+        batch: int,
+        batch_bytes: int,
+        ends: ItemEnds | None,
     ) -> Steps[Job]:
         """A job no other has the options of: stored under a key of its own while its items
         are stored and added to ``key``, then under its real key. Raises :class:`_NotNew`
@@ -102,13 +117,13 @@ class QueueSQL(Driven):
             "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
             *(job_id, key.kind, f"storing {job_id}", text, iso(time.time())[:19]),
         )
-        yield from _insert_all(job_id, items, batch, batch_bytes, key)
+        ended = yield from _insert_all(job_id, items, batch, batch_bytes, key, ends)
         key_of_job = key.finish(items)
         if not key.size or (yield from fetch("SELECT 1 FROM jobs WHERE key = ?", key_of_job)):
             raise _NotNew
         yield from execute("UPDATE jobs SET key = ? WHERE id = ?", key_of_job, job_id)
         stored: JSONObject = json.loads(text)
-        return Job(id=job_id, kind=key.kind, options=stored, created=True, size=key.size)
+        return Job(job_id, key.kind, stored, created=True, size=key.size, ended=ended)
 
     async def job(self, job_id: str) -> Job:
         rows = await self.read("SELECT kind, options FROM jobs WHERE id = ?", (job_id,))
@@ -180,18 +195,6 @@ class QueueSQL(Driven):
 
     async def finish_item(self, job_id: str, key: str, results: ItemResults) -> bool:
         return await self._write(lambda: end(job_id, key, "done", results), single=True)
-
-    async def finish_items(self, ends: Sequence[tuple[str, str, ItemResults]]) -> list[bool]:
-        if not ends:
-            return []
-
-        def finish() -> Steps[list[bool]]:
-            ended: list[bool] = []
-            for job_id, key, results in ends:
-                ended.append((yield from end(job_id, key, "done", results)))
-            return ended
-
-        return await self._write(finish)
 
     async def fail_item(
         self, job_id: str, key: str, error: str, results: ItemResults | None = None
@@ -273,20 +276,63 @@ def _insert_all(
     batch: int,
     batch_bytes: int,
     key: JobKey | None = None,
-) -> Steps[None]:
+    ends: ItemEnds | None = None,
+) -> Steps[int]:
     """Store every item of ``items`` in the job ``job_id`` (in batches of ``batch`` items or
-    ``batch_bytes``), each added to ``key`` too when given."""
+    ``batch_bytes`` of payloads and results), each added to ``key`` too when given; with
+    ``ends``, those it gives results are stored ended with them. The number stored ended."""
     now = time.time()
     rows: list[Row] = []
-    held = 0
+    results: list[tuple[str, ItemResults]] = []
+    held = ended = 0
     for position, (item_key, payload) in enumerate(items()):
         encoded = encode(payload)
         if key is not None:
             key.add(item_key, encoded)
-        rows.append((job_id, item_key, position, encoded, now))
+        # the payload as the store keeps it (what a runner would read back): judged alike
+        end = None if ends is None else ends(item_key, text(encoded))
+        if end is None:
+            rows.append((job_id, item_key, position, encoded, now, "queued", None, None, 0))
+        else:
+            report = json.dumps(end.report or {})
+            done = (job_id, item_key, position, encoded, now, "done", report, now)
+            rows.append((*done, end.transient_failures))
+            results.append((item_key, end))
+            held += sum(len(scored) for _, scored in end.samples)  # and its record, as long
         held += len(encoded)
         if len(rows) >= batch or held >= batch_bytes:
-            yield from insert_items(rows)
-            rows = []
-            held = 0
+            ended += yield from _insert_rows(job_id, rows, results)
+            rows, results, held = [], [], 0
+    ended += yield from _insert_rows(job_id, rows, results)
+    return ended
+
+
+def _insert_rows(
+    job_id: str, rows: Sequence[Row], results: Sequence[tuple[str, ItemResults]]
+) -> Steps[int]:
+    """Items in one statement (in order: their row ids follow their positions), then the
+    results of those ended (their row ids and positions read from their items)."""
     yield from insert_items(rows)
+    pairs = [
+        (job_id, row[0], n, *row[1:], job_id, key)
+        for key, end in results
+        for n, row in enumerate(map(pair_record, end.pairs))
+    ]
+    yield from execute_many(_PAIRS_OF_NEW_ITEMS, pairs)
+    samples = [
+        (job_id, *sample_record(record, scored), job_id, key)
+        for key, end in results
+        for record, scored in end.samples
+    ]
+    yield from execute_many(_SAMPLES_OF_NEW_ITEMS, samples)
+    return len(results)
+
+
+_PAIRS_OF_NEW_ITEMS = (
+    "INSERT INTO pairs (job_id, id, item_id, position, outcome, question, source, record) "
+    "SELECT ?, ?, id, ?, ?, ?, ?, ? FROM items WHERE job_id = ? AND key = ?"
+)
+_SAMPLES_OF_NEW_ITEMS = (
+    "INSERT INTO samples (job_id, id, item_id, position, record, scored) "
+    "SELECT ?, ?, id, position, ?, ? FROM items WHERE job_id = ? AND key = ?"
+)

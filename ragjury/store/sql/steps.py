@@ -59,7 +59,10 @@ class Lock:
 
 @dataclass(frozen=True, slots=True)
 class InsertItems:
-    """Append a job's items: rows of (job_id, key, position, payload, created_at)."""
+    """Append a job's items: rows of (job_id, key, position, payload, created_at, state,
+    report, finished_at, transient_failures). An item is ``queued`` (report and finished_at
+    None), or ``done`` already, ended as it was taken in (see
+    :data:`~ragjury.store.base.ItemEnds`)."""
 
     rows: Sequence[Params]
 

@@ -418,7 +418,7 @@ async def evaluate_in_memory(
 ) -> list[SampleScored]:
     """Judge ``samples`` with no database file (``Jury.evaluate``): the same runner on an
     in-memory store and bus; results in input order (fewer if the budget ran out).
-    :class:`RagjuryError` naming the samples that could not be judged, if any failed."""
+    :class:`RagjuryError` naming the samples that could not be judged (no record), if any."""
     async with SQLiteStore(":memory:") as store:
         job = await submit_samples(
             store,
@@ -441,8 +441,13 @@ async def evaluate_in_memory(
         )
         await runner.run(until_done=True)
         scored = await scored_samples(store, job.id)
-        failed = await store.failed_items(job.id)
-        if failed and llm.budget.reason is None:  # (the budget's stop is the caller's to say)
+        if len(scored) == len(samples) or llm.budget.reason is not None:
+            return scored  # (the budget's stop is the caller's to say)
+        # a sample that failed once started has its record, its metrics failed; one that
+        # could not start has none
+        judged = {s.sample.id for s in scored}
+        failed = [f for f in await store.failed_items(job.id) if f["item"] not in judged]
+        if failed:
             shown = "; ".join(f"{f['item']}: {f['error']}" for f in failed[:3])
             raise RagjuryError(
                 f"{len(failed)} of {len(samples)} samples could not be judged ({shown}"

@@ -148,8 +148,8 @@ class SQLiteStore(SQLStore):
         self.location = str(self.path)
         self._conn: Conn | None = None
         self._limiter = anyio.CapacityLimiter(1)
-        self._next_batch: _Batch | None = None  # the writes waiting for the next commit
-        self._in_commit: anyio.Event | None = None  # set when the commit in flight ends
+        self._pending: list[_Pending[Any]] = []
+        self._committing = anyio.Lock()
 
     # opening ------------------------------------------------------------------------
     async def __aenter__(self) -> SQLiteStore:
@@ -275,40 +275,16 @@ class SQLiteStore(SQLStore):
         a write that was asked for is done, even if its caller is cancelled meanwhile."""
         entry: _Pending[T] = _Pending(lambda conn: drive(conn, operation()))
         with anyio.CancelScope(shield=True):
-            batch = self._next_batch
-            if batch is not None:  # a batch waits for the commit in flight: join it
-                batch.entries.append(entry)
-                await batch.done.wait()
-                return entry.outcome()
-            batch = self._next_batch = _Batch(entry)
-            while self._in_commit is not None:
-                await self._in_commit.wait()
-            self._next_batch, self._in_commit = None, batch.done
-            try:
-                await self._in_thread(lambda conn: _commit_batch(conn, batch.entries))
-            except BaseException as exc:  # the trip itself failed (the store was closed)
-                for each in batch.entries:
-                    each.error = each.error or exc
-                raise
-            finally:
-                self._in_commit = None
-                batch.done.set()
+            self._pending.append(entry)
+            async with self._committing:
+                if not entry.finished:
+                    batch, self._pending = self._pending, []
+                    await self._in_thread(lambda conn: _commit_batch(conn, batch))
         return entry.outcome()
 
     async def compact(self) -> None:
         """Give the space of deleted rows back to the file system."""
         await self._call(lambda c: c.execute("VACUUM"))
-
-
-class _Batch:
-    """Writes committed together, and the event that tells them (all at once) it is done.
-
-    The first write of a batch commits it; the others wait for its event. (A lock that each
-    write took in turn woke them one after the other, an event-loop round each.)"""
-
-    def __init__(self, first: _Pending[Any]) -> None:
-        self.entries: list[_Pending[Any]] = [first]
-        self.done = anyio.Event()
 
 
 class _Pending(Generic[T]):

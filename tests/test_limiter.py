@@ -122,6 +122,83 @@ async def test_requests_in_flight_never_exceed_the_limit_even_after_a_cut() -> N
     assert lim.in_flight == 0
 
 
+async def waiters(
+    lim: AdaptiveLimiter, tg: anyio.abc.TaskGroup, n: int
+) -> tuple[list[int], list[anyio.CancelScope], dict[int, Permit]]:
+    """``n`` requests waiting for room, in order: the order they got in, a scope to cancel
+    each, and the permits they hold."""
+    admitted: list[int] = []
+    scopes = [anyio.CancelScope() for _ in range(n)]
+    held: dict[int, Permit] = {}
+
+    async def wait(i: int) -> None:
+        with scopes[i]:
+            held[i] = await lim.acquire()
+            admitted.append(i)
+
+    for i in range(n):
+        tg.start_soon(wait, i)
+        await anyio.wait_all_tasks_blocked()  # each in line before the next
+    return admitted, scopes, held
+
+
+async def test_each_slot_given_back_admits_the_next_waiting_request_in_order() -> None:
+    lim = limiter(2, ManualClock())
+    out = await take(lim, 2)
+    async with anyio.create_task_group() as tg:
+        admitted, _, held = await waiters(lim, tg, 4)
+        assert admitted == []
+        lim.release(out[0], "ok")
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [0]
+        lim.release(out[1], "failed")
+        lim.release(held[0], "ok")
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [0, 1, 2]
+        assert lim.in_flight == 2
+        for i in (1, 2):
+            lim.release(held[i], "ok")
+    assert admitted == [0, 1, 2, 3]
+    assert lim.in_flight == 1
+
+
+async def test_a_waiting_request_cancelled_as_it_is_woken_passes_its_slot_on() -> None:
+    lim = limiter(1, ManualClock())
+    (out,) = await take(lim, 1)
+    async with anyio.create_task_group() as tg:
+        admitted, scopes, held = await waiters(lim, tg, 3)
+        scopes[0].cancel()  # the first in line is cancelled, and before it runs ...
+        lim.release(out, "ok")  # ... the slot given back wakes it
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [1]
+        scopes[2].cancel()  # cancelled while still in line: nothing to pass on
+        await anyio.wait_all_tasks_blocked()
+        lim.release(held[1], "ok")
+    assert admitted == [1]
+    assert lim.in_flight == 0
+    assert [await lim.acquire() for _ in range(1)]  # the slot is free again
+
+
+async def test_a_limit_that_grows_admits_as_many_waiting_requests_as_it_has_room_for() -> None:
+    lim = limiter(4, ManualClock())
+    lim.release(await lim.acquire(), "throttled")  # 4 -> 2, held while the cut is on trial
+    while lim.limit < 3:  # the trial ends (no 429: load), then 2 successes: 3
+        lim.release(await lim.acquire(), "ok")
+    out = await take(lim, 3)
+    async with anyio.create_task_group() as tg:
+        admitted, _, held = await waiters(lim, tg, 4)
+        lim.release(out[0], "ok")
+        lim.release(out[1], "ok")
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [0, 1]  # a slot each
+        lim.release(out[2], "ok")  # the third success in a row: limit 3 -> 4, two slots
+        await anyio.wait_all_tasks_blocked()
+        assert lim.limit == 4
+        assert admitted == [0, 1, 2, 3]
+        for permit in held.values():
+            lim.release(permit, "ok")
+
+
 async def test_rpm_admits_a_burst_then_one_request_per_interval() -> None:
     clock = ManualClock()
     lim = limiter(100, clock, rpm=60)

@@ -4,6 +4,7 @@ is particular to SQLite: migrating an older database, refusing a newer one."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -187,6 +188,46 @@ async def test_a_write_that_fails_in_a_group_commit_is_undone_alone(tmp_path: Pa
         "k3": "1",
     }
     assert [row[0] for row in rows] == ["k1", "k3"]
+
+
+async def test_writes_that_arrive_during_a_commit_are_committed_together_after_it(
+    tmp_path: Path,
+) -> None:
+    """A write that finds a commit in flight waits for it; the writes that gather meanwhile
+    go in the next transaction together (another connection sees them appear at once, not
+    one by one), and each returns its own result when it is committed."""
+    path = tmp_path / "gather.db"
+    insert = "INSERT INTO steps (key, agent, output, created_at) VALUES (?, 'a', 'o', 0)"
+    first_running, first_may_end = threading.Event(), threading.Event()
+    seen: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+
+    def operation(key: str, reader: sqlite3.Connection) -> Steps[int]:
+        written = yield from execute(insert, key)
+        if key == "k0":  # (in the database thread) hold the first commit until told
+            first_running.set()
+            first_may_end.wait(10)
+        seen[key] = reader.execute("SELECT count(*) FROM steps").fetchone()[0]
+        return written
+
+    async with SQLiteStore(path) as store:
+        reader = sqlite3.connect(path, check_same_thread=False)
+
+        async def write(key: str) -> None:
+            outcomes[key] = await store._write(lambda: operation(key, reader))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write, "k0")
+            await anyio.to_thread.run_sync(first_running.wait, 10)
+            for key in ("k1", "k2", "k3"):
+                tg.start_soon(write, key)
+            await anyio.wait_all_tasks_blocked()
+            assert outcomes == {}  # all wait: k0 for its commit, the others for k0's
+            first_may_end.set()
+        reader.close()
+    assert outcomes == {"k0": 1, "k1": 1, "k2": 1, "k3": 1}
+    # k0 was committed alone; k1-k3 in one transaction after it (the reader saw k0 only)
+    assert seen == {"k0": 0, "k1": 1, "k2": 1, "k3": 1}
 
 
 def test_a_claimed_payload_reads_as_json_reads_it() -> None:

@@ -177,5 +177,6 @@ class CircuitBreaker:
         )
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._waiting:  # (every request's record ends here: no event made for no one)
+            self._changed.set()
+            self._changed = anyio.Event()

@@ -191,7 +191,11 @@ class AdaptiveLimiter:
         self._issued = 0  # permits handed out so far; a permit's seq is its number
         self._cut_at = 0  # permits issued when the limit was last cut
         self._successes = 0
-        self._changed = anyio.Event()
+        self._waiting: deque[anyio.Event] = deque()
+        """Requests waiting for room under the limit, first come first: a slot given back
+        wakes one of them (waking them all made each answer cost a wake-up of every waiting
+        request: about 60 a request on the throughput benchmark, 0.3-0.4 ms of CPU)."""
+        self._woken = 0  # waiting requests woken for a slot that have not yet taken it
         self._learned: dict[Kind, tuple[float, float]] = {}  # per second, capacity
         self._bounds: dict[Kind, tuple[float, float, float]] = {}  # limit; refill rate low, high
         self._unreliable: set[Kind] = set()  # budgets whose reset contradicts OpenAI's meaning
@@ -246,8 +250,8 @@ class AdaptiveLimiter:
     async def acquire(self, tokens: int = 0) -> Permit:
         """Wait for room under the limit, reserve the request (and ``tokens``) in the rate
         buckets, wait until the reservation is due; admit it."""
-        while self._in_flight >= self._limit:
-            await self._changed.wait()
+        if self._in_flight + self._woken >= self._limit or self._waiting:
+            await self._wait_for_room()  # (a slot a woken request is about to take is its)
         self._in_flight += 1
         self._issued += 1
         seq = self._issued
@@ -268,6 +272,28 @@ class AdaptiveLimiter:
             self._wake()
             raise
         return Permit(seq=seq, tokens=tokens, marks=(marks[0], marks[1]))
+
+    async def _wait_for_room(self) -> None:
+        """Wait in line until a slot under the limit is free (one woken and beaten to its
+        slot waits again at the head of the line)."""
+        first = True
+        while first or self._in_flight >= self._limit:
+            turn = anyio.Event()
+            if first:
+                self._waiting.append(turn)
+            else:
+                self._waiting.appendleft(turn)
+            first = False
+            try:
+                await turn.wait()
+            except BaseException:
+                if turn.is_set():
+                    self._woken -= 1
+                    self._wake()  # the slot it was woken for goes to the next in line
+                else:
+                    self._waiting.remove(turn)
+                raise
+            self._woken -= 1
 
     @property
     def headers_trusted(self) -> bool:
@@ -528,8 +554,12 @@ class AdaptiveLimiter:
         }
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        """Wake as many waiting requests as there are free slots under the limit."""
+        free = self._limit - self._in_flight - self._woken
+        while free > 0 and self._waiting:
+            self._waiting.popleft().set()
+            self._woken += 1
+            free -= 1
 
 
 def _agrees(stated: RateHeaders, tokens: int, retry_after: float | None) -> bool:

@@ -40,8 +40,15 @@ def _environment() -> jinja2.Environment:
 @functools.lru_cache(maxsize=256)
 def _compiled(source: str) -> jinja2.Template:
     """Compile a template part once: compiling costs more than rendering (milliseconds per
-    call, which on a busy run is what keeps the endpoint from being kept busy)."""
-    return _environment().from_string(source)
+    call, which on a busy run is what keeps the endpoint from being kept busy).
+
+    Its globals (Jinja's ``range``, ``dict``, ...) are made a plain dict: Jinja keeps them as
+    a ``ChainMap`` over the environment's, and walking that map into every render's context
+    was three quarters of a render (about 30 of 40 us). The environment's globals never
+    change once it is made, so the copy holds the same names."""
+    template = _environment().from_string(source)
+    template.globals = dict(template.globals)
+    return template
 
 
 @dataclass(frozen=True)

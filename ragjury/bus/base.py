@@ -58,6 +58,9 @@ class Delivery:
     call: int | None = None
     """The in-flight record the bus opened for its step's first LLM call, if it did: the
     call takes it (:data:`ragjury.llm.client.opened_call`)."""
+    joined: str | None = None
+    """Its item's join state (a JSON object of parts) as the bus read it when the message
+    was put, if it did (:data:`ragjury.agents.joins.seen_joins`)."""
 
 
 class Subscription(Protocol):

@@ -145,6 +145,7 @@ class _DurableSubscription:
                 stored.step,
                 stored.step_key,
                 stored.call,
+                stored.joined,
             )
 
     def room(self) -> int:

@@ -726,7 +726,11 @@ class PostgresStore(SQLStore):
         while True:
             try:
                 with anyio.CancelScope(shield=True):
-                    async with self._pool.acquire(timeout=self.connect_timeout) as conn:
+                    # no timeout of the acquire's own: asyncpg would run it as a task of its
+                    # own under asyncio.wait_for at every statement (about 1% of a serve
+                    # process's CPU); a new connection has its own (connect_timeout), and a
+                    # busy one comes back when its statement ends (command_timeout)
+                    async with self._pool.acquire() as conn:
                         if not transaction:
                             result = await fn(conn)
                         else:

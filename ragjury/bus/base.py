@@ -39,6 +39,9 @@ class Message:
     body: str = ""
     """The envelope as JSON when the sender has written it already ('': a bus that stores
     messages writes it)."""
+    joins: bool = False
+    """Its step may complete its item's join (an evaluation's sample): a durable bus that
+    puts it leased to a worker of its own process may read the item's join state with it."""
 
 
 @dataclass(frozen=True)

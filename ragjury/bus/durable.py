@@ -70,6 +70,7 @@ def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
         body=message.body or envelope.model_dump_json(),
         leased=leased,
         step_key=message.step_key if leased else "",
+        joins=message.joins and leased,
     )
 
 

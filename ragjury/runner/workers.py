@@ -53,6 +53,10 @@ from ragjury.store.cache import StepCache
 log = structlog.get_logger("ragjury.runner")
 
 _PIPELINES_KEPT = 64
+_JOINS_SEEN = frozenset({"evaluate"})
+"""The job kinds whose messages' steps may complete their item's join with the state seen
+with the message (an evaluation's sample, joined by its ``SampleAggregator``); a
+generation's joins never use it, and its items' states can be large."""
 
 
 def workers_for(role: str, settings: Settings) -> int:
@@ -387,7 +391,13 @@ class Workers:
                         payload = event.model_dump_json()
                         body = envelope.model_dump_json()
                     messages.append(
-                        Message(role, envelope, self._step_key(pipeline, role, payload), body)
+                        Message(
+                            role,
+                            envelope,
+                            self._step_key(pipeline, role, payload),
+                            body,
+                            pipeline.kind in _JOINS_SEEN,
+                        )
                     )
                     continue
                 token = current_item.set(item_key)

@@ -134,6 +134,9 @@ class OutgoingMessage:
     step_key: str = ""
     """For a leased message: its step's key in the step cache, looked up as it is put
     ('': no lookup)."""
+    joins: bool = False
+    """For a leased message: its step may complete its item's join, so the store may return
+    it with its item's join state (:attr:`StoredMessage.joined`)."""
 
 
 @dataclass(frozen=True)

@@ -237,10 +237,15 @@ none: about a quarter of such an acknowledgement's server CPU."""
 
 @functools.lru_cache(maxsize=32)
 def _acknowledgement(
-    ending: tuple[bool, bool] | None, drops: bool, calls: int, replies: bool = True
+    ending: tuple[bool, bool] | None,
+    drops: bool,
+    calls: int,
+    replies: bool = True,
+    joins: bool = False,
 ) -> str:
     """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
-    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies``, and with
+    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies`` (with their
+    item's join state, :data:`_JOINED`, only if one of them ``joins``), and with
     the item's end first if ``ending`` (whether it stores pairs, samples: :func:`_end_item`,
     its parameters after the acknowledgement's): the message goes with the item's messages
     when it ends it, else on its own."""
@@ -252,6 +257,8 @@ def _acknowledgement(
         sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
     if not replies:
         sql = sql.replace(_REPLYING, "").replace(_PUT_REPLIES, _NO_REPLIES)
+    elif not joins:
+        sql = sql.replace(_JOINED, "NULL::text")
     return sql if ending is None else _ending_acknowledgement(sql, _end_item(*ending))
 
 
@@ -371,6 +378,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
                 bool(step.unused_calls),
                 min(len(step.calls), 2),
                 bool(step.replies),
+                any(m.joins for m in step.replies),
             ),
             step.message_id,
             step.job_id,

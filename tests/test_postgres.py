@@ -308,6 +308,24 @@ async def test_a_leased_reply_that_asks_comes_with_its_items_join_state(pg_url: 
         assert [m.joined for m in again.leased] == [None]
 
 
+async def test_every_shape_of_an_acknowledgement_is_one_valid_statement(pg_url: str) -> None:
+    import itertools
+
+    from ragjury.store.postgres import _acknowledgement
+
+    async with PostgresStore(pg_url):  # the schema
+        pass
+    conn = await asyncpg.connect(pg_url, server_settings={"search_path": "ragjury"})
+    try:
+        endings = (None, (False, False), (False, True), (True, False), (True, True))
+        for ending, drops, calls, replies, joins in itertools.product(
+            endings, (False, True), (0, 1, 2), (False, True), (False, True)
+        ):
+            await conn.prepare(_acknowledgement(ending, drops, calls, replies, joins))
+    finally:
+        await conn.close()
+
+
 async def test_a_message_put_by_another_process_wakes_a_watcher(pg_url: str) -> None:
     async with open_store(pg_url) as listening, open_store(pg_url) as other:
         job = await other.submit("evaluate", {}, lambda: [("s0", {})])

@@ -274,7 +274,10 @@ def _ending_acknowledgement(acknowledge: str, end_item: str) -> str:
     sql = sql.replace(
         "AS joined FROM (SELECT COUNT(*) FROM woken) AS w",
         f"AS joined, {counted}, (SELECT COUNT(*) FROM woken) AS w",
-    ).replace("NULL::text AS joined", f"NULL::text AS joined, {counted}")
+    ).replace(
+        "NULL::bigint AS cid, NULL::text AS joined",
+        f"NULL::bigint AS cid, NULL::text AS joined, {counted}",
+    )
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
     return sql

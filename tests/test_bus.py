@@ -5,7 +5,7 @@ and on a PostgreSQL store. Tests for one kind of bus check what only it promises
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -286,3 +286,52 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
         assert failed["item"] == "d3"
         await bus.aclose()
         await publisher.aclose()
+
+
+async def test_publishes_made_together_are_put_together_and_one_that_fails_fails_alone(
+    durable_db: str,
+) -> None:
+    """Publishes made at once (the items an intake claimed start together) go to the store
+    in one put; one that cannot be put fails alone, and the others' messages and joins are
+    put (each tried again on its own)."""
+    from ragjury.store.base import Lease, OutgoingMessage, StoredMessage
+
+    async with open_store(durable_db) as store:
+        job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS[:5]])
+        puts: list[int] = []
+        put_messages = store.put_messages
+
+        async def counted(
+            messages: Sequence[OutgoingMessage],
+            *,
+            lease: Lease | None = None,
+            started: Sequence[int] = (),
+            joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
+        ) -> list[StoredMessage]:
+            puts.append(len(messages))
+            return await put_messages(messages, lease=lease, started=started, joins=joins)
+
+        store.put_messages = counted  # type: ignore[method-assign]  # counts the store's puts
+        bus = DurableBus(store, "p", poll_interval=0.05)  # no subscriber: nothing leased
+        errors: dict[str, Exception] = {}
+
+        async def publish(key: str) -> None:
+            parts = {"p": 1} if key == "d2" else {"p": key}  # a part must be text
+            try:
+                message = Message("a", envelope(key, job.id))
+                await bus.publish([message], joins=[(job.id, key, parts)])  # type: ignore[list-item]
+            except Exception as exc:
+                errors[key] = exc
+
+        async with anyio.create_task_group() as tg:
+            for key in KEYS[:5]:
+                tg.start_soon(publish, key)
+        assert list(errors) == ["d2"]
+        assert puts == [5, 1, 1, 1, 1, 1]  # together, then each on its own
+        receiver = DurableBus(store, "w", poll_interval=0.05)
+        got = await take(receiver, "a", 4)
+        assert sorted(d.envelope.correlation_id for d in got) == ["d0", "d1", "d3", "d4"]
+        assert await store.join(job.id, "d3", {}, "") == {"p": "d3"}
+        assert await store.join(job.id, "d2", {}, "") == {}
+        await receiver.aclose()
+        await bus.aclose()

@@ -281,6 +281,51 @@ async def test_joins_from_two_processes_at_once_both_see_both_parts(pg_url: str)
         assert sorted(complete) == sorted(f"s{i}" for i in range(60))
 
 
+async def test_a_leased_reply_that_asks_comes_with_its_items_join_state(pg_url: str) -> None:
+    from ragjury.store.base import Lease
+
+    async with PostgresStore(pg_url) as store:
+        job = await store.submit("evaluate", {}, lambda: [("s0", {}), ("s1", {})])
+        lease = Lease("w", 60.0)
+        await store.join(job.id, "s0", {"s:sample": '{"id": "s0"}'}, "")
+        [first] = await store.put_messages(
+            [OutgoingMessage("a", "k", job.id, "s0", '{"n": 0}', True, "", True)], lease=lease
+        )
+        assert first.joined is None  # a put of an item's first messages does not read it
+        replies = [
+            OutgoingMessage("b", "k", job.id, "s0", '{"n": 1}', True, "", True),
+            OutgoingMessage("b", "k", job.id, "s1", '{"n": 2}', True, "", True),  # no state
+            OutgoingMessage("c", "k", job.id, "s0", '{"n": 3}', False, "", True),  # not leased
+        ]
+        acked = await store.ack_message(first.id, replies, lease=lease)
+        assert [json.loads(m.joined) if m.joined else None for m in acked.leased] == [
+            {"s:sample": '{"id": "s0"}'},
+            None,
+        ]
+        # a reply whose step cannot use it (a generation's) does not carry it
+        plain = [OutgoingMessage("b", "k", job.id, "s0", '{"n": 4}', True, "")]
+        again = await store.ack_message(acked.leased[0].id, plain, lease=lease)
+        assert [m.joined for m in again.leased] == [None]
+
+
+async def test_every_shape_of_an_acknowledgement_is_one_valid_statement(pg_url: str) -> None:
+    import itertools
+
+    from ragjury.store.postgres import _acknowledgement
+
+    async with PostgresStore(pg_url):  # the schema
+        pass
+    conn = await asyncpg.connect(pg_url, server_settings={"search_path": "ragjury"})
+    try:
+        endings = (None, (False, False), (False, True), (True, False), (True, True))
+        for ending, drops, calls, replies, joins in itertools.product(
+            endings, (False, True), (0, 1, 2), (False, True), (False, True)
+        ):
+            await conn.prepare(_acknowledgement(ending, drops, calls, replies, joins))
+    finally:
+        await conn.close()
+
+
 async def test_a_message_put_by_another_process_wakes_a_watcher(pg_url: str) -> None:
     async with open_store(pg_url) as listening, open_store(pg_url) as other:
         job = await other.submit("evaluate", {}, lambda: [("s0", {})])

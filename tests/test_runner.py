@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -285,3 +287,43 @@ async def test_joins_held_stay_in_memory_and_keep_each_parts_first_value(tmp_pat
             assert await store.join("job", "s0", {}, "s:") == {"s:a": "9"}
         finally:
             current_item.reset(token)
+
+
+async def test_a_join_completed_by_the_state_seen_with_its_message_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    from ragjury.agents.joins import JoinState, current_item, seen_joins
+
+    def has_b(state: Mapping[str, object]) -> bool:
+        return "s:b" in state and "s:a" in state
+
+    part_a = Sample(id="a", question="Q?", answer="A.")
+    part_b = Sample(id="b", question="Q2?", answer="B.")
+    async with SQLiteStore(tmp_path / "joins.db") as store:
+        joins = JoinState(store, "job")
+        item = current_item.set("s0")
+        try:
+            stored_a = await joins.add_models({"s:a": part_a}, "s:", has_b)
+            assert stored_a == {"s:a": part_a}  # incomplete: stored, as without a seen state
+            a_text = part_a.model_dump_json()
+            # the state seen with the message completes the join: returned as seen with the
+            # new part (a part seen keeps its value), and nothing is stored
+            seen = seen_joins.set(("job", "s0", json.dumps({"s:a": a_text, "x:c": "1"})))
+            try:
+                done = await joins.add_models({"s:b": part_b, "s:a": part_b}, "s:", has_b)
+            finally:
+                seen_joins.reset(seen)
+            assert done == {"s:a": a_text, "s:b": part_b}
+            assert await store.join("job", "s0", {}, "s:") == {"s:a": a_text}
+            # a state seen for another item, or one the new parts do not complete, is not
+            # trusted: the join goes to the store, whose state is the whole truth
+            for other in (("job", "s9", "{}"), ("other", "s0", "{}"), ("job", "s0", "{}")):
+                seen = seen_joins.set((other[0], other[1], json.dumps({"s:z": "1"})))
+                try:
+                    state = await joins.add_models({"s:b": part_b}, "s:", has_b)
+                finally:
+                    seen_joins.reset(seen)
+                assert state == {"s:a": a_text, "s:b": part_b}
+            assert set(await store.join("job", "s0", {}, "s:")) == {"s:a", "s:b"}
+        finally:
+            current_item.reset(item)

@@ -39,6 +39,9 @@ class Message:
     body: str = ""
     """The envelope as JSON when the sender has written it already ('': a bus that stores
     messages writes it)."""
+    joins: bool = False
+    """Its step may complete its item's join (an evaluation's sample): a durable bus that
+    puts it leased to a worker of its own process may read the item's join state with it."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class Delivery:
     call: int | None = None
     """The in-flight record the bus opened for its step's first LLM call, if it did: the
     call takes it (:data:`ragjury.llm.client.opened_call`)."""
+    joined: str | None = None
+    """Its item's join state (a JSON object of parts) as the bus read it when the message
+    was put, if it did (:data:`ragjury.agents.joins.seen_joins`)."""
 
 
 class Subscription(Protocol):

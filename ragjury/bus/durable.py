@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 import structlog
 
 from ragjury.bus.base import Delivery, Message
@@ -46,6 +47,19 @@ _FIRST_POLL = 0.05
 Watch = Callable[[Callable[[str], None]], Awaitable[bool]]
 
 
+@dataclass
+class _Put:
+    """One :meth:`DurableBus.publish` call's messages, items started and joins."""
+
+    messages: list[Message]
+    started: list[int]
+    joins: list[tuple[str, str, Mapping[str, str]]]
+    taken: bool = False
+    """In a put under way or done (by whichever caller put it)."""
+    error: Exception | None = None
+    """Why it could not be put."""
+
+
 def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
     envelope = message.envelope
     return OutgoingMessage(
@@ -56,6 +70,7 @@ def _outgoing(message: Message, leased: bool = False) -> OutgoingMessage:
         body=message.body or envelope.model_dump_json(),
         leased=leased,
         step_key=message.step_key if leased else "",
+        joins=message.joins and leased,
     )
 
 
@@ -145,6 +160,7 @@ class _DurableSubscription:
                 stored.step,
                 stored.step_key,
                 stored.call,
+                stored.joined,
             )
 
     def room(self) -> int:
@@ -255,6 +271,9 @@ class DurableBus:
         self._asking: set[str] = set()
         self._answers: dict[str, bool] = {}
         self._looking = anyio.Lock()
+        self._puts: list[_Put] = []
+        """Publishes waiting to be put (see :meth:`publish`)."""
+        self._putting = anyio.Lock()
 
     def subscribe(self, group: str) -> _DurableSubscription:
         if self.closed:
@@ -378,9 +397,57 @@ class DurableBus:
         ``joins``: (job, item, parts) stored in the items' join state with them."""
         if self.closed:
             raise BusError("cannot publish: the bus is closed")
-        lease = self._lease
+        # Publishes made together (the items an intake claimed at once start together) or
+        # while a put is in flight are put together: one statement, one transaction, for
+        # all of them. Each is put whole or not at all, as on its own; one that fails
+        # together with others is tried again alone, so it fails alone.
+        put = _Put(list(messages), list(started), list(joins))
+        self._puts.append(put)
+        await anyio.lowlevel.cancel_shielded_checkpoint()  # let the others made with it join
+        try:
+            async with self._putting:
+                if not put.taken:
+                    await self._put_waiting(put)
+        except BaseException:
+            if not put.taken:
+                self._puts.remove(put)
+            raise
+        if put.error is not None:
+            raise put.error
+
+    async def _put_waiting(self, own: _Put) -> None:
+        """Put every publish waiting (:meth:`publish`), ``own`` among them, under
+        ``_putting``."""
+        batch, self._puts = self._puts, []
+        for put in batch:
+            put.taken = True
+        try:
+            await self._put(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
+            for put in batch:  # each alone: only what cannot be put fails
+                try:
+                    await self._put([put])
+                except Exception as alone:
+                    put.error = alone
+        except BaseException:  # cancelled: those of other callers wait for the next put
+            others = [put for put in batch if put is not own]
+            for put in others:
+                put.taken = False
+            self._puts[:0] = others
+            raise
+
+    async def _put(self, batch: Sequence[_Put]) -> None:
+        messages = [m for put in batch for m in put.messages]
         rows = self._leasing(messages)
-        stored = await self.store.put_messages(rows, lease=lease, started=started, joins=joins)
+        stored = await self.store.put_messages(
+            rows,
+            lease=self._lease,
+            started=[i for put in batch for i in put.started],
+            joins=[j for put in batch for j in put.joins],
+        )
         await self._taken(stored, rows, messages)
         self._wake(rows)
 

@@ -35,7 +35,7 @@ from anyio.abc import TaskStatus
 
 from ragjury import logs
 from ragjury._json import JSONObject
-from ragjury.agents.joins import current_item
+from ragjury.agents.joins import current_item, seen_joins
 from ragjury.bus import Bus, Delivery, DurableBus, Message, Subscription
 from ragjury.config import Settings
 from ragjury.errors import ConfigurationError
@@ -53,6 +53,10 @@ from ragjury.store.cache import StepCache
 log = structlog.get_logger("ragjury.runner")
 
 _PIPELINES_KEPT = 64
+_JOINS_SEEN = frozenset({"evaluate"})
+"""The job kinds whose messages' steps may complete their item's join with the state seen
+with the message (an evaluation's sample, joined by its ``SampleAggregator``); a
+generation's joins never use it, and its items' states can be large."""
 
 
 def workers_for(role: str, settings: Settings) -> int:
@@ -162,6 +166,13 @@ class Workers:
         opened_token = opened_call.set(opened)
         row: tuple[str, str, str] | None = None
         item_token = current_item.set(envelope.correlation_id)
+        # the item's join state as the bus read it with the message (PostgreSQL), which
+        # spares an item's last join its statement (see JoinState.add_models)
+        seen_token = seen_joins.set(
+            None
+            if delivery.joined is None
+            else (envelope.job_id or "", envelope.correlation_id, delivery.joined)
+        )
         if self.llm.batch is not None:
             current_job.set(envelope.job_id or "")
         started = time.perf_counter()
@@ -232,6 +243,7 @@ class Workers:
         finally:
             structlog.contextvars.reset_contextvars(**log_tokens)
             current_item.reset(item_token)
+            seen_joins.reset(seen_token)
             held_call_records.reset(held_token)
             opened_call.reset(opened_token)
             current_step.reset(step_token)
@@ -379,7 +391,13 @@ class Workers:
                         payload = event.model_dump_json()
                         body = envelope.model_dump_json()
                     messages.append(
-                        Message(role, envelope, self._step_key(pipeline, role, payload), body)
+                        Message(
+                            role,
+                            envelope,
+                            self._step_key(pipeline, role, payload),
+                            body,
+                            pipeline.kind in _JOINS_SEEN,
+                        )
                     )
                     continue
                 token = current_item.set(item_key)

@@ -116,6 +116,9 @@ class StoredMessage:
     """The in-flight record of its step's first LLM call, opened as it was put leased
     (PostgreSQL, for a step not in the cache, when the lease names a run): the call takes it
     rather than opening one, and the acknowledgement drops it if no call took it."""
+    joined: str | None = None
+    """Its item's join parts (a JSON object) as they were when it was put leased by an
+    acknowledgement (PostgreSQL; None: not read): see :data:`ragjury.agents.joins.seen_joins`."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,9 @@ class OutgoingMessage:
     step_key: str = ""
     """For a leased message: its step's key in the step cache, looked up as it is put
     ('': no lookup)."""
+    joins: bool = False
+    """For a leased message: its step may complete its item's join, so the store may return
+    it with its item's join state (:attr:`StoredMessage.joined`)."""
 
 
 @dataclass(frozen=True)

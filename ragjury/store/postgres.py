@@ -134,7 +134,7 @@ _PUT = (
     "completion_tokens, latency_ms, statuses, error, created_at) OVERRIDING SYSTEM VALUE "
     f"SELECT cid, {{2}}::text, grp, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', {{3}}::text FROM due) "
     "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, "
-    "(SELECT s.output FROM steps s WHERE t.sk <> '' AND s.key = t.sk), d.cid "
+    "(SELECT s.output FROM steps s WHERE t.sk <> '' AND s.key = t.sk), d.cid, {4} AS joined "
     "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN new n ON n.leased "
     "LEFT JOIN t ON t.g = n.grp AND t.b = n.body LEFT JOIN due d ON d.mid = n.id"
 )
@@ -142,7 +142,15 @@ _PUT = (
 others' groups; the leased ones come back, each with its step's cached output. Under a run
 ({2}; NULL: none), each leased one whose step is not cached also comes with its first LLM
 call's in-flight record, opened here (as ``open_call`` would as the call starts): the
-worker's call takes it, so a call costs no statement of its own."""
+worker's call takes it, so a call costs no statement of its own. Each leased one also comes
+with what {4} gives: its item's join parts (:data:`_JOINED`), or NULL."""
+_JOINED = (
+    "(SELECT ij.parts::text FROM item_joins ij WHERE n.id IS NOT NULL "
+    "AND ij.job_id = t.j AND ij.item_key = t.i)"
+)
+"""A leased message's item's join state as the statement found it, which its worker's last
+join of the item then need not ask for (:data:`ragjury.agents.joins.seen_joins`). Not in a
+:data:`_PUBLISH`, whose own first joins of its items the statement cannot see."""
 _PUBLISH = (
     f"WITH t AS (SELECT * FROM {_REPLIES.format('$1', '$2', '$3', '$4', '$5', '$6', '$7')}), "
     "started AS (UPDATE items SET state = 'running', lease_owner = NULL, lease_expires = NULL "
@@ -150,7 +158,7 @@ _PUBLISH = (
     "joined AS (INSERT INTO item_joins AS ij (job_id, item_key, parts) "
     "SELECT x.j, x.k, x.p::jsonb FROM unnest($13::text[], $14::text[], $15::text[]) "
     "AS x(j, k, p) ON CONFLICT (job_id, item_key) DO UPDATE SET parts = "
-    "(excluded.parts || ij.parts)), " + _PUT.format("$8", "$9", "$11", "$12")
+    "(excluded.parts || ij.parts)), " + _PUT.format("$8", "$9", "$11", "$12", "NULL::text")
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
@@ -200,7 +208,7 @@ _REPLYING = (
     f"t AS (SELECT * FROM {_REPLIES.format('$4', '$5', '$6', '$7', '$8', '$9', '$10')} "
     "WHERE EXISTS (SELECT 1 FROM open)), "
 )
-_PUT_REPLIES = _PUT.format("$11", "$12", "$28", "$29")
+_PUT_REPLIES = _PUT.format("$11", "$12", "$28", "$29", _JOINED)
 _ACKNOWLEDGE = (
     "WITH gone AS (DELETE FROM messages WHERE id = $1 RETURNING id), "
     + _REPLYING
@@ -217,7 +225,7 @@ _NO_REPLIES = (
     "unused AS (SELECT $2::text, $3::text, $4::text[], $5::text[], $6::text[], $7::text[], "
     "$8::text[], $9::text, $10::text[], $11::float8, $12::text, $28::text, $29::text) "
     "SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, "
-    "NULL::text, NULL::bigint AS cid"
+    "NULL::text, NULL::bigint AS cid, NULL::text AS joined"
 )
 """What an acknowledgement with no replies (one that ends its item, nearly always) has in
 place of :data:`_REPLYING` and :data:`_PUT_REPLIES`: a query nothing reads, so never run,
@@ -229,10 +237,15 @@ none: about a quarter of such an acknowledgement's server CPU."""
 
 @functools.lru_cache(maxsize=32)
 def _acknowledgement(
-    ending: tuple[bool, bool] | None, drops: bool, calls: int, replies: bool = True
+    ending: tuple[bool, bool] | None,
+    drops: bool,
+    calls: int,
+    replies: bool = True,
+    joins: bool = False,
 ) -> str:
     """:data:`_ACKNOWLEDGE`, with :data:`_DROPPED` only if ``drops``, its calls closed as
-    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies``, and with
+    ``calls`` (0, 1 or more: 2) asks, its replies put only if it has ``replies`` (with their
+    item's join state, :data:`_JOINED`, only if one of them ``joins``), and with
     the item's end first if ``ending`` (whether it stores pairs, samples: :func:`_end_item`,
     its parameters after the acknowledgement's): the message goes with the item's messages
     when it ends it, else on its own."""
@@ -244,6 +257,8 @@ def _acknowledgement(
         sql = sql.replace(_CLOSED, _ONE_CLOSED if calls else _NONE_CLOSED)
     if not replies:
         sql = sql.replace(_REPLYING, "").replace(_PUT_REPLIES, _NO_REPLIES)
+    elif not joins:
+        sql = sql.replace(_JOINED, "NULL::text")
     return sql if ending is None else _ending_acknowledgement(sql, _end_item(*ending))
 
 
@@ -257,9 +272,12 @@ def _ending_acknowledgement(acknowledge: str, end_item: str) -> str:
         "AND NOT EXISTS (SELECT 1 FROM ended) RETURNING id)",
     )
     sql = sql.replace(
-        "d.cid FROM (SELECT COUNT(*) FROM woken) AS w",
-        f"d.cid, {counted}, (SELECT COUNT(*) FROM woken) AS w",
-    ).replace("NULL::bigint AS cid", f"NULL::bigint AS cid, {counted}")
+        "AS joined FROM (SELECT COUNT(*) FROM woken) AS w",
+        f"AS joined, {counted}, (SELECT COUNT(*) FROM woken) AS w",
+    ).replace(
+        "NULL::bigint AS cid, NULL::text AS joined",
+        f"NULL::bigint AS cid, NULL::text AS joined, {counted}",
+    )
     if "FROM ended) AS e" not in sql or "AND NOT EXISTS (SELECT 1 FROM ended)" not in sql:
         raise AssertionError("the acknowledgement's SQL changed: rewrite _ending_acknowledgement")
     return sql
@@ -366,6 +384,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
                 bool(step.unused_calls),
                 min(len(step.calls), 2),
                 bool(step.replies),
+                any(m.joins for m in step.replies),
             ),
             step.message_id,
             step.job_id,
@@ -379,7 +398,7 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
             *(step.opens or (None, None)),
             *ending,
         )
-        ended = None if step.end is None else bool(rows and rows[0][8])
+        ended = None if step.end is None else bool(rows and rows[0][9])
         return Acked(_leased(rows), ended)
     if isinstance(step, Publish):
         return _leased(
@@ -474,11 +493,11 @@ def _join_columns(joins: Sequence[Sequence[object]]) -> list[list[str]]:
 def _leased(rows: Sequence[Conn]) -> list[StoredMessage]:
     """The leased messages a put returned (one row per message; none: a row of NULLs)."""
     found: dict[int, StoredMessage] = {}
-    for message_id, group, body, job_id, key, step_key, output, call, *_ in rows:
+    for message_id, group, body, job_id, key, step_key, output, call, joined, *_ in rows:
         if message_id is not None and message_id not in found:
             found[message_id] = StoredMessage(
                 int(message_id), group, body, 1, job_id, key, output, step_key or "",
-                None if call is None else int(call),
+                None if call is None else int(call), joined,
             )  # fmt: skip
     return sorted(found.values(), key=lambda m: m.id)
 
@@ -721,7 +740,11 @@ class PostgresStore(SQLStore):
         while True:
             try:
                 with anyio.CancelScope(shield=True):
-                    async with self._pool.acquire(timeout=self.connect_timeout) as conn:
+                    # no timeout of the acquire's own: asyncpg would run it as a task of its
+                    # own under asyncio.wait_for at every statement (about 1% of a serve
+                    # process's CPU); a new connection has its own (connect_timeout), and a
+                    # busy one comes back when its statement ends (command_timeout)
+                    async with self._pool.acquire() as conn:
                         if not transaction:
                             result = await fn(conn)
                         else:

@@ -338,3 +338,65 @@ async def test_publishes_made_together_are_put_together_and_one_that_fails_fails
         assert await store.join(job.id, "d2", {}, "") == {}
         await receiver.aclose()
         await bus.aclose()
+
+
+async def test_a_put_cancelled_after_it_committed_puts_no_other_publishers_messages_twice(
+    durable_db: str,
+) -> None:
+    """A publish whose put carries other publishes too (made while a put was in flight) is
+    cancelled once the store has committed that put, before it returns: the others'
+    publishes return put, and every message is stored once (not given back to be put
+    again)."""
+    from ragjury.store.base import Lease, OutgoingMessage, StoredMessage
+
+    async with open_store(durable_db) as store:
+        job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS[:4]])
+        puts: list[list[str]] = []
+        first_may_go, combined_committed, combined_may_return = (anyio.Event() for _ in "abc")
+        put_messages = store.put_messages
+
+        async def paused(
+            messages: Sequence[OutgoingMessage],
+            *,
+            lease: Lease | None = None,
+            started: Sequence[int] = (),
+            joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
+        ) -> list[StoredMessage]:
+            n = len(puts)
+            puts.append([m.item_key for m in messages])
+            if n == 0:  # the first put stays in flight while the others publish
+                await first_may_go.wait()
+            stored = await put_messages(messages, lease=lease, started=started, joins=joins)
+            if n == 1:  # committed; its caller is cancelled before this returns
+                combined_committed.set()
+                await combined_may_return.wait()
+            return stored
+
+        store.put_messages = paused  # type: ignore[method-assign]  # pauses the store's puts
+        bus = DurableBus(store, "p", poll_interval=0.05)  # no subscriber: nothing leased
+        published: list[str] = []
+
+        async def publish(key: str, scope: anyio.CancelScope | None = None) -> None:
+            with scope or anyio.CancelScope():
+                await bus.publish([Message("a", envelope(key, job.id))])
+                published.append(key)
+
+        leader = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish, "d0")
+            await anyio.wait_all_tasks_blocked()  # d0's put in flight
+            tg.start_soon(publish, "d1", leader)  # the next put's, with d2's and d3's
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(publish, "d2")
+            tg.start_soon(publish, "d3")
+            await anyio.wait_all_tasks_blocked()
+            first_may_go.set()
+            await combined_committed.wait()
+            leader.cancel()
+            await anyio.wait_all_tasks_blocked()
+            combined_may_return.set()
+        assert puts[:2] == [["d0"], ["d1", "d2", "d3"]]
+        assert puts[2:] == []  # nothing put again
+        assert {"d0", "d2", "d3"} <= set(published)
+        assert await store.waiting_messages() == {"a": 4}
+        await bus.aclose()

@@ -418,27 +418,29 @@ class DurableBus:
 
     async def _put_waiting(self, own: _Put) -> None:
         """Put every publish waiting (:meth:`publish`), ``own`` among them, under
-        ``_putting``."""
+        ``_putting``. A put that holds other callers' publishes is shielded from the
+        cancellation of this one's caller: cut off once the store had committed it, they
+        could not tell whether their messages were put (given back to be put again, they
+        would be put twice). It ends as the store ends it, and the cancellation reaches this
+        caller after it."""
         batch, self._puts = self._puts, []
         for put in batch:
             put.taken = True
-        try:
-            await self._put(batch)
-        except Exception as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
-                return
-            for put in batch:  # each alone: only what cannot be put fails
-                try:
-                    await self._put([put])
-                except Exception as alone:
-                    put.error = alone
-        except BaseException:  # cancelled: those of other callers wait for the next put
-            others = [put for put in batch if put is not own]
-            for put in others:
-                put.taken = False
-            self._puts[:0] = others
-            raise
+        if len(batch) == 1:
+            try:
+                await self._put(batch)
+            except Exception as exc:
+                own.error = exc
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._put(batch)
+            except Exception:
+                for put in batch:  # each alone: only what cannot be put fails
+                    try:
+                        await self._put([put])
+                    except Exception as alone:
+                        put.error = alone
 
     async def _put(self, batch: Sequence[_Put]) -> None:
         messages = [m for put in batch for m in put.messages]

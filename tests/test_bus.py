@@ -236,7 +236,8 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
 ) -> None:
     """A message no worker of this process waited for is claimed later; with the workers'
     step keys (``step_key``), the claim's messages come with their steps' keys and cached
-    outputs, looked up in one read, as a message put leased here does. A message whose key
+    outputs, looked up together, and under a run each whose step is not cached with its
+    first call's in-flight record, as a message put leased here does. A message whose key
     cannot be worked out, or that cannot be read, comes as it is."""
     from ragjury.store.base import OutgoingMessage
 
@@ -254,15 +255,17 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
                 raise ConfigurationError("no such job")  # e.g. a job this process cannot build
             return f"key-{env.correlation_id}"
 
-        reads: list[list[str]] = []
-        get_steps = store.get_steps
+        reads: list[list[tuple[str, str]]] = []
+        claimed_steps = store.claimed_steps
 
-        async def counted(keys: Sequence[str]) -> dict[str, str]:
-            reads.append(list(keys))
-            return await get_steps(keys)
+        async def counted(
+            messages: Sequence[tuple[str, str]], *, run_id: str = ""
+        ) -> list[tuple[str | None, int | None]]:
+            reads.append(list(messages))
+            return await claimed_steps(messages, run_id=run_id)
 
-        store.get_steps = counted  # type: ignore[method-assign]  # counts the store's reads
-        bus = DurableBus(store, "w", poll_interval=0.05)
+        store.claimed_steps = counted  # type: ignore[method-assign]  # counts the store's look-ups
+        bus = DurableBus(store, "w", poll_interval=0.05, run_id="r")
         bus.step_key = step_key
         subscription = bus.subscribe("a")
         deliveries: list[Delivery] = []
@@ -281,7 +284,10 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
         assert (got["d1"].step_key, got["d1"].cached) == ("key-d1", None)
         assert (got["d2"].step_key, got["d2"].cached) == ("", None)  # the cache is asked later
         assert sorted(asked) == [("a", "d0"), ("a", "d1"), ("a", "d2")]
-        assert reads == [["key-d0", "key-d1"]]  # one read for the claim
+        assert reads == [[("a", "key-d0"), ("a", "key-d1")]]  # one look-up for the claim
+        # the step not cached comes with its first call's in-flight record, opened with it
+        assert got["d0"].call is None
+        assert got["d1"].call is not None
         [failed] = await store.failed_items(job.id)  # the unreadable one, as before
         assert failed["item"] == "d3"
         await bus.aclose()

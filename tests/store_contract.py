@@ -263,11 +263,31 @@ async def test_an_acknowledgement_that_ends_the_item_stores_its_results_once(
     assert (await store.ack_message(second.id, [])).ended is None
 
 
-async def test_cached_steps_are_read_together_by_key(store: Store) -> None:
+async def test_claimed_messages_steps_are_read_together_and_their_calls_opened(
+    store: Store,
+) -> None:
     await store.put_step("k1", "a", '["one"]')
     await store.put_step("k2", "b", "[]")
-    assert await store.get_steps(["k2", "missing", "k1"]) == {"k1": '["one"]', "k2": "[]"}
-    assert await store.get_steps([]) == {}
+    claimed = [("b", "k2"), ("a", "missing"), ("a", "k1"), ("c", "missing")]
+    assert await store.claimed_steps(claimed) == [
+        ("[]", None), (None, None), ('["one"]', None), (None, None)
+    ]  # fmt: skip
+    assert await store.claimed_steps([]) == []
+    # under a run, each whose step is not cached comes with its first call's record opened
+    found = await store.claimed_steps(claimed, run_id="r1")
+    assert [output for output, _ in found] == ["[]", None, '["one"]', None]
+    assert found[0][1] is None
+    assert found[2][1] is None
+    calls = [call for _, call in found if call is not None]
+    assert len(set(calls)) == 2
+    assert isinstance(store, SQLStore)
+    opened = await store.read(
+        "SELECT id, stage, error FROM llm_calls WHERE run_id = ? ORDER BY id", ("r1",)
+    )
+    assert [(i, stage) for i, stage, _ in opened] == [(found[1][1], "a"), (found[3][1], "c")]
+    assert all(str(error).startswith("in flight") for _, _, error in opened)
+    await store.release_messages("w", [], calls=calls)  # a claimed message given back unstarted
+    assert await store.read("SELECT id FROM llm_calls WHERE run_id = ?", ("r1",)) == []
 
 
 async def test_messages_put_leased_come_back_with_their_cached_step_and_are_no_one_elses(

@@ -236,7 +236,8 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
 ) -> None:
     """A message no worker of this process waited for is claimed later; with the workers'
     step keys (``step_key``), the claim's messages come with their steps' keys and cached
-    outputs, looked up in one read, as a message put leased here does. A message whose key
+    outputs, looked up together, and under a run each whose step is not cached with its
+    first call's in-flight record, as a message put leased here does. A message whose key
     cannot be worked out, or that cannot be read, comes as it is."""
     from ragjury.store.base import OutgoingMessage
 
@@ -254,15 +255,17 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
                 raise ConfigurationError("no such job")  # e.g. a job this process cannot build
             return f"key-{env.correlation_id}"
 
-        reads: list[list[str]] = []
-        get_steps = store.get_steps
+        reads: list[list[tuple[str, str]]] = []
+        claimed_steps = store.claimed_steps
 
-        async def counted(keys: Sequence[str]) -> dict[str, str]:
-            reads.append(list(keys))
-            return await get_steps(keys)
+        async def counted(
+            messages: Sequence[tuple[str, str]], *, run_id: str = ""
+        ) -> list[tuple[str | None, int | None]]:
+            reads.append(list(messages))
+            return await claimed_steps(messages, run_id=run_id)
 
-        store.get_steps = counted  # type: ignore[method-assign]  # counts the store's reads
-        bus = DurableBus(store, "w", poll_interval=0.05)
+        store.claimed_steps = counted  # type: ignore[method-assign]  # counts the store's look-ups
+        bus = DurableBus(store, "w", poll_interval=0.05, run_id="r")
         bus.step_key = step_key
         subscription = bus.subscribe("a")
         deliveries: list[Delivery] = []
@@ -281,7 +284,10 @@ async def test_claimed_messages_come_with_their_cached_steps_looked_up_together(
         assert (got["d1"].step_key, got["d1"].cached) == ("key-d1", None)
         assert (got["d2"].step_key, got["d2"].cached) == ("", None)  # the cache is asked later
         assert sorted(asked) == [("a", "d0"), ("a", "d1"), ("a", "d2")]
-        assert reads == [["key-d0", "key-d1"]]  # one read for the claim
+        assert reads == [[("a", "key-d0"), ("a", "key-d1")]]  # one look-up for the claim
+        # the step not cached comes with its first call's in-flight record, opened with it
+        assert got["d0"].call is None
+        assert got["d1"].call is not None
         [failed] = await store.failed_items(job.id)  # the unreadable one, as before
         assert failed["item"] == "d3"
         await bus.aclose()
@@ -337,4 +343,66 @@ async def test_publishes_made_together_are_put_together_and_one_that_fails_fails
         assert await store.join(job.id, "d3", {}, "") == {"p": "d3"}
         assert await store.join(job.id, "d2", {}, "") == {}
         await receiver.aclose()
+        await bus.aclose()
+
+
+async def test_a_put_cancelled_after_it_committed_puts_no_other_publishers_messages_twice(
+    durable_db: str,
+) -> None:
+    """A publish whose put carries other publishes too (made while a put was in flight) is
+    cancelled once the store has committed that put, before it returns: the others'
+    publishes return put, and every message is stored once (not given back to be put
+    again)."""
+    from ragjury.store.base import Lease, OutgoingMessage, StoredMessage
+
+    async with open_store(durable_db) as store:
+        job = await store.submit("generate", {}, lambda: [(k, {}) for k in KEYS[:4]])
+        puts: list[list[str]] = []
+        first_may_go, combined_committed, combined_may_return = (anyio.Event() for _ in "abc")
+        put_messages = store.put_messages
+
+        async def paused(
+            messages: Sequence[OutgoingMessage],
+            *,
+            lease: Lease | None = None,
+            started: Sequence[int] = (),
+            joins: Sequence[tuple[str, str, Mapping[str, str]]] = (),
+        ) -> list[StoredMessage]:
+            n = len(puts)
+            puts.append([m.item_key for m in messages])
+            if n == 0:  # the first put stays in flight while the others publish
+                await first_may_go.wait()
+            stored = await put_messages(messages, lease=lease, started=started, joins=joins)
+            if n == 1:  # committed; its caller is cancelled before this returns
+                combined_committed.set()
+                await combined_may_return.wait()
+            return stored
+
+        store.put_messages = paused  # type: ignore[method-assign]  # pauses the store's puts
+        bus = DurableBus(store, "p", poll_interval=0.05)  # no subscriber: nothing leased
+        published: list[str] = []
+
+        async def publish(key: str, scope: anyio.CancelScope | None = None) -> None:
+            with scope or anyio.CancelScope():
+                await bus.publish([Message("a", envelope(key, job.id))])
+                published.append(key)
+
+        leader = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish, "d0")
+            await anyio.wait_all_tasks_blocked()  # d0's put in flight
+            tg.start_soon(publish, "d1", leader)  # the next put's, with d2's and d3's
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(publish, "d2")
+            tg.start_soon(publish, "d3")
+            await anyio.wait_all_tasks_blocked()
+            first_may_go.set()
+            await combined_committed.wait()
+            leader.cancel()
+            await anyio.wait_all_tasks_blocked()
+            combined_may_return.set()
+        assert puts[:2] == [["d0"], ["d1", "d2", "d3"]]
+        assert puts[2:] == []  # nothing put again
+        assert {"d0", "d2", "d3"} <= set(published)
+        assert await store.waiting_messages() == {"a": 4}
         await bus.aclose()

@@ -309,9 +309,11 @@ async def test_a_leased_reply_that_asks_comes_with_its_items_join_state(pg_url: 
 
 
 async def test_every_shape_of_an_acknowledgement_is_one_valid_statement(pg_url: str) -> None:
+    """Each statement shape the bus sends, prepared on the server (a put, a claimed
+    message's look-up and every acknowledgement's)."""
     import itertools
 
-    from ragjury.store.postgres import _acknowledgement
+    from ragjury.store.postgres import _CLAIMED_STEPS, _PUBLISH, _acknowledgement
 
     async with PostgresStore(pg_url):  # the schema
         pass
@@ -322,6 +324,8 @@ async def test_every_shape_of_an_acknowledgement_is_one_valid_statement(pg_url: 
             endings, (False, True), (0, 1, 2), (False, True), (False, True)
         ):
             await conn.prepare(_acknowledgement(ending, drops, calls, replies, joins))
+        await conn.prepare(_PUBLISH)
+        await conn.prepare(_CLAIMED_STEPS)
     finally:
         await conn.close()
 

@@ -139,8 +139,9 @@ def _judged_run(url: str, tmp_path: Path, n: int) -> tuple[float, dict[str, int]
 def test_a_judged_run_costs_at_most_four_statements_a_bus_message(
     counted_url: str, tmp_path: Path
 ) -> None:
-    # About 2.1 a message (3.0 before an item's last join went and the items claimed
-    # together were put together; 5.6 before that): each leased LLM message comes with its
+    # About 2.1 a message (2.4 before a claimed message's first call's record came with its
+    # step's look-up; 3.0 before an item's last join went and the items claimed together
+    # were put together; 5.6 before that): each LLM message, leased or claimed, comes with its
     # first call's in-flight record (no statement of the call's own), an item's first joins
     # go with its first messages, and items are claimed in one statement; the rest is mostly
     # the idle agents' polls and each new connection's type lookups
@@ -156,6 +157,11 @@ def test_a_judged_run_costs_at_most_four_statements_a_bus_message(
     # an item, 40 here; about 5 now)
     puts = sum(n for query, n in counts.items() if query.startswith("WITH t AS"))
     assert puts <= 20, f"{puts} puts for 40 samples:\n{_worst(counts)}"
+    # a call's in-flight record is opened with its message, leased or claimed: a message
+    # claimed rather than leased (the items put together are more than the idle workers)
+    # comes with it from the statement that looks its step up (before: one insert a call)
+    opens = sum(n for query, n in counts.items() if query.startswith("INSERT INTO llm_calls"))
+    assert opens <= 4, f"{opens} calls opened on their own for 40 samples:\n{_worst(counts)}"
     results = (tmp_path / "results.jsonl").read_text().splitlines()
     scored = [json.loads(line)["metrics"]["faithfulness"] for line in results]
     assert len(scored) == 40

@@ -268,4 +268,4 @@ async def test_a_statement_that_fails_in_the_database_thread_raises_to_its_calle
             with pytest.raises(sqlite3.OperationalError, match="no such table"):
                 await store.read("SELECT * FROM no_such_table", ())
         assert got == ["[]"] * 5
-        assert await store.get_steps(["k"]) == {"k": "[]"}
+        assert await store.claimed_steps([("a", "k")]) == [("[]", None)]

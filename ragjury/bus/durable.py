@@ -218,14 +218,12 @@ class _DurableSubscription:
 
 
 class Backing(Mailbox, Queue, Protocol):
-    """What the durable bus needs of a store: its messages, to fail the item of one that
-    reached the delivery limit, and to look claimed messages' steps up."""
+    """What the durable bus needs of a store: its messages (claimed ones' steps looked up
+    with them), and to fail the item of one that reached the delivery limit."""
 
     async def park_message(self, message_id: int, key: str) -> None:
         """Batch mode: keep the message until the batched request ``key`` has ended."""
         ...
-
-    async def get_steps(self, keys: Sequence[str]) -> dict[str, str]: ...
 
 
 class DurableBus:
@@ -263,8 +261,9 @@ class DurableBus:
         self.step_key: Callable[[str, Envelope], Awaitable[str]] | None = None
         """The step key of a message's envelope to a group ('': not cached), when the
         workers set it: the steps of the messages a claim takes are then looked up in the
-        step cache together, in one read a claim (as a put leased here looks them up),
-        not one a message as each is handled."""
+        step cache together, under a run with their first calls' in-flight records opened,
+        in one statement a claim (as a put leased here does), not one a message as each is
+        handled and one a call as each starts."""
         self.closed = False
         self._subscriptions: dict[str, _DurableSubscription] = {}
         self._asking: set[str] = set()
@@ -298,8 +297,11 @@ class DurableBus:
 
     async def looked_up(self, claimed: Sequence[StoredMessage]) -> list[StoredMessage]:
         """``claimed`` with their steps' keys and cached outputs (see :attr:`step_key`), their
-        envelopes read. A message whose envelope cannot be read, or whose key cannot be
-        worked out, is left as it is: its delivery says why or asks the cache itself."""
+        envelopes read, and, under a run, the in-flight record of the first call of each whose
+        step is not cached, opened with the look-up as a put leased here opens them (the call
+        then makes no write of its own). A message whose envelope cannot be read, or whose
+        key cannot be worked out, is left as it is: its delivery says why or asks the cache
+        itself."""
         keyer = self.step_key
         if keyer is None:
             return list(claimed)
@@ -314,9 +316,17 @@ class DurableBus:
                 except Exception:  # unreadable, or an unknown job: its delivery tells
                     key = ""
             keyed.append((m, key))
-        keys = sorted({key for _, key in keyed if key})
-        found = await self.store.get_steps(keys) if keys else {}
-        return [replace(m, step=found.get(key), step_key=key) if key else m for m, key in keyed]
+        wanted = [(m.group, key) for m, key in keyed if key]
+        if not wanted:
+            return [m for m, _ in keyed]
+        found = iter(await self.store.claimed_steps(wanted, run_id=self.run_id))
+        looked: list[StoredMessage] = []
+        for m, key in keyed:
+            if key:
+                output, call = next(found)
+                m = replace(m, step=output, step_key=key, call=call)
+            looked.append(m)
+        return looked
 
     async def first_poll(self) -> float:
         if self._watch is None:
@@ -418,27 +428,29 @@ class DurableBus:
 
     async def _put_waiting(self, own: _Put) -> None:
         """Put every publish waiting (:meth:`publish`), ``own`` among them, under
-        ``_putting``."""
+        ``_putting``. A put that holds other callers' publishes is shielded from the
+        cancellation of this one's caller: cut off once the store had committed it, they
+        could not tell whether their messages were put (given back to be put again, they
+        would be put twice). It ends as the store ends it, and the cancellation reaches this
+        caller after it."""
         batch, self._puts = self._puts, []
         for put in batch:
             put.taken = True
-        try:
-            await self._put(batch)
-        except Exception as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
-                return
-            for put in batch:  # each alone: only what cannot be put fails
-                try:
-                    await self._put([put])
-                except Exception as alone:
-                    put.error = alone
-        except BaseException:  # cancelled: those of other callers wait for the next put
-            others = [put for put in batch if put is not own]
-            for put in others:
-                put.taken = False
-            self._puts[:0] = others
-            raise
+        if len(batch) == 1:
+            try:
+                await self._put(batch)
+            except Exception as exc:
+                own.error = exc
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._put(batch)
+            except Exception:
+                for put in batch:  # each alone: only what cannot be put fails
+                    try:
+                        await self._put([put])
+                    except Exception as alone:
+                        put.error = alone
 
     async def _put(self, batch: Sequence[_Put]) -> None:
         messages = [m for put in batch for m in put.messages]

@@ -315,10 +315,6 @@ class CallLog(Protocol):
 
     async def get_step(self, key: str) -> str | None: ...
 
-    async def get_steps(self, keys: Sequence[str]) -> dict[str, str]:
-        """The cached outputs of those of ``keys`` the step cache has, by key (one read)."""
-        ...
-
     async def put_step(self, key: str, agent: str, output: str) -> None: ...
 
 
@@ -453,6 +449,15 @@ class Mailbox(Protocol):
         max_attempts: int,
         job_ids: Sequence[str] | None = None,
     ) -> Claim: ...
+
+    async def claimed_steps(
+        self, messages: Sequence[tuple[str, str]], *, run_id: str = ""
+    ) -> list[tuple[str | None, int | None]]:
+        """For claimed messages, one (group, step key) each: its step's cached output (None:
+        not cached) and, under ``run_id``, the in-flight record of its step's first LLM call
+        opened for it if its step is not cached (:attr:`StoredMessage.call`, as a message
+        put leased comes with), in their order, together (one statement on PostgreSQL)."""
+        ...
 
     async def ack_message(
         self,

@@ -36,6 +36,7 @@ from ragjury.store.base import Acked, OutgoingMessage, StoredMessage
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ClaimedSteps,
     ClaimItems,
     EndItem,
     Execute,
@@ -114,39 +115,41 @@ def _end_item(pairs: bool, samples: bool) -> str:
 
 _REPLIES = (
     "unnest({0}::text[], {1}::text[], {2}::text[], {3}::text[], {4}::text[], {5}::text::bool[], "
-    "{6}::text[]) AS t(g, k, j, i, b, l, sk)"
+    "{6}::text[]) WITH ORDINALITY AS t(g, k, j, i, b, l, sk, n)"
 )
-"""The messages to put, as columns: group, kind, job, item, body, leased, step key."""
+"""The messages to put, as columns: group, kind, job, item, body, leased, step key (and
+their order)."""
 _PUT = (
-    "new AS (INSERT INTO messages "
-    "(grp, kind, job_id, item_key, body, available_at, created_at, lease_owner, attempts) "
-    f"SELECT g, k, j, i, b, {_NOW} + CASE WHEN l THEN {{0}}::float8 ELSE 0 END, {_NOW}, "
-    "CASE WHEN l THEN {1}::text END, CASE WHEN l THEN 1 ELSE 0 END FROM t "
-    "RETURNING id, grp, body, lease_owner IS NOT NULL AS leased), "
-    f"woken AS (SELECT pg_notify('{CHANNEL}', grp) "
-    "FROM (SELECT DISTINCT grp FROM new WHERE NOT leased) AS groups), "
-    "due AS MATERIALIZED (SELECT mid, grp, "
-    "nextval('llm_calls_id_seq') AS cid FROM (SELECT DISTINCT "
-    "n.id AS mid, n.grp FROM new n JOIN t ON t.g = n.grp AND t.b = n.body WHERE n.leased "
-    "AND {2}::text IS NOT NULL AND t.sk <> '' "
-    "AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.key = t.sk)) AS d), "
+    "outgoing AS MATERIALIZED (SELECT nextval('messages_id_seq') AS id, c.*, "
+    "CASE WHEN c.l AND {2}::text IS NOT NULL AND c.sk <> '' AND c.output IS NULL "
+    "THEN nextval('llm_calls_id_seq') END AS cid FROM (SELECT t.*, (SELECT s.output "
+    "FROM steps s WHERE t.sk <> '' AND s.key = t.sk) AS output FROM t) AS c ORDER BY c.n), "
+    "new AS (INSERT INTO messages (id, grp, kind, job_id, item_key, body, available_at, "
+    "created_at, lease_owner, attempts) OVERRIDING SYSTEM VALUE "
+    f"SELECT id, g, k, j, i, b, {_NOW} + CASE WHEN l THEN {{0}}::float8 ELSE 0 END, {_NOW}, "
+    "CASE WHEN l THEN {1}::text END, CASE WHEN l THEN 1 ELSE 0 END FROM outgoing), "
+    f"woken AS (SELECT pg_notify('{CHANNEL}', g) FROM outgoing WHERE NOT l), "
     "opened AS (INSERT INTO llm_calls (id, run_id, stage, requests, prompt_tokens, "
     "completion_tokens, latency_ms, statuses, error, created_at) OVERRIDING SYSTEM VALUE "
-    f"SELECT cid, {{2}}::text, grp, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', {{3}}::text FROM due) "
-    "SELECT n.id, n.grp, n.body, t.j, t.i, t.sk, "
-    "(SELECT s.output FROM steps s WHERE t.sk <> '' AND s.key = t.sk), d.cid, {4} AS joined "
-    "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN new n ON n.leased "
-    "LEFT JOIN t ON t.g = n.grp AND t.b = n.body LEFT JOIN due d ON d.mid = n.id"
+    f"SELECT cid, {{2}}::text, g, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', {{3}}::text "
+    "FROM outgoing WHERE cid IS NOT NULL) "
+    "SELECT x.id, x.g, x.b, x.j, x.i, x.sk, x.output, x.cid, {4} AS joined "
+    "FROM (SELECT COUNT(*) FROM woken) AS w LEFT JOIN outgoing x ON x.l"
 )
 """Put the rows of ``t``, the leased ones leased, waking the processes that wait for the
-others' groups; the leased ones come back, each with its step's cached output. Under a run
-({2}; NULL: none), each leased one whose step is not cached also comes with its first LLM
-call's in-flight record, opened here (as ``open_call`` would as the call starts): the
-worker's call takes it, so a call costs no statement of its own. Each leased one also comes
-with what {4} gives: its item's join parts (:data:`_JOINED`), or NULL."""
+others' groups (the server sends one notice a group however many ask); the leased ones
+come back, each with its step's cached output. Under a run ({2}; NULL: none), each leased
+one whose step is not cached also comes with its first LLM call's in-flight record, opened
+here (as ``open_call`` would as the call starts): the worker's call takes it, so a call
+costs no statement of its own. Each leased one also comes with what {4} gives: its item's
+join parts (:data:`_JOINED`), or NULL. Each row's message and call ids are drawn first
+(``outgoing``, in their order), with its step looked up once (by its key, on the index,
+whatever the plan), so nothing is joined back to what was inserted: matched on group and
+body, with a DISTINCT against repeated bodies, that took the server more to set up and run
+than the insert."""
 _JOINED = (
-    "(SELECT ij.parts::text FROM item_joins ij WHERE n.id IS NOT NULL "
-    "AND ij.job_id = t.j AND ij.item_key = t.i)"
+    "(SELECT ij.parts::text FROM item_joins ij WHERE x.id IS NOT NULL "
+    "AND ij.job_id = x.j AND ij.item_key = x.i)"
 )
 """A leased message's item's join state as the statement found it, which its worker's last
 join of the item then need not ask for (:data:`ragjury.agents.joins.seen_joins`). Not in a
@@ -162,6 +165,20 @@ _PUBLISH = (
 )
 """Messages put, the items they start marked running and those items' first join parts
 stored, in one statement (:class:`Publish`)."""
+_CLAIMED_STEPS = (
+    "WITH c AS MATERIALIZED (SELECT n, g, o, CASE WHEN o IS NULL AND $3::text IS NOT NULL "
+    "THEN nextval('llm_calls_id_seq') END AS cid FROM (SELECT m.n, m.g, (SELECT s.output "
+    "FROM steps s WHERE s.key = m.k) AS o FROM unnest($1::text[], $2::text[]) "
+    "WITH ORDINALITY AS m(g, k, n)) AS q ORDER BY n), "
+    "opened AS (INSERT INTO llm_calls (id, run_id, stage, requests, prompt_tokens, "
+    "completion_tokens, latency_ms, statuses, error, created_at) OVERRIDING SYSTEM VALUE "
+    f"SELECT cid, $3::text, g, 0, 0, 0, 0, '[]', '{IN_FLIGHT}', $4::text FROM c "
+    "WHERE cid IS NOT NULL) "
+    "SELECT o, cid FROM c ORDER BY n"
+)
+"""Claimed messages' steps looked up and their first calls' records opened
+(:class:`ClaimedSteps`) in one statement: each step by its key on the index, whatever the
+plan; $3 NULL (no run) opens none."""
 _DROPPED = "dropped AS (DELETE FROM llm_calls WHERE id = ANY($27::text::bigint[])), "
 _NOTHING_DROPPED = "dropped AS (SELECT $27::text), "
 """What an acknowledgement with no call records to drop (nearly every one) has in place of
@@ -412,6 +429,11 @@ async def _apply(conn: Conn, step: Step) -> StepResult:
                 *_join_columns(step.joins),
             )
         )
+    if isinstance(step, ClaimedSteps):
+        groups = [group for group, _ in step.messages]
+        keys = [key for _, key in step.messages]
+        rows = await conn.fetch(_CLAIMED_STEPS, groups, keys, *(step.opens or (None, None)))
+        return [tuple(row) for row in rows]
     if isinstance(step, ClaimItems):
         jobs = [] if step.job_ids is None else [list(step.job_ids)]
         sql = _claim_items(step.job_ids is not None)

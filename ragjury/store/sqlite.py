@@ -26,10 +26,11 @@ from ragjury.store import _schema
 from ragjury.store._values import Param, Params, Row
 from ragjury.store.sql import Operation, SQLStore
 from ragjury.store.sql.items import end_item_plainly
-from ragjury.store.sql.mailbox import acknowledge_plainly, publish_plainly
+from ragjury.store.sql.mailbox import acknowledge_plainly, claimed_steps_plainly, publish_plainly
 from ragjury.store.sql.queue import claim_items_plainly
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ClaimedSteps,
     ClaimItems,
     EndItem,
     Execute,
@@ -114,6 +115,8 @@ def _apply(conn: Conn, step: Step) -> StepResult:
         return drive(conn, publish_plainly(step))
     elif isinstance(step, ClaimItems):
         return drive(conn, claim_items_plainly(step))
+    elif isinstance(step, ClaimedSteps):
+        return drive(conn, claimed_steps_plainly(step))
     elif isinstance(step, InsertItems):
         conn.executemany(_INSERT_ITEM, step.rows)
     # a Lock: a write holds the writer lock already

@@ -236,12 +236,6 @@ class CallLogSQL(Driven):
         rows = await self.read("SELECT output FROM steps WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
-    async def get_steps(self, keys: Sequence[str]) -> dict[str, str]:
-        if not keys:
-            return {}
-        rows = await self.read("SELECT key, output FROM steps WHERE key = ANY(?)", (list(keys),))
-        return {str(key): str(output) for key, output in rows}
-
     async def put_step(self, key: str, agent: str, output: str) -> None:
         params = (key, agent, output, time.time())
         await self._write(lambda: execute(PUT_STEP, *params), single=True)

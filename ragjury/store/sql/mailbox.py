@@ -23,6 +23,7 @@ from ragjury.store.sql.items import STARTED, end_item_plainly, ending, fail
 from ragjury.store.sql.joins import JOIN_PARTS, join_parts
 from ragjury.store.sql.steps import (
     Acknowledge,
+    ClaimedSteps,
     ExecuteMany,
     Fetch,
     Publish,
@@ -105,6 +106,25 @@ class MailboxSQL(Driven):
             return found
 
         return await self._write(claim, single=True)
+
+    async def claimed_steps(
+        self, messages: Sequence[tuple[str, str]], *, run_id: str = ""
+    ) -> list[tuple[str | None, int | None]]:
+        if not messages:
+            return []
+        rows = [(text(group), text(key)) for group, key in messages]
+        opens = (run_id, iso()) if run_id else None
+
+        def look_up() -> Steps[list[tuple[str | None, int | None]]]:
+            found: list[Row] = yield ClaimedSteps(rows, opens)
+            return [
+                (None if output is None else str(output), None if call is None else int(call))
+                for output, call in found
+            ]
+
+        if opens is None:  # nothing to open: a read
+            return await self._read(look_up)
+        return await self._write(look_up, single=True)
 
     async def ack_message(
         self,
@@ -270,6 +290,25 @@ _OPEN_CALL = (
 )
 """A leased message's first call's in-flight record, as :meth:`CallLogSQL.open_call` opens
 one (the call's own figures and model are written when it closes)."""
+
+
+def claimed_steps_plainly(step: ClaimedSteps) -> Steps[list[Row]]:
+    """:class:`~ragjury.store.sql.steps.ClaimedSteps` as plain statements, in the driver's
+    transaction."""
+    keys = sorted({str(key) for _, key in step.messages})
+    cached: list[Row] = yield Fetch(_CACHED, (keys,))
+    found = {str(key): output for key, output in cached}
+    rows: list[Row] = []
+    for group, key in step.messages:
+        output = found.get(str(key))
+        call = None
+        if step.opens is not None and output is None:
+            opened: list[Row] = yield Fetch(
+                _OPEN_CALL, (step.opens[0], group, IN_FLIGHT, step.opens[1])
+            )
+            call = opened[0][0]
+        rows.append((output, call))
+    return rows
 
 
 def publish_plainly(step: Publish) -> Steps[list[StoredMessage]]:

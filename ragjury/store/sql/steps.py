@@ -89,6 +89,19 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimedSteps:
+    """Claimed messages' steps, one (group, step key) each: each one's cached output (None:
+    not cached) and, under a run (``opens``), the first call's in-flight record of each
+    whose step is not cached, opened as :class:`Publish` opens a leased message's (None: no
+    record), as rows of (output, call id) in their order. PostgreSQL runs it as one
+    statement; other drivers run :func:`~ragjury.store.sql.mailbox.claimed_steps_plainly`."""
+
+    messages: Sequence[Params]
+    opens: Params | None = None
+    """(run, created_at), as :attr:`Publish.opens`; None: no run, nothing opened."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimItems:
     """Lease up to ``limit`` items to ``owner`` for ``lease_seconds``: first those whose
     lease ran out under another owner, then queued ones, oldest first, skipping rows other
@@ -198,9 +211,11 @@ Step = (
     | EndItem
     | Acknowledge
     | ClaimItems
+    | ClaimedSteps
 )
 StepResult = list[Row] | int | bool | list[StoredMessage] | Acked | None
-"""What a driver sends back for a step: rows (:class:`Fetch`, :class:`ClaimItems`), a
+"""What a driver sends back for a step: rows (:class:`Fetch`, :class:`ClaimItems`,
+:class:`ClaimedSteps`), a
 count (:class:`Execute`), a flag (:class:`EndItem`), the leased messages (:class:`Publish`),
 an :class:`Acked` (:class:`Acknowledge`) or nothing."""
 # the result sent back depends on the step: each operation names the one it expects

@@ -86,6 +86,12 @@ class FakeEndpoint:
             process.kill()
             process.wait()
 
+    @property
+    def pid(self) -> int:
+        """The endpoint's process id (for its CPU time)."""
+        assert self._process is not None
+        return self._process.pid
+
     def stats(self) -> dict[str, Any]:
         """The server's counters: requests, statuses, tokens, delay slept, in-flight peak."""
         data: dict[str, Any] = json.loads(self._command("stats"))

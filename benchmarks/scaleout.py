@@ -15,11 +15,18 @@ steady window's is the cost of one more message, which says how many messages a 
 server core could carry for a larger fleet. Where the server loads
 ``pg_stat_statements`` (as the throwaway one does) it also gives the SQL statements it ran
 per message. On both stores it gives the
-`serve` processes' own CPU per message, which a busy machine moves far less than the rates
-(server CPU + workers' CPU per message is what one message costs the machine).
+`serve` processes' own CPU per message, which a busy machine moves far less than the rates:
+over the whole run (what a user pays, each process's start-up included: its imports, about
+2.5 s of CPU, are about 2 ms a message of a 600-sample run) and in the steady window, with
+the fake endpoint's beside it. The steady figures together are what one message costs the
+machine; with them it gives the ceiling of each ratio on this machine's cores (one core at
+most per process, and the server's and the endpoint's CPU from the same cores), so a ratio
+short of its ceiling is lost to something other than CPU, and a ceiling under the goal is
+the machine's, not the code's.
 
     python benchmarks/scaleout.py                  # 600 samples per run
     python benchmarks/scaleout.py --quick          # 120 samples per run
+    python benchmarks/scaleout.py --layouts 2      # one and two processes only
     python benchmarks/scaleout.py --db-url postgresql://...   # a server of yours (a scratch
                                                    # database: each run empties ragjury's schema)
 
@@ -65,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=None, help="samples per run")
     parser.add_argument("--db-url", default=None, help="an existing PostgreSQL database URL")
     parser.add_argument("--concurrency", type=int, default=16, help="per serve process")
+    parser.add_argument(
+        "--layouts", type=int, default=4, choices=range(1, 5),
+        help="run the first N layouts only (2: one and two processes, every agent)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.samples = args.samples or (120 if args.quick else 600)
     return args
@@ -108,14 +119,20 @@ class _Waited(NamedTuple):
     steady_cpu: float | None
     """Server CPU seconds between the same 10% and 90% marks, this polling's own left out
     (None on SQLite)."""
+    steady_workers_cpu: float
+    """The serve processes' CPU seconds between the same marks (their start-up left out)."""
+    steady_endpoint_cpu: float | None
+    """The fake endpoint's CPU seconds between the same marks (None: not on this machine)."""
 
 
 async def _wait_for(
     db: str, total: int, processes: list[subprocess.Popen[bytes]], logs: Path, started: float,
-    server_pid: int | None,
+    server_pid: int | None, endpoint_pid: int | None,
 ) -> _Waited:  # fmt: skip
     marks: dict[float, float] = {}
     cpu: dict[float, float] = {}
+    workers: dict[float, float] = {}
+    endpoint: dict[float, float] = {}
     async with open_store(db) as store:
         while True:
             counts = await store.counts()
@@ -124,13 +141,20 @@ async def _wait_for(
             for fraction in (0.1, 0.9):
                 if ended >= fraction * total and fraction not in marks:
                     marks[fraction] = now
+                    workers[fraction] = sum(_own_cpu(p.pid) for p in processes)
+                    if endpoint_pid is not None:
+                        endpoint[fraction] = _own_cpu(endpoint_pid)
                     if server_pid is not None:
                         own = await _own_backend_cpu(store)
                         cpu[fraction] = _cpu_seconds(server_pid) - own
             if ended >= total:
                 steady = 0.8 * total / max(marks[0.9] - marks[0.1], 1e-6)
                 window = cpu[0.9] - cpu[0.1] if cpu else None
-                return _Waited(now - started, steady, await _own_backend_cpu(store), window)
+                fake = endpoint[0.9] - endpoint[0.1] if endpoint else None
+                own = await _own_backend_cpu(store)
+                return _Waited(
+                    now - started, steady, own, window, workers[0.9] - workers[0.1], fake
+                )
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"a serve process exited early; see {logs}")
             await anyio.sleep(0.1)
@@ -181,9 +205,10 @@ def _cpu_seconds(pid: int) -> float:
 def run_once(
     db: str, samples: Path, logs: Path, groups: list[list[str] | None], args: argparse.Namespace,
     base_url: str, server_pid: int | None, messages: int, log_level: str = "warning",
+    endpoint_pid: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     submit = _cli("submit", "--samples", str(samples), "--metrics", "faithfulness", "--db", db)
-    subprocess.run(submit, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(submit, check=True, stdout=subprocess.DEVNULL, env=_user_env())
     endpoint = ["--base-url", base_url, "--api-key", "bench", "--model", "fake-model"]
     # the count started first: its connection is the benchmark's, not ragjury's work
     counting = server_pid is not None and anyio.run(_statements, db, True) is not None
@@ -197,11 +222,14 @@ def run_once(
         if agents is not None:
             command += ["--agents", ",".join(agents)]
         with (logs / f"serve-{n}.log").open("w") as log:
-            processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log))
+            processes.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=_user_env())
+            )
     try:
         waited = anyio.run(
-            _wait_for, db, count_lines(samples), processes, logs, started, server_pid
-        )
+            _wait_for, db, count_lines(samples), processes, logs, started, server_pid,
+            endpoint_pid,
+        )  # fmt: skip
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -216,17 +244,66 @@ def run_once(
         "steady_items_per_second": round(waited.steady, 1),
         "failed": failed,
         "workers_cpu_ms_per_message": round(1000 * workers_cpu / max(messages, 1), 3),
+        "steady_workers_cpu_ms_per_message": _per_message(waited.steady_workers_cpu, messages),
     }
+    if waited.steady_endpoint_cpu is not None:
+        row["steady_endpoint_cpu_ms_per_message"] = _per_message(
+            waited.steady_endpoint_cpu, messages
+        )
     if db_cpu is not None:
         row["db_cpu_seconds"] = round(db_cpu, 2)
         row["db_cpu_ms_per_message"] = round(1000 * db_cpu / messages, 3)
     if waited.steady_cpu is not None:
-        # the messages of the items that ended between the marks: 80% of them
-        row["steady_db_cpu_ms_per_message"] = round(1000 * waited.steady_cpu / (0.8 * messages), 3)
+        row["steady_db_cpu_ms_per_message"] = _per_message(waited.steady_cpu, messages)
     if counting:
         statements = anyio.run(_statements, db, False) or 0
         row["statements_per_message"] = round(statements / messages, 2)
+    # what one message costs the machine once started (workers, server, fake endpoint) and
+    # how many cores that kept busy: near the machine's count, the run was CPU-bound
+    machine = sum(
+        row.get(k, 0.0)
+        for k in (
+            "steady_workers_cpu_ms_per_message",
+            "steady_db_cpu_ms_per_message",
+            "steady_endpoint_cpu_ms_per_message",
+        )
+    )
+    row["steady_machine_cpu_ms_per_message"] = round(machine, 3)
+    per_second = waited.steady * messages / count_lines(samples)
+    row["steady_cores_busy"] = round(per_second * machine / 1000, 2)
     return row
+
+
+def cpu_ceiling(one: dict[str, Any], row: dict[str, Any], processes: int, cpus: int) -> float:
+    """The most ``row``'s layout could give over one process (``one``) if the machine's
+    cores were the only limit, at the CPU a message each run measured in its steady window:
+    a process runs one thread of Python, so ``n`` processes take at most ``n`` cores, and
+    every message also takes the server's and the fake endpoint's CPU from the same cores.
+    Rates per millisecond of CPU: ``min(n / workers, cpus / machine)``."""
+
+    def rate(run: dict[str, Any], n: int) -> float:
+        workers = float(run["steady_workers_cpu_ms_per_message"])
+        machine = float(run["steady_machine_cpu_ms_per_message"])
+        return min(n / max(workers, 1e-9), cpus / max(machine, 1e-9))
+
+    return round(rate(row, processes) / rate(one, 1), 2)
+
+
+def _per_message(window_cpu: float, messages: int) -> float:
+    """Milliseconds of CPU a message in the steady window (the messages of the items that
+    ended between the 10% and 90% marks: 80% of them)."""
+    return round(1000 * window_cpu / max(0.8 * messages, 1), 3)
+
+
+def _user_env() -> dict[str, str]:
+    """The environment of the ragjury processes: this one's, but with Python's bytecode
+    cache on (in a folder of its own when this shell turns it off), as a user's installed
+    package has its ``.pyc`` files: a process's start-up is then its imports, not their
+    compilation. The first run (the count of messages a sample) writes the cache."""
+    env = dict(os.environ)
+    if env.pop("PYTHONDONTWRITEBYTECODE", None) and "PYTHONPYCACHEPREFIX" not in env:
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "ragjury-bench-pyc")
+    return env
 
 
 async def _statements(db: str, reset: bool) -> int | None:
@@ -317,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         write_samples(samples, args.samples)
         stores = ["sqlite"] + (["postgresql"] if server is not None or url else [])
         for store in stores:
-            for n, (layout, groups) in enumerate(layouts):
+            for n, (layout, groups) in enumerate(layouts[: args.layouts]):
                 work = tmp / f"{store}-{n}"
                 work.mkdir()
                 if store == "sqlite":
@@ -328,7 +405,10 @@ def main(argv: list[str] | None = None) -> int:
                     db, pid = str(url), None
                     anyio.run(_empty, db)
                 messages = round(per_sample * args.samples)
-                measured = run_once(db, samples, work, groups, args, fake.base_url, pid, messages)
+                measured = run_once(
+                    db, samples, work, groups, args, fake.base_url, pid, messages,
+                    endpoint_pid=fake.pid,
+                )  # fmt: skip
                 rows.append({"store": store, "layout": layout, **measured})
     for store in {r["store"] for r in rows}:
         mine = [r for r in rows if r["store"] == store]
@@ -336,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_to_one_process"] = round(
                 row["steady_items_per_second"] / mine[0]["steady_items_per_second"], 2
             )
+            if row["layout"].endswith("every agent"):
+                row["cpu_ceiling_ratio"] = cpu_ceiling(
+                    mine[0], row, int(row["layout"].split()[0]), os.cpu_count() or 1
+                )
     result = {
         "settings": {
             "samples": args.samples,
@@ -348,15 +432,21 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("scaleout", result, args.out)
     columns = [
         "store", "layout", "seconds", "items/s", "steady items/s", "ratio to 1 process",
-        "workers CPU ms/message", "db CPU ms/message", "steady db CPU ms/message",
-        "statements/message",
+        "CPU ceiling of the ratio",
+        "workers CPU ms/message", "steady workers CPU ms/message", "db CPU ms/message",
+        "steady db CPU ms/message", "steady endpoint CPU ms/message",
+        "steady machine CPU ms/message", "steady cores busy", "statements/message",
     ]  # fmt: skip
     table = [
         [
             r["store"], r["layout"], r["seconds"], r["items_per_second"],
             r["steady_items_per_second"], r["ratio_to_one_process"],
-            r["workers_cpu_ms_per_message"], r.get("db_cpu_ms_per_message", "-"),
-            r.get("steady_db_cpu_ms_per_message", "-"), r.get("statements_per_message", "-"),
+            r.get("cpu_ceiling_ratio", "-"),
+            r["workers_cpu_ms_per_message"], r["steady_workers_cpu_ms_per_message"],
+            r.get("db_cpu_ms_per_message", "-"), r.get("steady_db_cpu_ms_per_message", "-"),
+            r.get("steady_endpoint_cpu_ms_per_message", "-"),
+            r["steady_machine_cpu_ms_per_message"], r["steady_cores_busy"],
+            r.get("statements_per_message", "-"),
         ]
         for r in rows
     ]  # fmt: skip

@@ -274,6 +274,17 @@ def test_scaleout_measures_each_layout_on_both_stores(tmp_path: Path, postgres: 
         assert run["steady_items_per_second"] > 0
     assert all(r["db_cpu_ms_per_message"] > 0 for r in runs if r["store"] == "postgresql")
     assert runs[0]["ratio_to_one_process"] == 1.0
+    # the steady window's CPU a message, the workers' and the endpoint's (the server's too on
+    # PostgreSQL), adds up to the machine's, and gives each every-agent ratio its ceiling
+    for run in runs:
+        parts = ["steady_workers_cpu_ms_per_message", "steady_endpoint_cpu_ms_per_message"]
+        parts += ["steady_db_cpu_ms_per_message"] if run["store"] == "postgresql" else []
+        assert all(run[p] > 0 for p in parts)
+        assert run["steady_machine_cpu_ms_per_message"] == pytest.approx(
+            sum(run[p] for p in parts), abs=0.01
+        )
+        assert ("cpu_ceiling_ratio" in run) == run["layout"].endswith("every agent")
+    assert [r["cpu_ceiling_ratio"] for r in runs if "1 process" in r["layout"]] == [1.0, 1.0]
 
 
 def test_peers_times_ragjury_as_a_whole_process_and_loses_no_sample_to_faults(

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from functools import partial
+
+from pydantic import BaseModel
 
 from ragjury._json import JSONData, JSONObject
 from ragjury.store._common import (
@@ -66,10 +69,16 @@ class QueueSQL(Driven):
     ) -> Job:
         text = json.dumps(options, default=str)
         stored: JSONObject = json.loads(text)  # the options as the job keeps them
-        known = await self.read(
-            "SELECT 1 FROM jobs WHERE kind = ? AND options = ? LIMIT 1", (kind, text)
-        )
-        if not known:  # no job does this: the items are read once, hashed as they are stored
+        known = await self.read("SELECT key FROM jobs WHERE kind = ? AND options = ?", (kind, text))
+        if ends is not None:  # judged as it is stored: committed a chunk at a time
+            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes)
+            marks = [str(row[0]) for row in known if str(row[0]).startswith(_STORING)]
+            try:
+                if (marks and await intake.resume(marks)) or not known:
+                    return await intake.store(self)
+            except Exception:  # read again the careful way, which says why (as below)
+                pass
+        elif not known:  # no job does this: the items are read once, hashed as they are stored
             key = JobKey(kind, options)
             try:
                 return await self._write(
@@ -82,6 +91,11 @@ class QueueSQL(Driven):
         key_of_job, size = job_key(kind, options, items)
         if not size:
             return Job(id="", kind=kind, options=stored, created=False, size=0)
+        if ends is not None and not await self.read(
+            "SELECT 1 FROM jobs WHERE key = ?", (key_of_job,)
+        ):  # another job with these options: this one is new, stored a chunk at a time
+            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes)
+            return await intake.store(self)
 
         def submit() -> Steps[Job]:
             job_id = uuid.uuid4().hex[:12]
@@ -270,6 +284,161 @@ class _NotNew(Exception):
     """A job thought new has no items, or its key is another job's: rolled back."""
 
 
+_STORING = "storing "
+"""How the key of a job whose items are still being stored starts."""
+
+INTAKE_CHUNK = 4000
+INTAKE_CHUNK_BYTES = 8 * 1024 * 1024
+"""A job judged as it is stored is committed every this many items (or bytes of their
+payloads; their results are about as large again, or twice): a run killed meanwhile keeps
+what it committed, and the write-ahead log stays about this size however large the job."""
+
+
+Payload = BaseModel | Mapping[str, JSONData] | str
+
+
+class _TakenOver(Exception):
+    """Another process took over (or finished) the intake of a job this one was storing."""
+
+
+class _Intake:
+    """A job judged as it is stored (``ends``), committed a chunk at a time. Until its last
+    chunk the job's key is ``storing <id> <items stored> <hash of them>`` (see
+    :meth:`~ragjury.store._common.JobKey.progress`), so the same submission run again after a
+    kill finds it, checks its input begins with the items stored, and stores only the rest;
+    then the key becomes the job's real key. Each chunk moves the key on only from the one it
+    read, so two processes never store the same job's items together."""
+
+    def __init__(
+        self,
+        kind: JobKind,
+        options: Mapping[str, JSONData],
+        text: str,
+        items: ItemsFactory,
+        ends: ItemEnds,
+        batch: int,
+        batch_bytes: int,
+    ) -> None:
+        self.kind, self.options, self.text = kind, options, text
+        self.items, self.ends = items, ends
+        self.batch, self.batch_bytes = batch, batch_bytes
+        self.key = JobKey(kind, options)
+        self.source: Iterator[tuple[str, Payload]] = iter(())
+        self.job_id = uuid.uuid4().hex[:12]
+        self.mark: str | None = None
+
+    async def resume(self, marks: Sequence[str]) -> bool:
+        """Whether one of the unfinished intakes ``marks`` stored the first items of this
+        input (then this one goes on from there)."""
+        stored: dict[int, tuple[str, str]] = {}
+        for mark in marks:
+            parts = mark.split(" ")
+            if len(parts) == 4 and parts[2].isdigit():
+                stored[int(parts[2])] = (parts[1], parts[3])
+        if not stored:
+            return False
+        key = JobKey(self.kind, self.options)
+        source = iter(self.items())
+        found = None
+        last = max(stored)
+        for item_key, payload in source:
+            key.add(item_key, encode(payload))
+            if key.size in stored and key.progress() == stored[key.size][1]:
+                found = key.size
+            if key.size == last:
+                break
+        if found is None:
+            return False
+        if found != last:  # a longer one was another input's: read this one again to there
+            key = JobKey(self.kind, self.options)
+            source = iter(self.items())
+            for item_key, payload in itertools.islice(source, found):
+                key.add(item_key, encode(payload))
+        self.key, self.source = key, source
+        self.job_id = stored[found][0]
+        self.mark = f"{_STORING}{self.job_id} {found} {stored[found][1]}"
+        return True
+
+    async def store(self, queue: QueueSQL) -> Job:
+        stored: JSONObject = json.loads(self.text)
+        resumed = self.mark is not None
+        if not resumed:
+            self.source = iter(self.items())
+        ended = 0
+        try:
+            while chunk := self._chunk():
+                mark = f"{_STORING}{self.job_id} {self.key.size} {self.key.progress()}"
+                operation = partial(self._store_chunk, chunk, self.mark, mark)
+                ended += await queue._write(operation)
+                self.mark = mark
+            if not self.key.size:
+                return Job(id="", kind=self.kind, options=stored, created=False, size=0)
+            real = self.key.finish(self.items)
+            if not await queue._write(partial(self._finish, self.mark, real)):
+                return await queue.submit(self.kind, self.options, self.items)  # the other's
+        except _TakenOver:
+            raise
+        except Exception:  # repeated ids (the store refused the second), a lost database
+            if self.mark is not None and not resumed:  # what this call stored goes
+                await queue._write(partial(_forget_job, self.job_id, self.mark))
+            raise
+        return Job(
+            self.job_id, self.kind, stored, created=not resumed, size=self.key.size, ended=ended
+        )
+
+    def _chunk(self) -> list[tuple[str, str]]:
+        chunk: list[tuple[str, str]] = []
+        held = 0
+        for item_key, payload in self.source:
+            encoded = encode(payload)
+            self.key.add(item_key, encoded)
+            chunk.append((item_key, encoded))
+            held += len(encoded)
+            if len(chunk) >= INTAKE_CHUNK or held >= INTAKE_CHUNK_BYTES:
+                break
+        return chunk
+
+    def _store_chunk(
+        self, chunk: Sequence[tuple[str, str]], mark: str | None, new: str
+    ) -> Steps[int]:
+        if mark is None:
+            yield from execute(
+                "INSERT INTO jobs (id, kind, key, options, created_at) VALUES (?, ?, ?, ?, ?)",
+                *(self.job_id, self.kind, new, self.text, iso(time.time())[:19]),
+            )
+        elif not (yield from _move_key(self.job_id, mark, new)):
+            raise _TakenOver
+        start = self.key.size - len(chunk)
+        return (
+            yield from _insert_all(
+                self.job_id, lambda: chunk, self.batch, self.batch_bytes, None, self.ends, start
+            )
+        )
+
+    def _finish(self, mark: str | None, real: str) -> Steps[bool]:
+        """The job under its real key; False (and the job forgotten) if another job has it."""
+        if (yield from fetch("SELECT 1 FROM jobs WHERE key = ?", real)):
+            yield from _forget_job(self.job_id, mark)
+            return False
+        if not (yield from _move_key(self.job_id, mark, real)):
+            raise _TakenOver
+        return True
+
+
+def _move_key(job_id: str, mark: str | None, new: str) -> Steps[int]:
+    sql = "UPDATE jobs SET key = ? WHERE id = ? AND key = ?"
+    return (yield from execute(sql, new, job_id, mark))
+
+
+def _forget_job(job_id: str, mark: str | None) -> Steps[None]:
+    """A job whose intake did not finish, and what was stored of it, if it is still under
+    ``mark`` (no other process took it over)."""
+    if (yield from fetch("SELECT 1 FROM jobs WHERE id = ? AND key = ?", job_id, mark)):
+        for table in ("samples", "pairs", "items"):
+            yield from execute(f"DELETE FROM {table} WHERE job_id = ?", job_id)
+        yield from execute("DELETE FROM jobs WHERE id = ?", job_id)
+
+
 def _insert_all(
     job_id: str,
     items: ItemsFactory,
@@ -277,6 +446,7 @@ def _insert_all(
     batch_bytes: int,
     key: JobKey | None = None,
     ends: ItemEnds | None = None,
+    start: int = 0,
 ) -> Steps[int]:
     """Store every item of ``items`` in the job ``job_id`` (in batches of ``batch`` items or
     ``batch_bytes`` of payloads and results), each added to ``key`` too when given; with
@@ -285,7 +455,7 @@ def _insert_all(
     rows: list[Row] = []
     results: list[tuple[str, ItemResults]] = []
     held = ended = 0
-    for position, (item_key, payload) in enumerate(items()):
+    for position, (item_key, payload) in enumerate(items(), start):
         encoded = encode(payload)
         if key is not None:
             key.add(item_key, encoded)

@@ -232,6 +232,38 @@ async def test_an_intake_cut_off_keeps_its_committed_chunks_and_the_same_one_goe
     assert len(await store.jobs()) == 2
 
 
+async def test_the_queued_items_of_a_job_found_again_end_as_they_would_be_taken_in(
+    store: Store,
+) -> None:
+    """A job stored queued (by a run stopped while it judged them, or by ``submit``), then
+    submitted again with ``ends``: its queued items end there, a chunk at a time, those
+    ``ends`` gives nothing stay queued, and one claimed by a runner is left to it."""
+    n = INTAKE_CHUNK + 10
+
+    def items() -> list[tuple[str, JSONObject]]:
+        return [(f"s{i}", {"i": i}) for i in range(n)]
+
+    first = await store.submit("evaluate", {"q": 1}, items)
+    claimed = await store.claim_items("w", 1, lease_seconds=HELD, job_ids=[first.id])
+    asked: list[str] = []
+
+    def ends(key: str, stored: str) -> ItemResults | None:
+        asked.append(key)
+        assert stored == f'{{"i": {key[1:]}}}'  # the payload as stored
+        if key == "s7":
+            return None
+        return ItemResults(samples=[({"id": key}, f'{{"k": "{key}"}}')], report={})
+
+    job = await store.submit("evaluate", {"q": 1}, items, ends=ends)
+    assert (job.id, job.created, job.ended) == (first.id, False, n - 2)
+    assert asked == [f"s{i}" for i in range(1, n)]  # s0 claimed
+    assert claimed[0].key == "s0"
+    counts = await store.counts([job.id])
+    assert counts == {"queued": 1, "processing": 1, "done": n - 2, "failed": 0}
+    ended = [f"s{i}" for i in range(1, n) if i != 7]
+    assert [r["id"] async for r in store.samples([job.id])] == ended
+
+
 async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:
     job = await store.submit("generate", {}, lambda: [(f"d{i:03}", {}) for i in range(450)])
     for i in reversed(range(450)):  # finished in reverse: still read in submission order

@@ -332,7 +332,8 @@ def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_jud
 ) -> None:
     """SIGINT while a job that calls no LLM is judged as it is stored: the rest of its
     samples are stored queued, unjudged, the job is committed with those judged, the run
-    exits as interrupted (130) with them written, and the same command judges the rest."""
+    exits as interrupted (130) with them written, and the same command judges the rest as it
+    finds the job (a chunk at a time, none claimed by the runner)."""
     n = 12000
     records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
                for i in range(n)]  # fmt: skip
@@ -357,6 +358,9 @@ def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_jud
     assert [r["id"] for r in read_jsonl(out)] == [f"s{i}" for i in range(states["done"])]
     assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0  # the same command
     assert read_summary(tmp_path)["items_done_now"] == states["queued"]
+    with sqlite3.connect(db) as conn:  # the rest judged as the job was found, never claimed
+        claims = conn.execute("SELECT MAX(attempts), COUNT(lease_owner) FROM items").fetchone()
+    assert claims == (0, 0)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert evaluate(None, fresh, samples, "--metrics", "keywords") == 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -111,7 +112,28 @@ class QueueSQL(Driven):
             ended = yield from _insert_all(job_id, items, batch, batch_bytes, ends=ends)
             return Job(job_id, kind, stored, created=True, size=size, ended=ended)
 
-        return await self._write(submit)
+        job = await self._write(submit)
+        if ends is not None and not job.created:  # what it left queued is judged here too
+            job = dataclasses.replace(job, ended=await self._end_queued(job.id, ends))
+        return job
+
+    async def _end_queued(self, job_id: str, ends: ItemEnds) -> int:
+        """End the job's queued items ``ends`` gives results, a chunk at a time (a job
+        judged as it is stored, stopped before the rest were judged, or stored by another
+        process or version): the number ended. One another process claimed meanwhile still ends
+        once (whichever ends it first; see :func:`~ragjury.store.sql.items.end`)."""
+        page = (
+            "SELECT id, key, payload FROM items WHERE job_id = ? AND state = 'queued' "
+            f"AND id > ? ORDER BY id LIMIT {INTAKE_CHUNK}"
+        )
+        ended = after = 0
+        while rows := await self.read(page, (job_id, after)):
+            after = int(rows[-1][0])
+            chunk = [(str(key), str(payload)) for _, key, payload in rows]
+            ended += await self._write(partial(_end_items, job_id, chunk, ends))
+            if len(rows) < INTAKE_CHUNK:
+                break
+        return ended
 
     @staticmethod
     def _submit_new(
@@ -423,6 +445,15 @@ class _Intake:
         if not (yield from _move_key(self.job_id, mark, real)):
             raise _TakenOver
         return True
+
+
+def _end_items(job_id: str, chunk: Sequence[tuple[str, str]], ends: ItemEnds) -> Steps[int]:
+    ended = 0
+    for key, payload in chunk:
+        results = ends(key, payload)
+        if results is not None:
+            ended += yield from end(job_id, key, "done", results)
+    return ended
 
 
 def _move_key(job_id: str, mark: str | None, new: str) -> Steps[int]:

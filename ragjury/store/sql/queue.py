@@ -309,11 +309,14 @@ class _NotNew(Exception):
 _STORING = "storing "
 """How the key of a job whose items are still being stored starts."""
 
-INTAKE_CHUNK = 4000
-INTAKE_CHUNK_BYTES = 8 * 1024 * 1024
+INTAKE_CHUNK = 500
+INTAKE_CHUNK_BYTES = 2 * 1024 * 1024
 """A job judged as it is stored is committed every this many items (or bytes of their
-payloads; their results are about as large again, or twice): a run killed meanwhile keeps
-what it committed, and the write-ahead log stays about this size however large the job."""
+payloads; their results are about twice as large again): a run killed meanwhile keeps what
+it committed, and the write-ahead log stays a few times this size however large the job.
+A chunk's items and results are held in memory until it is stored: with 4,000 a chunk a
+keywords-only evaluate peaked 1.4x higher (116 MiB against 84 at 20,000 samples), with 500
+no higher than one transaction in batches of 500."""
 
 
 Payload = BaseModel | Mapping[str, JSONData] | str

@@ -195,9 +195,9 @@ async def test_an_intake_cut_off_keeps_its_committed_chunks_and_the_same_one_goe
     the job keeps that chunk ended; the same submission again stores and ends only the rest,
     in the same job; another input with the same options is another job, and one with a
     repeated id is refused, leaving nothing of it."""
-    n = INTAKE_CHUNK + 1500
+    n = 3 * INTAKE_CHUNK + 10
     asked: list[str] = []
-    cut_at: int | None = INTAKE_CHUNK + 700
+    cut_at: int | None = INTAKE_CHUNK + INTAKE_CHUNK // 2
 
     def ends(key: str, stored: str) -> ItemResults | None:
         if cut_at is not None and key == f"s{cut_at}":
@@ -210,7 +210,7 @@ async def test_an_intake_cut_off_keeps_its_committed_chunks_and_the_same_one_goe
 
     with pytest.raises(_Killed):
         await store.submit("evaluate", {"c": 1}, items, ends=ends)
-    assert len(asked) == INTAKE_CHUNK + 700
+    assert len(asked) == INTAKE_CHUNK + INTAKE_CHUNK // 2
     counts = await store.counts()
     assert counts["done"] == INTAKE_CHUNK  # the second chunk was never committed
     # another input with the same options does not take the unfinished job's place

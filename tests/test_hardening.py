@@ -367,6 +367,23 @@ def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_jud
     assert (fresh / "results.jsonl").read_bytes() == out.read_bytes()
 
 
+def test_a_sample_judged_as_it_is_stored_is_logged_as_a_runner_logs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At info level, each sample of a keywords-only run (judged as the job is stored, no
+    runner) has its ``item_done`` line with its job once stored, as an item a runner ends
+    has."""
+    records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo"]} for i in range(3)]
+    samples = samples_file(tmp_path, records)
+    assert evaluate(None, tmp_path, samples, "--metrics", "keywords", "--log-level", "info") == 0
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+             if '"event": "item_done"' in line]  # fmt: skip
+    job = read_summary(tmp_path)["job"]
+    assert sorted((line["item"], line["job"]) for line in lines) == [
+        (f"s{i}", job) for i in range(3)
+    ]
+
+
 # -- the small ones -------------------------------------------------------------------------
 
 

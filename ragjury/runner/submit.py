@@ -80,13 +80,17 @@ async def submit_samples(
         pin_model,
     )
     options = spec.stored()
-    ends = None
+    now = None
     if judge_now is not None and panel is None and not registry(judges).needs_llm(metrics):
         job = Job(id="", kind="evaluate", options=options)
-        ends = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
+        now = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
     again = list(samples) if isinstance(samples, Iterator) else samples
     return await store.submit(
-        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again), ends=ends
+        "evaluate",
+        options,
+        lambda: (EvaluationPipeline.item(s) for s in again),
+        ends=None if now is None else now.end,
+        told=None if now is None else now.told,
     )
 
 

@@ -334,6 +334,7 @@ class Queue(Protocol):
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
         ends: ItemEnds | None = None,
+        told: Callable[[str], None] | None = None,
     ) -> Job:
         """Create a job of ``items`` ((key, payload) in order; a function returning a fresh
         iterator, read twice) or find the identical one (then put back its items that
@@ -341,7 +342,8 @@ class Queue(Protocol):
         ended where ``ends`` gives its results (:attr:`Job.ended` counts them), committed a
         chunk of items at a time: a run killed meanwhile keeps the chunks committed (the job
         under a key that says it is unfinished), and the same submission stores and ends only
-        the rest, in the same job (``created`` False)."""
+        the rest, in the same job (``created`` False). ``told`` is called with the job's
+        id each time items ``ends`` ended are committed."""
         ...
 
     async def job(self, job_id: str) -> Job:

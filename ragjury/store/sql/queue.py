@@ -8,7 +8,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import partial
 
 from pydantic import BaseModel
@@ -67,12 +67,13 @@ class QueueSQL(Driven):
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
         ends: ItemEnds | None = None,
+        told: Callable[[str], None] | None = None,
     ) -> Job:
         text = json.dumps(options, default=str)
         stored: JSONObject = json.loads(text)  # the options as the job keeps them
         known = await self.read("SELECT key FROM jobs WHERE kind = ? AND options = ?", (kind, text))
         if ends is not None:  # judged as it is stored: committed a chunk at a time
-            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes)
+            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes, told)
             marks = [str(row[0]) for row in known if str(row[0]).startswith(_STORING)]
             try:
                 if (marks and await intake.resume(marks)) or not known:
@@ -95,7 +96,7 @@ class QueueSQL(Driven):
         if ends is not None and not await self.read(
             "SELECT 1 FROM jobs WHERE key = ?", (key_of_job,)
         ):  # another job with these options: this one is new, stored a chunk at a time
-            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes)
+            intake = _Intake(kind, options, text, items, ends, batch, batch_bytes, told)
             return await intake.store(self)
 
         def submit() -> Steps[Job]:
@@ -114,10 +115,13 @@ class QueueSQL(Driven):
 
         job = await self._write(submit)
         if ends is not None and not job.created:  # what it left queued is judged here too
-            job = dataclasses.replace(job, ended=await self._end_queued(job.id, ends))
+            ended = await self._end_queued(job.id, ends, told)
+            job = dataclasses.replace(job, ended=ended)
         return job
 
-    async def _end_queued(self, job_id: str, ends: ItemEnds) -> int:
+    async def _end_queued(
+        self, job_id: str, ends: ItemEnds, told: Callable[[str], None] | None
+    ) -> int:
         """End the job's queued items ``ends`` gives results, a chunk at a time (a job
         judged as it is stored, stopped before the rest were judged, or stored by another
         process or version): the number ended. One another process claimed meanwhile still ends
@@ -131,6 +135,8 @@ class QueueSQL(Driven):
             after = int(rows[-1][0])
             chunk = [(str(key), str(payload)) for _, key, payload in rows]
             ended += await self._write(partial(_end_items, job_id, chunk, ends))
+            if told is not None:
+                told(job_id)
             if len(rows) < INTAKE_CHUNK:
                 break
         return ended
@@ -343,8 +349,10 @@ class _Intake:
         ends: ItemEnds,
         batch: int,
         batch_bytes: int,
+        told: Callable[[str], None] | None,
     ) -> None:
         self.kind, self.options, self.text = kind, options, text
+        self.told = told
         self.items, self.ends = items, ends
         self.batch, self.batch_bytes = batch, batch_bytes
         self.key = JobKey(kind, options)
@@ -396,6 +404,8 @@ class _Intake:
                 operation = partial(self._store_chunk, chunk, self.mark, mark)
                 ended += await queue._write(operation)
                 self.mark = mark
+                if self.told is not None:
+                    self.told(self.job_id)
             if not self.key.size:
                 return Job(id="", kind=self.kind, options=stored, created=False, size=0)
             real = self.key.finish(self.items)

@@ -80,7 +80,8 @@ def _shown(figure: float | None, interval: list[float] | None) -> str:
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     console = Console(stderr=True)
-    loaded = load_samples(args.samples, parse_fields(args.fields))
+    # each sample's JSON kept as the file is checked: the job is stored from it
+    loaded = load_samples(args.samples, parse_fields(args.fields), keep_encoded=not args.dry_run)
     invalid: list[dict[str, int | str]] = [
         {"line": r.line, "reason": r.reason} for r in loaded.invalid
     ]

@@ -133,7 +133,13 @@ class SampleFile:
     """
 
     def __init__(
-        self, path: str, rows: Rows, builder: SampleBuilder, *, keep_encoded: bool = False
+        self,
+        path: str,
+        rows: Rows,
+        builder: SampleBuilder,
+        *,
+        keep_encoded: bool = False,
+        keep_in: Path | None = None,
     ) -> None:
         self.path = path
         self._rows, self._builder = rows, builder
@@ -143,7 +149,9 @@ class SampleFile:
         self.invalid: list[InvalidRecord] = []
         # unlinked at once: gone with the process, however it ends
         self._encoded: IO[bytes] | None = (
-            tempfile.TemporaryFile() if keep_encoded else None  # noqa: SIM115  # lives as long as self
+            tempfile.TemporaryFile(dir=keep_in)  # noqa: SIM115  # lives as long as self
+            if keep_encoded
+            else None
         )
         self._reading = False
         suspects = self._scan(None)
@@ -268,7 +276,11 @@ def field_map(pairs: Mapping[str, str]) -> dict[str, str]:
 
 
 def load_samples(
-    path: str | Path, fields: Mapping[str, str] | None = None, *, keep_encoded: bool = False
+    path: str | Path,
+    fields: Mapping[str, str] | None = None,
+    *,
+    keep_encoded: bool = False,
+    keep_in: Path | None = None,
 ) -> SampleFile:
     """The samples of a ``.jsonl``/``.ndjson``, ``.json``, ``.csv`` or ``.parquet`` file, or
     of a folder a Hugging Face dataset was saved to (``save_to_disk``), checked in one pass
@@ -279,11 +291,12 @@ def load_samples(
     number (record index for JSON, row for Parquet and Arrow). Raises InputError when the
     file is missing, has another suffix, cannot be decoded, or (JSON) does not parse or hold
     a list of records. ``keep_encoded``: each valid sample's JSON is kept in a temporary
-    file as the file is checked, for :meth:`SampleFile.encoded` (a job's intake).
+    file (in the folder ``keep_in``, else the system's; about the input's size) as the file
+    is checked, for :meth:`SampleFile.encoded` (a job's intake).
     """
     file, rows, from_csv = _rows_of(path)
     builder = SampleBuilder(stem=file.stem, from_csv=from_csv, fields=field_map(fields or {}))
-    return SampleFile(str(file), rows, builder, keep_encoded=keep_encoded)
+    return SampleFile(str(file), rows, builder, keep_encoded=keep_encoded, keep_in=keep_in)
 
 
 def read_records(

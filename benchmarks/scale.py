@@ -23,9 +23,10 @@ from one size to the next, which a linear command keeps flat too.
     python benchmarks/scale.py --keywords 1000,1000000 --generate 1000,100000
 
 ``--million`` adds a keywords run of 1,000,000 samples: about 35 GB of disk at the peak (4.3 GB
-of input, 15 GB of database and up to 5 GB of write-ahead log while the items are stored,
-the output and the export 4.7 GB each) and about 1,300 CPU seconds for the evaluate alone
-(44 minutes of wall time on a loaded 2-core machine). The keywords rows say whether the
+of input and as much again of its samples' JSON kept while the run lasts, 15 GB of database
+(its write-ahead log checkpointed at 64 MiB), the output and the export 4.7 GB each) and
+about 600 CPU seconds for the evaluate alone (21 minutes of wall time on a loaded 2-core
+machine). The keywords rows say whether the
 no-LLM targets hold, a line each: at least 2,000 samples/s at 20k as a whole process, time
 per sample and peak RSS within 1.5x and 1.25x of the smallest size.
 """

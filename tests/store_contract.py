@@ -18,6 +18,7 @@ from ragjury.errors import InputError
 from ragjury.llm.usage import CallStats
 from ragjury.store.base import ItemResults, Lease, OutgoingMessage, StepWrites, Store
 from ragjury.store.sql import SQLStore
+from ragjury.store.sql.queue import INTAKE_CHUNK
 
 HELD, RAN_OUT = 60.0, 0.0
 
@@ -180,6 +181,87 @@ async def test_items_that_end_as_they_are_taken_in_are_stored_ended_in_order(
     other = await store.submit("evaluate", {"e": 1}, lambda: [("t0", {"i": 0})], ends=ends)
     assert (other.created, other.ended, len(asked)) == (True, 1, 8)
     assert [r["id"] async for r in store.samples([other.id])] == ["t0"]
+
+
+class _Killed(BaseException):
+    """What a kill -9 does to an intake: it stops where it is, and nothing is cleaned up."""
+
+
+async def test_an_intake_cut_off_keeps_its_committed_chunks_and_the_same_one_goes_on(
+    store: Store,
+) -> None:
+    """A job judged as it is stored is committed a chunk at a time
+    (:data:`~ragjury.store.sql.queue.INTAKE_CHUNK` items): cut off after its first chunk,
+    the job keeps that chunk ended; the same submission again stores and ends only the rest,
+    in the same job; another input with the same options is another job, and one with a
+    repeated id is refused, leaving nothing of it."""
+    n = 3 * INTAKE_CHUNK + 10
+    asked: list[str] = []
+    cut_at: int | None = INTAKE_CHUNK + INTAKE_CHUNK // 2
+
+    def ends(key: str, stored: str) -> ItemResults | None:
+        if cut_at is not None and key == f"s{cut_at}":
+            raise _Killed
+        asked.append(key)
+        return ItemResults(samples=[({"id": key}, f'{{"k": "{key}"}}')], report={})
+
+    def items() -> list[tuple[str, JSONObject]]:
+        return [(f"s{i}", {"i": i}) for i in range(n)]
+
+    with pytest.raises(_Killed):
+        await store.submit("evaluate", {"c": 1}, items, ends=ends)
+    assert len(asked) == INTAKE_CHUNK + INTAKE_CHUNK // 2
+    counts = await store.counts()
+    assert counts["done"] == INTAKE_CHUNK  # the second chunk was never committed
+    # another input with the same options does not take the unfinished job's place
+    other = await store.submit("evaluate", {"c": 1}, lambda: items()[1:30], ends=ends)
+    assert (other.created, other.size, other.ended) == (True, 29, 29)
+    asked.clear()
+    cut_at = None
+    job = await store.submit("evaluate", {"c": 1}, items, ends=ends)
+    assert (job.created, job.size, job.ended) == (False, n, n - INTAKE_CHUNK)
+    assert asked == [f"s{i}" for i in range(INTAKE_CHUNK, n)]  # the first chunk not again
+    assert await store.counts([job.id]) == {"queued": 0, "processing": 0, "done": n, "failed": 0}
+    assert [r["id"] async for r in store.samples([job.id])] == [f"s{i}" for i in range(n)]
+    again = await store.submit("evaluate", {"c": 1}, items, ends=ends)
+    assert (again.id, again.created, again.ended) == (job.id, False, 0)
+    assert len(await store.jobs()) == 2
+    repeated: list[tuple[str, JSONObject]] = [*items()[: INTAKE_CHUNK + 5], ("s3", {"i": 3})]
+    with pytest.raises(InputError, match="repeated: s3"):
+        await store.submit("evaluate", {"c": 2}, lambda: repeated, ends=ends)
+    assert len(await store.jobs()) == 2
+
+
+async def test_the_queued_items_of_a_job_found_again_end_as_they_would_be_taken_in(
+    store: Store,
+) -> None:
+    """A job stored queued (by a run stopped while it judged them, or by ``submit``), then
+    submitted again with ``ends``: its queued items end there, a chunk at a time, those
+    ``ends`` gives nothing stay queued, and one claimed by a runner is left to it."""
+    n = INTAKE_CHUNK + 10
+
+    def items() -> list[tuple[str, JSONObject]]:
+        return [(f"s{i}", {"i": i}) for i in range(n)]
+
+    first = await store.submit("evaluate", {"q": 1}, items)
+    claimed = await store.claim_items("w", 1, lease_seconds=HELD, job_ids=[first.id])
+    asked: list[str] = []
+
+    def ends(key: str, stored: str) -> ItemResults | None:
+        asked.append(key)
+        assert stored == f'{{"i": {key[1:]}}}'  # the payload as stored
+        if key == "s7":
+            return None
+        return ItemResults(samples=[({"id": key}, f'{{"k": "{key}"}}')], report={})
+
+    job = await store.submit("evaluate", {"q": 1}, items, ends=ends)
+    assert (job.id, job.created, job.ended) == (first.id, False, n - 2)
+    assert asked == [f"s{i}" for i in range(1, n)]  # s0 claimed
+    assert claimed[0].key == "s0"
+    counts = await store.counts([job.id])
+    assert counts == {"queued": 1, "processing": 1, "done": n - 2, "failed": 0}
+    ended = [f"s{i}" for i in range(1, n) if i != 7]
+    assert [r["id"] async for r in store.samples([job.id])] == ended
 
 
 async def test_records_stream_in_submission_order_across_pages(store: Store) -> None:

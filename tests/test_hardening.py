@@ -264,46 +264,61 @@ def test_a_killed_runs_answered_calls_count_in_the_job_totals_when_it_resumes(
     assert totals["cost_usd"] > summary["cost_usd"]
 
 
-def test_a_keywords_only_run_killed_while_it_takes_the_job_in_leaves_nothing_and_reruns_whole(
+def test_a_keywords_only_run_killed_while_it_takes_the_job_in_keeps_its_chunks_and_resumes(
     tmp_path: Path,
 ) -> None:
-    """A job that calls no LLM is judged as it is stored, in one transaction: kill -9 once
-    that transaction has written to the database (its pages in the write-ahead log, none
-    committed) leaves no job, item or result behind, and the re-run judges and stores every
-    sample once, writing what an unkilled run writes."""
+    """A job that calls no LLM is judged as it is stored, committed a chunk at a time: kill -9
+    once a chunk is committed keeps that chunk's samples judged (the job under a key that
+    says it is unfinished); the same command stores and judges only the rest, the samples of
+    the first run untouched, and writes what an unkilled run writes."""
     n = 12000
     records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
                for i in range(n)]  # fmt: skip
     samples = samples_file(tmp_path, records)
     db = tmp_path / "run.db"
-    wal = tmp_path / "run.db-wal"
     command = [sys.executable, "-m", "ragjury", "evaluate", str(samples), "--out",
                str(tmp_path / "r.jsonl"), "--db", str(db), "--metrics", "keywords"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def stored(table: str) -> int:
-        with sqlite3.connect(db, timeout=30) as conn:
-            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    def query(sql: str) -> list[Any]:
+        if not db.exists():
+            return []
+        try:
+            with sqlite3.connect(db, timeout=30) as conn:
+                return conn.execute(sql).fetchall()
+        except sqlite3.OperationalError:  # its schema not made yet
+            return []
 
     try:
-        until(lambda: wal.exists() and wal.stat().st_size > 4_000_000, "the job being stored")
+        until(lambda: bool(query("SELECT 1 FROM items LIMIT 1")), "a chunk of the job committed")
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert (stored("jobs"), stored("items"), stored("samples")) == (0, 0, 0)
+    [(key,)] = query("SELECT key FROM jobs")
+    assert key.startswith("storing ")
+    before = query("SELECT id, key, state, finished_at FROM items ORDER BY id")
+    kept = query("SELECT rowid, id, record, scored FROM samples ORDER BY rowid")
+    assert 0 < len(before) < n
+    assert {row[2] for row in before} == {"done"}
+    assert len(kept) == len(before)
     assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0
     ids = [r["id"] for r in read_jsonl(tmp_path / "results.jsonl")]
     assert ids == [f"s{i}" for i in range(n)]
-    assert (stored("jobs"), stored("samples")) == (1, n)
-    with sqlite3.connect(db) as conn:
-        states = dict(conn.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
-        claims = conn.execute("SELECT MAX(attempts), COUNT(lease_owner) FROM items").fetchone()
-    assert states == {"done": n}
-    assert claims == (0, 0)  # each stored ended, never claimed
+    [(key,)] = query("SELECT key FROM jobs")
+    assert not key.startswith("storing ")
+    assert query("SELECT COUNT(*), COUNT(DISTINCT key) FROM items") == [(n, n)]
+    # the first run's samples as it stored them: not judged again
+    assert query(f"SELECT id, key, state, finished_at FROM items WHERE id <= {before[-1][0]}"
+                 " ORDER BY id") == before  # fmt: skip
+    assert query(f"SELECT rowid, id, record, scored FROM samples WHERE rowid <= {kept[-1][0]}"
+                 " ORDER BY rowid") == kept  # fmt: skip
+    assert query("SELECT COUNT(*) FROM samples") == [(n,)]
+    claims = query("SELECT MAX(attempts), COUNT(lease_owner) FROM items")
+    assert claims == [(0, 0)]  # each stored ended, never claimed
     summary = read_summary(tmp_path)
-    assert summary["items_done_now"] == n
+    assert summary["items_done_now"] == n - len(before)
     assert summary["metrics"]["keywords"]["scored"] == n
     assert summary["metrics"]["keywords"]["pass_rate"] == pytest.approx(2 / 3, abs=1e-3)
     fresh = tmp_path / "fresh"
@@ -317,7 +332,8 @@ def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_jud
 ) -> None:
     """SIGINT while a job that calls no LLM is judged as it is stored: the rest of its
     samples are stored queued, unjudged, the job is committed with those judged, the run
-    exits as interrupted (130) with them written, and the same command judges the rest."""
+    exits as interrupted (130) with them written, and the same command judges the rest as it
+    finds the job (a chunk at a time, none claimed by the runner)."""
     n = 12000
     records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo" if i % 3 else "Osaka"]}
                for i in range(n)]  # fmt: skip
@@ -342,10 +358,30 @@ def test_a_keywords_only_run_stopped_while_it_takes_the_job_in_keeps_what_it_jud
     assert [r["id"] for r in read_jsonl(out)] == [f"s{i}" for i in range(states["done"])]
     assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0  # the same command
     assert read_summary(tmp_path)["items_done_now"] == states["queued"]
+    with sqlite3.connect(db) as conn:  # the rest judged as the job was found, never claimed
+        claims = conn.execute("SELECT MAX(attempts), COUNT(lease_owner) FROM items").fetchone()
+    assert claims == (0, 0)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert evaluate(None, fresh, samples, "--metrics", "keywords") == 0
     assert (fresh / "results.jsonl").read_bytes() == out.read_bytes()
+
+
+def test_a_sample_judged_as_it_is_stored_is_logged_as_a_runner_logs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At info level, each sample of a keywords-only run (judged as the job is stored, no
+    runner) has its ``item_done`` line with its job once stored, as an item a runner ends
+    has."""
+    records = [{**SAMPLE, "id": f"s{i}", "must_contain": ["Tokyo"]} for i in range(3)]
+    samples = samples_file(tmp_path, records)
+    assert evaluate(None, tmp_path, samples, "--metrics", "keywords", "--log-level", "info") == 0
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+             if '"event": "item_done"' in line]  # fmt: skip
+    job = read_summary(tmp_path)["job"]
+    assert sorted((line["item"], line["job"]) for line in lines) == [
+        (f"s{i}", job) for i in range(3)
+    ]
 
 
 # -- the small ones -------------------------------------------------------------------------

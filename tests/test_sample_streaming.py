@@ -146,6 +146,33 @@ def test_a_csv_byte_that_is_not_utf8_is_named_by_its_offset_in_the_file(tmp_path
         load_samples(path)
 
 
+def test_the_samples_json_kept_by_the_first_pass_is_what_a_second_pass_makes(
+    tmp_path: Path,
+) -> None:
+    """``keep_encoded``: each valid sample's JSON, kept as the first pass checks the file,
+    is read back for the job's intake (the file is not read and checked again): the same
+    ids and text as the samples built afresh give, the invalid lines and the repeated id
+    skipped, on every pass; a pass begun inside another makes them afresh."""
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({"id": f"s{i}", "question": f"Q{i}? \u00e9\t", "must_contain": ["x"]})
+             for i in range(1, 2001)]  # fmt: skip
+    lines[9] = "not json"
+    lines[1999] = json.dumps({"id": "s3", "question": "a repeat, far from the first"})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    kept = load_samples(path, keep_encoded=True)
+    afresh = [(sample.id, sample.model_dump_json()) for sample in load_samples(path)]
+
+    assert len(afresh) == kept.count == 1998
+    assert list(kept.encoded()) == afresh
+    assert list(kept.encoded()) == afresh  # again
+    outer = kept.encoded()
+    assert next(outer) == afresh[0]
+    assert list(kept.encoded()) == afresh  # while the kept copy is being read
+    assert [next(outer), *outer] == afresh[1:]
+    assert list(load_samples(path).encoded()) == afresh  # none kept: made afresh
+
+
 def test_a_file_rewritten_between_passes_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text('{"question": "q1"}\n', encoding="utf-8")

@@ -131,9 +131,10 @@ async def judge_samples(
             return await judge_samples(run, settings, job, console, total, target, own)
     await run.store.note_run_job(run.run_id, job.id)
     done = (await run.store.counts([job.id]))["done"]
-    if not job.created:
+    if not job.created:  # those this call judged as it stored the rest are not "already"
         console.print(
-            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done} of {total} "
+            f"ragjury: resuming job {job.id} from {settings.db_shown}: {done - job.ended} of "
+            f"{total} "
             f"sample(s) already judged{retried_text(job, 'sample')}",
             markup=False,
             highlight=False,

@@ -48,6 +48,7 @@ from ragjury.runner import submit_samples
 from ragjury.runner.at_once import JudgeNow
 from ragjury.schemas.evaluation import ScoredFigures
 from ragjury.store import open_store
+from ragjury.store.location import parse_location
 
 if TYPE_CHECKING:
     from ragjury.calibration.correction import CorrectionTally
@@ -80,7 +81,16 @@ def _shown(figure: float | None, interval: list[float] | None) -> str:
 
 async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     console = Console(stderr=True)
-    loaded = load_samples(args.samples, parse_fields(args.fields))
+    # each sample's JSON kept as the file is checked (beside a SQLite database, not in a /tmp
+    # that may be held in memory): the job is stored from it
+    where = parse_location(settings.db).path
+    folder = None if where is None else where.resolve().parent
+    loaded = load_samples(
+        args.samples,
+        parse_fields(args.fields),
+        keep_encoded=not args.dry_run,
+        keep_in=folder if folder is not None and folder.is_dir() else None,
+    )
     invalid: list[dict[str, int | str]] = [
         {"line": r.line, "reason": r.reason} for r in loaded.invalid
     ]

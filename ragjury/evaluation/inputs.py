@@ -42,9 +42,12 @@ again. Only a ``.json`` file holding one array is parsed whole; use JSONL for la
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ragjury._id_hashes import Repeats, id_hash
 from ragjury._json import JSONData
@@ -129,13 +132,28 @@ class SampleFile:
     order; ``samples`` is every one in a list, for small files.
     """
 
-    def __init__(self, path: str, rows: Rows, builder: SampleBuilder) -> None:
+    def __init__(
+        self,
+        path: str,
+        rows: Rows,
+        builder: SampleBuilder,
+        *,
+        keep_encoded: bool = False,
+        keep_in: Path | None = None,
+    ) -> None:
         self.path = path
         self._rows, self._builder = rows, builder
         self._stamp = _stamp(Path(path))
         self.count = self.unanswered = 0
         self.filled: frozenset[str] = frozenset()
         self.invalid: list[InvalidRecord] = []
+        # unlinked at once: gone with the process, however it ends
+        self._encoded: IO[bytes] | None = (
+            tempfile.TemporaryFile(dir=keep_in)  # noqa: SIM115  # lives as long as self
+            if keep_encoded
+            else None
+        )
+        self._reading = False
         suspects = self._scan(None)
         if suspects:  # some ids may repeat: check those exactly
             self._scan(suspects)
@@ -143,8 +161,10 @@ class SampleFile:
 
     def _scan(self, suspects: frozenset[int] | None) -> frozenset[int]:
         """Count and check every record. Without ``suspects`` the ids' hashes are kept and
-        the repeated ones returned; with them, a repeat of a suspect id is invalid."""
+        the repeated ones returned (and each sample's JSON kept, if asked for); with them, a
+        repeat of a suspect id is invalid."""
         repeats = Repeats() if suspects is None else None
+        keep = self._encoded if suspects is None else None
         first_use: dict[str, int] = {}
         count = unanswered = 0
         filled: set[str] = set()
@@ -164,6 +184,9 @@ class SampleFile:
             count += 1
             unanswered += sample.answer is None
             _fill(filled, sample)
+            if keep is not None:  # the line, the id (JSON: no tab, no newline), the sample
+                head = f"{line}\t{json.dumps(sample.id)}\t".encode()
+                keep.write(head + sample.model_dump_json().encode() + b"\n")
         self.count, self.unanswered = count, unanswered
         self.filled, self.invalid = frozenset(filled), invalid
         return frozenset() if repeats is None else repeats.suspects()
@@ -183,6 +206,25 @@ class SampleFile:
                     f"{self.path}:{line} changed while the file was being read; run again"
                 )
             yield sample
+
+    def encoded(self) -> Iterator[tuple[str, str]]:
+        """(id, the sample's JSON as ``Sample.model_dump_json`` makes it) for each valid
+        sample, in file order: what the first pass made, read back, when it was asked to
+        keep it (``load_samples(..., keep_encoded=True)``: the file is not read and checked
+        a second time), else made afresh from the file."""
+        if self._encoded is None or self._reading:  # (one reader of the kept copy at a time)
+            yield from ((sample.id, sample.model_dump_json()) for sample in self)
+            return
+        self._reading = True
+        try:
+            self._encoded.flush()
+            self._encoded.seek(0)
+            for kept in self._encoded:
+                line, sample_id, text = kept.split(b"\t", 2)
+                if int(line) not in self._skipped:
+                    yield json.loads(sample_id), text[:-1].decode()
+        finally:
+            self._reading = False
 
     def __len__(self) -> int:
         return self.count
@@ -233,7 +275,13 @@ def field_map(pairs: Mapping[str, str]) -> dict[str, str]:
     return dict(pairs)
 
 
-def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> SampleFile:
+def load_samples(
+    path: str | Path,
+    fields: Mapping[str, str] | None = None,
+    *,
+    keep_encoded: bool = False,
+    keep_in: Path | None = None,
+) -> SampleFile:
     """The samples of a ``.jsonl``/``.ndjson``, ``.json``, ``.csv`` or ``.parquet`` file, or
     of a folder a Hugging Face dataset was saved to (``save_to_disk``), checked in one pass
     (see :class:`SampleFile`).
@@ -242,10 +290,13 @@ def load_samples(path: str | Path, fields: Mapping[str, str] | None = None) -> S
     :func:`field_map`). Records without an ``id`` get ``{file stem}-{n}``, n being the line
     number (record index for JSON, row for Parquet and Arrow). Raises InputError when the
     file is missing, has another suffix, cannot be decoded, or (JSON) does not parse or hold
-    a list of records.
+    a list of records. ``keep_encoded``: each valid sample's JSON is kept in a temporary
+    file (in the folder ``keep_in``, else the system's; about the input's size) as the file
+    is checked, for :meth:`SampleFile.encoded` (a job's intake).
     """
     file, rows, from_csv = _rows_of(path)
-    return _sample_file(file, rows, field_map(fields or {}), from_csv=from_csv)
+    builder = SampleBuilder(stem=file.stem, from_csv=from_csv, fields=field_map(fields or {}))
+    return SampleFile(str(file), rows, builder, keep_encoded=keep_encoded, keep_in=keep_in)
 
 
 def read_records(
@@ -282,13 +333,6 @@ def _rows_of(path: str | Path) -> tuple[Path, Rows, bool]:
         raise InputError(f"sample path {str(path)!r} is not a file; pass a {fmt} file")
     read = _READERS[fmt]
     return file, lambda: read(file), fmt == "csv"
-
-
-def _sample_file(
-    file: Path, rows: Rows, fields: Mapping[str, str], *, from_csv: bool
-) -> SampleFile:
-    builder = SampleBuilder(stem=file.stem, from_csv=from_csv, fields=fields)
-    return SampleFile(str(file), rows, builder)
 
 
 def samples_from_records(records: Iterable[JSONData], *, stem: str) -> SampleSet:

@@ -18,9 +18,11 @@ from typing import TypeVar
 
 import structlog
 
+from ragjury import logs
 from ragjury.agents.joins import current_item, joins_held
-from ragjury.llm import LLM
+from ragjury.llm import LLM, tracing
 from ragjury.pipelines import Pipeline, llm_roles
+from ragjury.runner.workers import outcome_attributes
 from ragjury.schemas import BusEvent
 from ragjury.store.base import Item, ItemEnds, ItemResults
 
@@ -69,13 +71,25 @@ class JudgeNow:
 PROGRESS_EVERY = 250
 
 
-def ends_at_once(pipeline: Pipeline, now: JudgeNow) -> ItemEnds | None:
+@dataclass(frozen=True)
+class AtOnce:
+    """What :meth:`~ragjury.store.base.Queue.submit` is given to end a job's items as it
+    takes them in: ``end`` judges one, and ``told`` is called once those ended so far are
+    stored, to tell of them as a runner tells of an item it ends (the ``item_done`` log
+    line at info level, the item's trace span)."""
+
+    end: ItemEnds
+    told: Callable[[str], None]
+
+
+def ends_at_once(pipeline: Pipeline, now: JudgeNow) -> AtOnce | None:
     """How the items of ``pipeline``'s job end where they are taken in; None when one of its
     agents calls an LLM (its items are queued, for workers)."""
     llm = llm_roles()
     if any(role in llm for role in pipeline.steps):
         return None
     judged = 0
+    ended: dict[str, BusEvent] = {}  # since last told (by key: a write run again ends again)
 
     def end(key: str, stored: str) -> ItemResults | None:
         nonlocal judged
@@ -94,9 +108,21 @@ def ends_at_once(pipeline: Pipeline, now: JudgeNow) -> ItemEnds | None:
             return None
         finally:
             current_item.reset(token)
-        return None if terminal is None else pipeline.results(terminal)
+        if terminal is None:
+            return None
+        if tracing.enabled() or logs.enabled("info"):
+            ended[key] = terminal
+        return pipeline.results(terminal)
 
-    return end
+    def told(job_id: str) -> None:
+        for key, terminal in ended.items():
+            if logs.enabled("info"):
+                log.info("item_done", job=job_id, item=key)
+            if tracing.enabled():
+                tracing.item_done(key, job_id, pipeline.kind, outcome_attributes(terminal))
+        ended.clear()
+
+    return AtOnce(end, told)
 
 
 async def _terminal(pipeline: Pipeline, item: Item) -> BusEvent | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from ragjury.config import Settings
+from ragjury.evaluation.inputs import SampleFile
 from ragjury.job_spec import JobSpec
 from ragjury.metrics import Metric, registry
 from ragjury.pipelines import EvaluationPipeline, GenerationPipeline, build_pipeline
@@ -23,7 +24,7 @@ from ragjury.runner.at_once import JudgeNow, ends_at_once
 from ragjury.schemas import Document, Sample, SampleScored
 from ragjury.schemas.panel import Panel
 from ragjury.store import Store
-from ragjury.store.base import Job
+from ragjury.store.base import ItemsFactory, Job
 from ragjury.store.cache import llm_fingerprint
 
 SpecT = TypeVar("SpecT", bound=JobSpec)
@@ -64,10 +65,11 @@ async def submit_samples(
     panel: Panel | None = None,
     judge_now: JudgeNow | None = None,
 ) -> Job:
-    """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They are
-    read twice (to key the job, then to store it): a :class:`~ragjury.evaluation.inputs.
-    SampleFile` reads its file again each time, so a large input is never held in memory;
-    a one-shot iterator is taken into a list first. ``target`` names the RAG system that
+    """Queue ``samples`` for evaluation with ``settings.evaluate`` and ``metrics``. They may
+    be read more than once (to key the job, then to store it): a :class:`~ragjury.evaluation.
+    inputs.SampleFile` gives its samples' JSON as its first pass kept it, or reads its file
+    again each time, so a large input is never held in memory; a one-shot iterator is taken
+    into a list first. ``target`` names the RAG system that
     answers the samples without an answer: part of the job, so another one is another job.
 
     ``judge_now``: given by the run that works the job in this process at once
@@ -80,13 +82,22 @@ async def submit_samples(
         pin_model,
     )
     options = spec.stored()
-    ends = None
+    now = None
     if judge_now is not None and panel is None and not registry(judges).needs_llm(metrics):
         job = Job(id="", kind="evaluate", options=options)
-        ends = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
+        now = ends_at_once(build_pipeline(job, settings, judge_now.llm, store), judge_now)
     again = list(samples) if isinstance(samples, Iterator) else samples
+    items: ItemsFactory = (
+        again.encoded  # the samples' JSON as the file's first pass made it
+        if isinstance(again, SampleFile)
+        else lambda: (EvaluationPipeline.item(s) for s in again)
+    )
     return await store.submit(
-        "evaluate", options, lambda: (EvaluationPipeline.item(s) for s in again), ends=ends
+        "evaluate",
+        options,
+        items,
+        ends=None if now is None else now.end,
+        told=None if now is None else now.told,
     )
 
 

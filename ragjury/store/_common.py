@@ -135,6 +135,10 @@ class JobKey:
         self._digest.update(b"\0" + key.encode(errors="surrogatepass") + b"\0")
         self._digest.update(encoded.encode())
 
+    def progress(self) -> str:
+        """The hash of what was added so far (the key's own, if nothing more is added)."""
+        return self._digest.copy().hexdigest()
+
     def finish(self, items: ItemsFactory) -> str:
         """The key; raises InputError when ids repeat (``items`` is called again only to
         name them)."""

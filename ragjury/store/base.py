@@ -330,13 +330,16 @@ class Queue(Protocol):
         batch: int = 500,
         batch_bytes: int = 4 * 1024 * 1024,
         ends: ItemEnds | None = None,
+        told: Callable[[str], None] | None = None,
     ) -> Job:
         """Create a job of ``items`` ((key, payload) in order; a function returning a fresh
         iterator, read twice) or find the identical one (then put back its items that
         finished with endpoint failures). With ``ends``, each item of a new job is stored
-        ended where ``ends`` gives its results (:attr:`Job.ended` counts them): the job and
-        every item are one transaction, so a run killed before it commits leaves nothing of
-        the job, and the same submission starts it again whole."""
+        ended where ``ends`` gives its results (:attr:`Job.ended` counts them), committed a
+        chunk of items at a time: a run killed meanwhile keeps the chunks committed (the job
+        under a key that says it is unfinished), and the same submission stores and ends only
+        the rest, in the same job (``created`` False). ``told`` is called with the job's
+        id each time items ``ends`` ended are committed."""
         ...
 
     async def job(self, job_id: str) -> Job:

@@ -99,6 +99,10 @@ def _bound(sql: str, params: Params) -> tuple[str, Params]:
     return render(sql, lists), flat
 
 
+_CHECKPOINT_PAGES = 16384
+"""The write-ahead log's pages (4 KiB each) past which a commit checkpoints it."""
+
+
 def _apply(conn: Conn, step: Step) -> StepResult:
     """Run one step of an operation; its result."""
     if isinstance(step, Fetch):
@@ -192,6 +196,10 @@ class SQLiteStore(SQLStore):
         conn.execute("PRAGMA busy_timeout=30000")
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
+            # a checkpoint (two fsyncs) when the log passes 64 MiB, not SQLite's 4 MiB: a job
+            # stored a chunk at a time (a commit every few MiB) otherwise waited on 128
+            # fsyncs at 20,000 samples instead of 11, 1.2x the wall time on a busy disk
+            conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
         conn.execute("PRAGMA synchronous=NORMAL")
         self._migrate(conn)
         return conn

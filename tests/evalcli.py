@@ -39,6 +39,21 @@ REFUSAL = {
 }
 
 
+def keyword_samples(path: Path, n: int) -> Path:
+    """``n`` one-sentence samples with a keyword test each, as JSONL at ``path``."""
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            sample = {
+                "id": f"s{i}",
+                "question": f"Where is landmark {i}?",
+                "answer": f"Landmark {i} is in Paris.",
+                "contexts": [f"Landmark {i} stands in Paris, France."],
+                "must_contain": ["Paris"],
+            }
+            out.write(json.dumps(sample) + "\n")
+    return path
+
+
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path

@@ -20,6 +20,7 @@ from ragjury.store import open_store
 from ragjury.store.base import Lease, OutgoingMessage, StepWrites
 from ragjury.store.postgres import PostgresStore
 
+from evalcli import keyword_samples
 from evalfakes import script_judges
 from fakeopenai import FakeOpenAI
 from pgserver import PostgresServer
@@ -81,25 +82,11 @@ def _worst(counts: dict[str, int]) -> str:
     return "\n".join(f"{calls:6d}  {query[:140]!r}" for query, calls in top)
 
 
-def _keyword_samples(path: Path, n: int) -> Path:
-    with path.open("w") as out:
-        for i in range(n):
-            sample = {
-                "id": f"s{i}",
-                "question": f"Where is landmark {i}?",
-                "answer": f"Landmark {i} is in Paris.",
-                "contexts": [f"Landmark {i} stands in Paris, France."],
-                "must_contain": ["Paris"],
-            }
-            out.write(json.dumps(sample) + "\n")
-    return path
-
-
 def test_a_keywords_only_sample_costs_at_most_six_statements(
     counted_url: str, tmp_path: Path
 ) -> None:
     n = 200
-    samples = _keyword_samples(tmp_path / "samples.jsonl", n)
+    samples = keyword_samples(tmp_path / "samples.jsonl", n)
     args = ["evaluate", str(samples), "--metrics", "keywords", "--db", counted_url]
     args += ["--out", str(tmp_path / "results.jsonl"), "--log-level", "warning"]
     assert main(args) == 0

@@ -4,7 +4,6 @@ real pseudo-terminal, so that rich draws it as it does for a user."""
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import re
@@ -12,21 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evalcli import keyword_samples
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _samples(path: Path, n: int) -> Path:
-    with path.open("w", encoding="utf-8") as out:
-        for i in range(n):
-            record = {
-                "id": f"s{i}",
-                "question": f"What is item {i}?",
-                "answer": f"Item {i} is a widget (case {i}).",
-                "contexts": [f"Item {i} is a widget."],
-                "must_contain": ["widget"],
-            }
-            out.write(json.dumps(record) + "\n")
-    return path
 
 
 def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
@@ -55,7 +42,7 @@ def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
 
 def test_evaluate_draws_one_bar_that_only_goes_forward_to_the_total(tmp_path: Path) -> None:
     n = 2600  # not a multiple of any chunk or page size
-    samples = _samples(tmp_path / "samples.jsonl", n)
+    samples = keyword_samples(tmp_path / "samples.jsonl", n)
     code, drawn = _on_a_terminal(
         [
             sys.executable,

@@ -265,7 +265,7 @@ def test_a_killed_runs_answered_calls_count_in_the_job_totals_when_it_resumes(
 
 
 def test_a_keywords_only_run_killed_while_it_takes_the_job_in_keeps_its_chunks_and_resumes(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A job that calls no LLM is judged as it is stored, committed a chunk at a time: kill -9
     once a chunk is committed keeps that chunk's samples judged (the job under a key that
@@ -303,11 +303,23 @@ def test_a_keywords_only_run_killed_while_it_takes_the_job_in_keeps_its_chunks_a
     assert 0 < len(before) < n
     assert {row[2] for row in before} == {"done"}
     assert len(kept) == len(before)
+    # status says the job was not stored in full and what to do, not that it is all done
+    capsys.readouterr()
+    assert main(["status", "--db", str(db), "--json"]) == 0
+    [job] = json.loads(capsys.readouterr().out)["jobs"]
+    assert (job["done"], job["stored_in_full"]) == (len(before), False)
+    assert main(["status", "--db", str(db)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"stopped after {len(before)} of them; run the same command again" in shown
     assert evaluate(None, tmp_path, samples, "--metrics", "keywords") == 0
     ids = [r["id"] for r in read_jsonl(tmp_path / "results.jsonl")]
     assert ids == [f"s{i}" for i in range(n)]
     [(key,)] = query("SELECT key FROM jobs")
     assert not key.startswith("storing ")
+    capsys.readouterr()
+    assert main(["status", "--db", str(db), "--json"]) == 0
+    [job] = json.loads(capsys.readouterr().out)["jobs"]
+    assert (job["done"], job["stored_in_full"]) == (n, True)
     assert query("SELECT COUNT(*), COUNT(DISTINCT key) FROM items") == [(n, n)]
     # the first run's samples as it stored them: not judged again
     assert query(f"SELECT id, key, state, finished_at FROM items WHERE id <= {before[-1][0]}"

@@ -219,6 +219,16 @@ async def status_command(args: argparse.Namespace, settings: Settings) -> int:
             *(str(job[s]) for s in ("queued", "processing", "done", "failed")),
         )
     console.print(jobs)
+    for job in status["jobs"]:
+        if not job["stored_in_full"]:
+            stored = sum(job[s] for s in ("queued", "processing", "done", "failed"))
+            console.print(
+                f"job {job['id']}: the run storing its samples stopped after {stored} of "
+                "them; "
+                "run the same command again to store and judge the rest",
+                style="yellow",
+                markup=False,
+            )
     stages = Table(
         "stage", "LLM calls", "prompt tokens", "completion tokens", "cached steps", title="stages"
     )

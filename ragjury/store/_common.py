@@ -23,6 +23,10 @@ from ragjury.store.base import CallTotals, ItemsFactory, Job, JobKind, RunRecord
 
 KILLED = "in flight when its process was killed: never answered"
 UNFINISHED_STATES = ("queued", "processing", "running")
+STORING = "storing "
+"""How the key of a job starts while its samples are still being stored (a job judged as it
+is stored, committed a chunk at a time: a run killed meanwhile leaves it so, and the same
+command stores and judges the rest)."""
 PAGE = 200
 """Rows per page when records are streamed."""
 

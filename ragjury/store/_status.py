@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
+from ragjury.store._common import STORING
 from ragjury.store._values import Param, Row
 from ragjury.store.base import STATES
 from ragjury.store.status_report import (
@@ -48,8 +49,8 @@ async def status(store: _Readable) -> StatusReport:
         per_job.setdefault(str(job_id), _states())[shown] += int(n)
         totals[shown] += int(n)
     jobs: list[JobStatus] = []
-    for job_id, kind, created_at in await store.read(
-        "SELECT id, kind, created_at FROM jobs ORDER BY seq"
+    for job_id, kind, created_at, key in await store.read(
+        "SELECT id, kind, created_at, key FROM jobs ORDER BY seq"
     ):
         states = per_job.get(str(job_id), _states())
         jobs.append(
@@ -61,6 +62,7 @@ async def status(store: _Readable) -> StatusReport:
                 "processing": states["processing"],
                 "done": states["done"],
                 "failed": states["failed"],
+                "stored_in_full": not str(key).startswith(STORING),
             }
         )
 

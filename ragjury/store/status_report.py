@@ -13,6 +13,9 @@ class JobStatus(TypedDict):
     processing: int
     done: int
     failed: int
+    stored_in_full: bool
+    """False while the run storing the job's samples stopped before it had stored them all
+    (a job judged as it is stored, killed meanwhile): the same command stores the rest."""
 
 
 class StageUse(TypedDict):

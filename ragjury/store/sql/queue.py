@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ragjury._json import JSONData, JSONObject
 from ragjury.store._common import (
     PAGE,
+    STORING,
     JobKey,
     abandoned,
     encode,
@@ -76,7 +77,7 @@ class QueueSQL(Driven):
         known = await self.read("SELECT key FROM jobs WHERE kind = ? AND options = ?", (kind, text))
         if ends is not None:  # judged as it is stored: committed a chunk at a time
             intake = _Intake(kind, options, text, items, ends, batch, batch_bytes, told)
-            marks = [str(row[0]) for row in known if str(row[0]).startswith(_STORING)]
+            marks = [str(row[0]) for row in known if str(row[0]).startswith(STORING)]
             try:
                 if (marks and await intake.resume(marks)) or not known:
                     return await intake.store(self)
@@ -314,9 +315,6 @@ class _NotNew(Exception):
     """A job thought new has no items, or its key is another job's: rolled back."""
 
 
-_STORING = "storing "
-"""How the key of a job whose items are still being stored starts."""
-
 INTAKE_CHUNK = 250
 INTAKE_CHUNK_BYTES = 1 * 1024 * 1024
 """A job judged as it is stored is committed every this many items (or bytes of their
@@ -391,7 +389,7 @@ class _Intake:
                 key.add(item_key, encode(payload))
         self.key, self.source = key, source
         self.job_id = stored[found][0]
-        self.mark = f"{_STORING}{self.job_id} {found} {stored[found][1]}"
+        self.mark = f"{STORING}{self.job_id} {found} {stored[found][1]}"
         return True
 
     async def store(self, queue: QueueSQL) -> Job:
@@ -402,7 +400,7 @@ class _Intake:
         ended = 0
         try:
             while chunk := self._chunk():
-                mark = f"{_STORING}{self.job_id} {self.key.size} {self.key.progress()}"
+                mark = f"{STORING}{self.job_id} {self.key.size} {self.key.progress()}"
                 operation = partial(self._store_chunk, chunk, self.mark, mark)
                 ended += await queue._write(operation)
                 self.mark = mark
